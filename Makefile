@@ -1,0 +1,41 @@
+# Two commands on a fresh machine (see README.md):
+#   make demo   set up, fetch the embedded Wikipedia slice (via pip), run the end-to-end demo
+#   make test   set up and run the test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The embedded default: the real English Wikipedia slice shipped inside the gensim 4.4.0 wheel.
+GENSIM_WHEEL_DUMP := gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2
+DEFAULT_DUMP := data/enwiki-slice-pages-articles.xml.bz2
+
+.PHONY: demo test setup setup-test data bench clean
+
+demo: setup data
+	$(VENV)/bin/twotower demo --dump $(DEFAULT_DUMP) --out runs/demo
+
+test: setup-test
+	$(PY) -m pytest -q tests
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip setuptools wheel
+	# torch first, pinned: the CPU build; an unpinned resolve pulls GBs of CUDA wheels.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+setup-test: $(VENV)/.installed
+
+data: $(DEFAULT_DUMP)
+
+$(DEFAULT_DUMP):
+	mkdir -p data .cache/wheels
+	$(PY) -m pip download -q --no-deps gensim==4.4.0 -d .cache/wheels
+	$(PY) -c "import glob, shutil, zipfile; z = zipfile.ZipFile(sorted(glob.glob('.cache/wheels/gensim-4.4.0-*.whl'))[0]); shutil.copyfileobj(z.open('$(GENSIM_WHEEL_DUMP)'), open('$@', 'wb'))"
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf runs .pytest_cache

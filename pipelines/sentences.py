@@ -1,0 +1,96 @@
+"""Sentence splitters by name, shared by the Wikipedia pipeline and the ReQA builder.
+
+    splitter = get_splitter("spacy")          # blank English pipeline + rule-based sentencizer
+    for sentences in splitter.split_many(texts):  # batched (nlp.pipe)
+      ...
+
+Names:
+  * ``spacy`` (default): ``spacy.blank("en")`` with the ``sentencizer``; nothing to download.
+  * ``spacy-xx``: the same on spaCy's multi-language tokenizer (non-English wikis).
+  * ``spacy:<pipeline>``: a trained pipeline the user has installed (package name or path),
+    e.g. ``spacy:en_core_web_sm``; it is loaded, never downloaded.
+  * ``reqa``: a re-implementation of the rule-based splitter of ReQA's evaluation code, so that
+    ReQA counts match published ones (see pipelines.reqa_splitter).
+
+A splitter is built once per worker (`DoFn.setup`) and is not pickled with the pipeline.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Callable, Iterable, Iterator
+
+Span = tuple[int, int]  # [start, end) character offsets into the text
+
+
+class SentenceSplitter(abc.ABC):
+  """Splits texts into sentences, reporting character spans so callers can map offsets."""
+
+  name: str = ""
+
+  @abc.abstractmethod
+  def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
+    """Yields, per text, the [start, end) spans of its non-empty sentences, in order."""
+
+  def split_many(self, texts: Iterable[str]) -> Iterator[list[str]]:
+    texts = list(texts)
+    for text, spans in zip(texts, self.spans_many(texts)):
+      yield [text[s:e] for s, e in spans]
+
+  def split(self, text: str) -> list[str]:
+    return next(self.split_many([text]))
+
+
+def _strip_span(text: str, start: int, end: int) -> Span | None:
+  while start < end and text[start].isspace():
+    start += 1
+  while end > start and text[end - 1].isspace():
+    end -= 1
+  return (start, end) if end > start else None
+
+
+class SpacySplitter(SentenceSplitter):
+  """spaCy, batched with `nlp.pipe`. Default: a blank pipeline plus the sentencizer."""
+
+  def __init__(self, pipeline: str = "blank:en", batch_size: int = 256):
+    import spacy  # heavy: imported when a worker builds its splitter
+    self.name = "spacy" if pipeline == "blank:en" else f"spacy:{pipeline}"
+    self.batch_size = batch_size
+    if pipeline.startswith("blank:"):
+      self.nlp = spacy.blank(pipeline.split(":", 1)[1])
+      self.nlp.add_pipe("sentencizer")
+    else:
+      self.nlp = spacy.load(pipeline, exclude=["ner", "lemmatizer", "textcat"])
+      if not (self.nlp.has_pipe("parser") or self.nlp.has_pipe("senter")
+              or self.nlp.has_pipe("sentencizer")):
+        self.nlp.add_pipe("sentencizer")
+    # Wikipedia has the odd giant paragraph; spaCy's default guard is 1M characters.
+    self.nlp.max_length = max(self.nlp.max_length, 5_000_000)
+
+  def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
+    for doc in self.nlp.pipe(texts, batch_size=self.batch_size):
+      spans = (_strip_span(doc.text, s.start_char, s.end_char) for s in doc.sents)
+      yield [span for span in spans if span]
+
+
+def _reqa_splitter() -> SentenceSplitter:
+  from twotower.pipelines import reqa_splitter  # pylint: disable=import-outside-toplevel
+  return reqa_splitter.ReqaSplitter()
+
+
+_FACTORIES: dict[str, Callable[[], SentenceSplitter]] = {
+    "spacy": lambda: SpacySplitter("blank:en"),
+    "spacy-xx": lambda: SpacySplitter("blank:xx"),
+    "reqa": _reqa_splitter,
+}
+
+SPLITTER_NAMES = tuple(_FACTORIES) + ("spacy:<pipeline>",)
+
+
+def get_splitter(name: str) -> SentenceSplitter:
+  """Builds the splitter called `name` (see the module docstring)."""
+  if name in _FACTORIES:
+    return _FACTORIES[name]()
+  if name.startswith("spacy:"):
+    return SpacySplitter(name.split(":", 1)[1])
+  raise ValueError(f"unknown sentence splitter {name!r}; choose one of {', '.join(SPLITTER_NAMES)}")

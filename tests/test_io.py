@@ -1,0 +1,43 @@
+"""Shared I/O helpers: globbing through Beam FileSystems, atomic writes, Beam counters."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+
+from twotower import io
+
+
+def test_match_files_sorted_and_comma_separated(tmp_path):
+  for name in ("b.xml", "a.xml", "c.txt"):
+    (tmp_path / name).write_text("x")
+  got = io.match_files(f"{tmp_path}/*.xml,{tmp_path}/c.txt")
+  assert [p.rsplit("/", 1)[1] for p in got] == ["a.xml", "b.xml", "c.txt"]
+
+
+def test_match_files_names_the_pattern(tmp_path):
+  with pytest.raises(FileNotFoundError, match="nothing-"):
+    io.match_files(str(tmp_path / "nothing-*"))
+
+
+def test_write_json_is_atomic_and_round_trips(tmp_path):
+  path = tmp_path / "deep" / "stats.json"
+  io.write_json(str(path), {"pages_read": 3})
+  assert io.read_json(str(path)) == {"pages_read": 3}
+  assert [p.name for p in path.parent.iterdir()] == ["stats.json"]  # no temp file left
+
+
+def test_beam_counters_and_means():
+  def count(x):
+    beam.metrics.Metrics.counter(io.COUNTER_NAMESPACE, "items").inc()
+    beam.metrics.Metrics.counter(io.COUNTER_NAMESPACE, "tokens").inc(x)
+    beam.metrics.Metrics.counter("other", "ignored").inc()
+    return x
+
+  p = TestPipeline()
+  _ = p | beam.Create([1, 2, 3]) | beam.Map(count)
+  stats = io.beam_counters(p.run())
+  assert stats == {"items": 3, "tokens": 6}
+  io.add_mean(stats, "tokens_mean", "tokens", "items")
+  assert stats["tokens_mean"] == 2.0

@@ -1,0 +1,109 @@
+"""Small I/O helpers every stage shares: paths through Beam's FileSystems (so `gs://` works),
+atomic writes, stats.json from Beam counters, and the common Beam flag handling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import tempfile
+from typing import Any, Iterable, Mapping
+
+logger = logging.getLogger(__name__)
+
+#: Namespace of every Beam counter the project defines; stats.json holds exactly these.
+COUNTER_NAMESPACE = "twotower"
+
+
+def match_files(pattern: str) -> list[str]:
+  """Paths matching a glob on any Beam filesystem, sorted; a clear error if none match."""
+  from apache_beam.io.filesystems import FileSystems
+  paths: list[str] = []
+  for pat in pattern.split(","):
+    pat = pat.strip()
+    if not pat:
+      continue
+    result = FileSystems.match([pat])[0]
+    paths.extend(m.path for m in result.metadata_list)
+  if not paths:
+    raise FileNotFoundError(f"no file matches {pattern!r}")
+  return sorted(set(paths))
+
+
+def is_local(path: str) -> bool:
+  return "://" not in path
+
+
+def makedirs(path: str) -> None:
+  if is_local(path):
+    os.makedirs(path, exist_ok=True)
+  # Object stores have no directories: nothing to do.
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes a text file atomically (temp file + rename) locally, or through FileSystems."""
+  if is_local(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      f.write(text)
+    os.replace(tmp, path)
+    return
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.create(path) as f:
+    f.write(text.encode("utf-8"))
+
+
+def read_text(path: str) -> str:
+  if is_local(path):
+    with open(path, encoding="utf-8") as f:
+      return f.read()
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(path) as f:
+    return f.read().decode("utf-8")
+
+
+def write_json(path: str, obj: Any) -> None:
+  write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str) -> Any:
+  return json.loads(read_text(path))
+
+
+def beam_counters(result, namespace: str = COUNTER_NAMESPACE) -> dict[str, int]:
+  """Every counter of `namespace` in a finished pipeline, summed over steps, as a flat dict."""
+  from apache_beam.metrics.metric import MetricsFilter
+  counters: dict[str, int] = {}
+  for c in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
+    value = c.committed if c.committed is not None else c.attempted
+    counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)
+  return dict(sorted(counters.items()))
+
+
+def add_mean(stats: dict, name: str, total_key: str, count_key: str) -> None:
+  """stats[name] = stats[total_key] / stats[count_key], rounded; 0.0 when the count is 0."""
+  count = stats.get(count_key, 0)
+  stats[name] = round(stats.get(total_key, 0) / count, 2) if count else 0.0
+
+
+def split_beam_args(parser: argparse.ArgumentParser,
+                    argv: Iterable[str] | None) -> tuple[argparse.Namespace, list[str]]:
+  """Parses this stage's flags; every other flag is a Beam pipeline option (Beam examples'
+  `parse_known_args` idiom), passed through untouched."""
+  return parser.parse_known_args(None if argv is None else list(argv))
+
+
+def pipeline_options(beam_args: list[str], **defaults: Any):
+  """PipelineOptions from the pass-through flags; `save_main_session` off (our DoFns import
+  what they need) and DirectRunner by default."""
+  from apache_beam.options.pipeline_options import PipelineOptions
+  return PipelineOptions(beam_args, **defaults)
+
+
+def log_settings(stage: str, settings: Mapping[str, Any]) -> None:
+  """Echoes the effective settings first, as Pyserini does."""
+  logger.info("%s: %s", stage, ", ".join(f"{k}={v}" for k, v in settings.items()))
