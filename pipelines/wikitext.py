@@ -1,0 +1,480 @@
+"""Wikitext -> cleaned article: RawPage -> Page (sections of paragraphs, outgoing links).
+
+One pass per page, built for speed (the whole pair pipeline must run at >= 0.5x the "bare
+floor" of mwparserfromhell parse + strip_code):
+
+1. Comments and `<ref>...</ref>` / `<ref .../>` are cut with two regular expressions
+   (they are dropped anyway, and citation templates inside refs are most of a page's markup).
+2. mwparserfromhell's tokenizer (its C extension) turns the rest into a flat token stream,
+   with `skip_style_tags=True` (bold/italic quotes stay text and are removed in step 4).
+3. One loop over the tokens keeps visible text, with a stack for nested constructs. This
+   skips mwparserfromhell's Builder, which turns tokens into a node tree and takes about
+   85 % of `mwparserfromhell.parse` time on the English slice; the loop mirrors the
+   Builder's token grammar (parser/builder.py), so it reads the same markup the same way.
+4. The text of each section is cut into paragraphs and cleaned.
+
+What is kept and dropped:
+
+* Dropped: templates `{{...}}` and arguments `{{{...}}}`, comments, refs, tables (`{|...|}`
+  and `<table>`), file/image/media links with their captions (namespaces File/Image/Media,
+  local names included, via the site's namespace table), category links, interlanguage
+  links (`[[fr:Paris]]`), the URLs of external links, magic words (`__TOC__`), and the
+  contents of non-prose tags (`DROPPED_TAGS`: `<math>`, `<gallery>`, `<pre>`, ...).
+* Kept: text; the anchor text of wikilinks, or their target as written when there is no
+  anchor (`[[:Category:Foo]]` and `[[wikt:foo]]` links are shown inline, as MediaWiki
+  does); external link titles; the text of harmless tags (`<b>`, `<span>`, `<div>`,
+  `<blockquote>`, `<nowiki>`, ...); HTML entities, decoded.
+* Sections: each heading starts a section (its cleaned text and level); `sections[0]` is
+  the lead, heading "" and level 0, possibly with no paragraphs.
+* Paragraphs: lines separated by blank lines, joined with spaces as MediaWiki renders them.
+  Each list item (`*`, `#`, `;`, `:` lines and `<li>`) is its own paragraph, so lists are
+  kept (WikiExtractor drops most of them) and an item never runs into the next one; a
+  paragraph with no letter or digit left (e.g. "()" after a template) is dropped.
+* Malformed markup: where the tokenizer gives up (e.g. a `{|` table with HTML rows) it
+  returns the rest of the page as plain text; such text is cleaned by regular expressions
+  (tables, innermost templates, links -> anchor text, HTML tags), and its links counted.
+  A dump does not list namespace aliases (ltgwiki writes "Attēls:" for its "Fails:"
+  namespace), so `Prefix:Name.jpg`-like targets (media extensions) are media links too.
+* Links: every `[[target]]` of the main namespace outside comments and refs, including
+  links inside list items, tables, templates' parameters and image captions (they are
+  hyperlinks of the rendered page), normalised by pipelines.titles, deduplicated, in
+  first-seen order. File, Category (also `[[:Category:..]]`), other namespaces and
+  interwiki targets are not links; nor are links inside `<nowiki>`, `<pre>`, `<math>`
+  (the tokenizer does not parse those).
+
+Beam: `ParsePages` routes every RawPage to exactly one of: the `articles` output, the
+`redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import logging
+import re
+from typing import Iterator, Optional
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+import mwparserfromhell
+from mwparserfromhell.parser import tokens as T
+
+from twotower import io as tio
+from twotower.contracts import ARTICLE_NAMESPACE, Page, RawPage, Section, SiteInfo
+from twotower.pipelines import titles
+
+logger = logging.getLogger(__name__)
+
+#: Default limit on a page's wikitext, in UTF-8 bytes (enwiki's own limit is 2 MiB).
+DEFAULT_MAX_PAGE_BYTES = 5_000_000
+
+#: Tags whose contents are not prose.
+DROPPED_TAGS = frozenset({
+    "ref", "references", "table", "gallery", "math", "chem", "ce", "timeline", "imagemap",
+    "score", "graph", "templatedata", "templatestyles", "mapframe", "maplink", "inputbox",
+    "categorytree", "indicator", "syntaxhighlight", "source", "pre", "includeonly", "hiero",
+    "charinsert", "section", "style", "script", "tabber", "tabs", "noinclude", "caption",
+    "math-chem", "phonos", "langconvert", "dynamicpagelist", "rss", "maplink",
+})
+#: Tags that start and end a block (a paragraph break around them).
+_BLOCK_TAGS = frozenset({
+    "p", "div", "blockquote", "center", "ul", "ol", "dl", "h1", "h2", "h3", "h4", "h5", "h6",
+    "hr", "poem", "table",
+})
+#: Tags that are a list item (the wiki markup `*#;:` is tokenized as these).
+_ITEM_TAGS = frozenset({"li", "dt", "dd"})
+
+_ITEM = "\x01"   # Marks the start of a list item in the section text.
+_HEADING = object()  # Piece kind marking a heading in the page's piece list.
+
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_REF = re.compile(r"<ref\b[^>]*/>|<ref\b[^>]*?>.*?</ref\s*>", re.DOTALL | re.IGNORECASE)
+_QUOTES = re.compile(r"'{2,}")
+_MAGIC = re.compile(r"__[A-Z]+__")
+_SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"\w")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+
+_TOKENIZER = mwparserfromhell.parser.Parser()._tokenizer
+
+# Residue: mwparserfromhell's tokenizer gives up on some malformed constructs (e.g. a `{|`
+# table with HTML rows) and returns the rest of the page as one Text token. Such text is
+# cleaned with regular expressions instead (tags whose contents are raw are left alone).
+_RAW_TAGS = frozenset({"nowiki", "pre", "code", "syntaxhighlight", "source", "math"})
+_RESIDUE_TABLE = re.compile(r"^[ \t]*\{\|.*?^[ \t]*\|\}[^\n]*", re.DOTALL | re.MULTILINE)
+_RESIDUE_TABLE_LINE = re.compile(r"^[ \t]*(?:\{\||\|\}|\||!).*$", re.MULTILINE)
+_RESIDUE_TEMPLATE = re.compile(r"\{\{[^{}]*\}\}")
+_RESIDUE_LINK = re.compile(r"\[\[([^\[\]|\n]*)(?:\|((?:[^\[\]\n]|\[\[[^\[\]\n]*\]\])*))?\]\]")
+_RESIDUE_TAG = re.compile(r"</?[A-Za-z][^<>\n]*>")
+
+
+class ParseError(ValueError):
+  """The tokenizer failed on a page."""
+
+
+def _clean(text: str) -> str:
+  """Inline cleanup: quote markup, magic words, item marks, whitespace."""
+  if "''" in text:
+    text = _QUOTES.sub("", text)
+  if "__" in text:
+    text = _MAGIC.sub("", text)
+  return _SPACE.sub(" ", text.replace(_ITEM, " ")).strip()
+
+
+def _paragraphs(text: str) -> list[str]:
+  """Section text -> cleaned paragraphs: blank lines split, each list item is its own."""
+  paragraphs: list[str] = []
+  for block in _PARAGRAPH_BREAK.split(text):
+    if _ITEM in block:
+      current: list[str] = []
+      for line in block.split("\n"):
+        if line.lstrip(" \t").startswith(_ITEM):
+          paragraphs.append(" ".join(current))
+          paragraphs.append(line)
+          current = []
+        else:
+          current.append(line)
+      paragraphs.append(" ".join(current))
+    else:
+      paragraphs.append(block)
+  cleaned = (_clean(p) for p in paragraphs)
+  return [p for p in cleaned if p and _WORD.search(p)]
+
+
+class _Frame:
+  """An open construct of the token stream: what to restore when it closes."""
+  __slots__ = ("parent", "kind", "parts", "shown", "extra")
+
+  def __init__(self, parent, kind, parts=None, extra=None):
+    self.parent = parent    # The sink (list or None) of the enclosing text.
+    self.kind = kind
+    self.parts = parts      # Collected text (link title, tag name, entity).
+    self.shown = False      # Link: a separator was seen; tag: name decided.
+    self.extra = extra      # External link brackets; heading level; tag name.
+
+
+#: A dump lists each namespace's local name but not its aliases (ltgwiki's File namespace is
+#: "Fails", and pages also write "Attēls:"), so `Prefix:Name.ext` with a media extension and a
+#: prefix that is no namespace is taken for a media link too.
+_MEDIA_FILE = re.compile(
+    r"[^:#|]+:[^:#|]*\.(?:jpe?g|png|gif|svg|tiff?|webp|xcf|bmp|pdf|djvu|og[gva]|webm|mp[34]|"
+    r"mpe?g|flac|wav|midi?|opus|stl)\s*", re.IGNORECASE)
+
+
+def _link_visible(target: str, site: SiteInfo) -> tuple[bool, Optional[str]]:
+  """(is the link's text shown, main-namespace title it links to or None)."""
+  colon = target.lstrip().startswith(":")
+  parsed = titles.parse_title(target, site)
+  if parsed is None:
+    return True, None
+  if (not colon and parsed.namespace == ARTICLE_NAMESPACE and ":" in parsed.text
+      and _MEDIA_FILE.fullmatch(parsed.text)):
+    return False, None
+  main = None
+  if not parsed.interwiki and parsed.namespace == ARTICLE_NAMESPACE:
+    main = parsed.text
+  if colon:
+    return True, main
+  if parsed.interwiki:
+    # Interlanguage links go to the sidebar; other interwiki links are inline.
+    return parsed.interwiki in titles.INTERWIKI_PREFIXES, None
+  if parsed.namespace in titles.MEDIA_NAMESPACES or (
+      parsed.namespace == titles.CATEGORY_NAMESPACE):
+    return False, None
+  return True, main
+
+
+def _clean_residue(text: str, site: SiteInfo, links: dict) -> str:
+  """Text the tokenizer left unparsed -> visible text; its link targets go to `links`."""
+  if "{|" in text:
+    text = _RESIDUE_TABLE_LINE.sub("", _RESIDUE_TABLE.sub("", text))
+  for _ in range(8):  # Innermost templates first, a few levels deep.
+    if "{{" not in text:
+      break
+    text, n = _RESIDUE_TEMPLATE.subn("", text)
+    if not n:
+      break
+
+  def link(match: re.Match) -> str:
+    target, anchor = match.group(1), match.group(2)
+    visible, main = _link_visible(target, site)
+    if main is not None:
+      links[main] = None
+    if not visible:
+      return ""
+    return target.lstrip().removeprefix(":") if anchor is None else anchor
+
+  if "[[" in text:
+    text = _RESIDUE_LINK.sub(link, text)
+  if "<" in text:
+    text = _RESIDUE_TAG.sub("", text)
+  return text
+
+
+def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]], list[str]]:
+  """Wikitext -> ([(heading, level, section text)], [main-namespace link targets]).
+
+  The section text still holds list-item marks; `_paragraphs` cuts it. Raises ParseError
+  when the tokenizer fails.
+  """
+  if "<!--" in text:
+    text = _COMMENT.sub("", text)
+  if "<ref" in text or "<REF" in text or "<Ref" in text:
+    text = _REF.sub("", text)
+  try:
+    tokens = _TOKENIZER.tokenize(text, 0, True)
+  except Exception as e:  # The C tokenizer raises SystemError/ParserError on bad states.
+    raise ParseError(f"{type(e).__name__}: {e}") from e
+
+  out: list = []              # Visible text pieces; (_HEADING, level, text) marks sections.
+  links: dict[str, None] = {}  # Ordered set of link targets.
+  sink: Optional[list] = out  # Where Text goes now; None inside dropped constructs.
+  stack: list[_Frame] = []
+
+  for tok in tokens:
+    kind = type(tok)
+    if kind is T.Text:
+      if sink is not None:
+        text = tok.text
+        if ("[[" in text or "{{" in text or "{|" in text) and not (
+            stack and stack[-1].extra in _RAW_TAGS):
+          text = _clean_residue(text, site, links)
+        sink.append(text)
+    elif kind is T.WikilinkOpen:
+      frame = _Frame(sink, T.WikilinkOpen, [])
+      stack.append(frame)
+      sink = frame.parts
+    elif kind is T.WikilinkSeparator or kind is T.WikilinkClose:
+      frame = stack[-1]
+      if kind is T.WikilinkSeparator and frame.shown:
+        continue  # A second "|" inside the text part ("thumb|caption"): still text.
+      if kind is T.WikilinkClose:
+        stack.pop()
+      if frame.shown:  # Close after the text part.
+        sink = frame.parent
+        continue
+      target = "".join(frame.parts)
+      visible, main = _link_visible(target, site)
+      if main is not None:
+        links[main] = None
+      if kind is T.WikilinkSeparator:
+        frame.shown = True
+        sink = frame.parent if visible else None
+      else:
+        sink = frame.parent
+        if visible and sink is not None:
+          sink.append(target.lstrip().removeprefix(":"))
+    elif kind is T.TemplateOpen or kind is T.ArgumentOpen or kind is T.CommentStart:
+      stack.append(_Frame(sink, kind))
+      sink = None
+    elif kind is T.TemplateClose or kind is T.ArgumentClose or kind is T.CommentEnd:
+      sink = stack.pop().parent
+    elif kind is T.TagOpenOpen:
+      frame = _Frame(sink, tok.wiki_markup, [])  # kind: the wiki markup or None.
+      stack.append(frame)
+      sink = frame.parts
+    elif kind is T.TagAttrStart:
+      frame = stack[-1]
+      if not frame.shown:
+        frame.shown, frame.extra = True, "".join(frame.parts).strip().lower()
+      sink = None
+    elif kind is T.TagCloseOpen:
+      frame = stack[-1]
+      if not frame.shown:
+        frame.shown, frame.extra = True, "".join(frame.parts).strip().lower()
+      tag, sink = frame.extra, frame.parent
+      if sink is not None:
+        if tag in DROPPED_TAGS:
+          sink = None
+        elif tag in _ITEM_TAGS:
+          sink.append("\n" + _ITEM)
+        elif tag in _BLOCK_TAGS:
+          sink.append("\n\n")
+    elif kind is T.TagCloseSelfclose:
+      frame = stack.pop()
+      tag = frame.extra if frame.shown else "".join(frame.parts).strip().lower()
+      sink = frame.parent
+      if sink is not None:
+        if tag in _ITEM_TAGS:
+          # Wiki markup (`*#;:`) sits at a line start already; `<li/>` may not.
+          sink.append(_ITEM if frame.kind else "\n" + _ITEM)
+        elif tag in _BLOCK_TAGS:
+          sink.append("\n\n")
+        elif tag == "br":
+          sink.append(" ")
+    elif kind is T.TagOpenClose:
+      sink = None
+    elif kind is T.TagCloseClose:
+      frame = stack.pop()
+      sink = frame.parent
+      if sink is not None and frame.extra in _BLOCK_TAGS:
+        sink.append("\n\n")
+    elif kind is T.ExternalLinkOpen:
+      stack.append(_Frame(sink, kind, extra=tok.brackets))
+      sink = None
+    elif kind is T.ExternalLinkSeparator:
+      frame = stack[-1]
+      sink = frame.parent if frame.extra else None
+    elif kind is T.ExternalLinkClose:
+      sink = stack.pop().parent
+    elif kind is T.HTMLEntityStart:
+      frame = _Frame(sink, kind, ["&"])
+      stack.append(frame)
+      sink = frame.parts
+    elif kind is T.HTMLEntityNumeric:
+      sink.append("#")
+    elif kind is T.HTMLEntityHex:
+      sink.append(tok.char)
+    elif kind is T.HTMLEntityEnd:
+      frame = stack.pop()
+      sink = frame.parent
+      if sink is not None:
+        sink.append(html.unescape("".join(frame.parts) + ";"))
+    elif kind is T.HeadingStart:
+      frame = _Frame(sink, kind, [], extra=tok.level)
+      stack.append(frame)
+      sink = frame.parts if sink is not None else None
+    elif kind is T.HeadingEnd:
+      frame = stack.pop()
+      sink = frame.parent
+      if sink is not None:
+        out.append((_HEADING, frame.extra, _clean("".join(frame.parts))))
+        sink = out
+    # Other tokens (separators, attribute quotes/equals) carry no visible text.
+
+  sections: list[tuple[str, int, str]] = []
+  heading, level, start = "", 0, 0
+  for i, piece in enumerate(out):
+    if type(piece) is tuple:
+      sections.append((heading, level, "".join(out[start:i])))
+      _, level, heading = piece
+      start = i + 1
+  sections.append((heading, level, "".join(out[start:])))
+  return sections, list(links)
+
+
+def parse_page(raw: RawPage) -> Page:
+  """RawPage (namespace 0, not a redirect) -> Page; raises ParseError on tokenizer failure.
+
+  `Page.title` is the normalised title (pipelines.titles), the key links resolve against.
+
+  The Page may have no paragraph at all (`is_empty`); ParsePages counts those.
+  """
+  sections, links = clean_wikitext(raw.text, raw.site)
+  return Page(
+      page_id=raw.page_id,
+      # A dump's titles are canonical already; normalising makes them equal, as join keys,
+      # to link targets and redirect titles in every case (e.g. Unicode normal forms).
+      title=titles.normalize_title(raw.title, raw.site) or raw.title,
+      sections=tuple(Section(heading=h, level=lv, paragraphs=tuple(_paragraphs(text)))
+                     for h, lv, text in sections),
+      links=tuple(links),
+      source=raw.source)
+
+
+def is_empty(page: Page) -> bool:
+  return not any(section.paragraphs for section in page.sections)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseConfig:
+  """How ParsePages treats pages.
+
+  Attributes:
+    max_page_bytes: pages whose wikitext is longer (UTF-8 bytes) are skipped and counted
+      `pages_skipped_too_large` (guards a worker against a giant page).
+  """
+  max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+
+
+def route_page(raw: RawPage, config: ParseConfig = ParseConfig()) -> tuple[str, object]:
+  """The one decision ParsePages makes for a RawPage, as (kind, value):
+
+  ("article", Page) | ("redirect", (source_title, target_title)) |
+  ("skip", (reason, detail)) with reason the suffix of a `pages_skipped_<reason>` counter.
+  """
+  namespaces = raw.site.namespace_names()
+  if raw.namespace not in namespaces:
+    return ("skip", ("unknown_namespace", f"namespace {raw.namespace} is not in siteinfo"))
+  if raw.namespace != ARTICLE_NAMESPACE:
+    return ("skip", ("namespace", ""))
+  if raw.redirect_title is not None:
+    source = titles.normalize_title(raw.title, raw.site)
+    target = titles.normalize_title(raw.redirect_title, raw.site)
+    if source is None or target is None:
+      return ("skip", ("bad_redirect", f"redirect to {raw.redirect_title!r}"))
+    return ("redirect", (source, target))
+  text = raw.text
+  if len(text) > config.max_page_bytes or (
+      len(text) * 4 > config.max_page_bytes
+      and len(text.encode("utf-8")) > config.max_page_bytes):
+    return ("skip", ("too_large", f"{len(text.encode('utf-8'))} bytes > "
+                                   f"{config.max_page_bytes}"))
+  try:
+    page = parse_page(raw)
+  except Exception as e:  # pylint: disable=broad-except  # One page never stops the run.
+    return ("skip", ("parse_error", f"{type(e).__name__}: {e}"))
+  if is_empty(page):
+    return ("skip", ("empty", "no text left after cleaning"))
+  return ("article", page)
+
+
+class _ParsePageFn(beam.DoFn):
+  """RawPage -> Page (main output) | TaggedOutput("redirects", (source, target))."""
+
+  def __init__(self, config: ParseConfig):
+    self._config = config
+    self._counters: dict = {}
+
+  def _count(self, name: str) -> None:
+    counter = self._counters.get(name)
+    if counter is None:
+      counter = self._counters[name] = Metrics.counter(tio.COUNTER_NAMESPACE, name)
+    counter.inc()
+
+  def _skip(self, reason: str, raw: RawPage, detail: str = "") -> None:
+    self._count(f"pages_skipped_{reason}")
+    logger.warning("%s: skipping page id=%d title=%r (%s)%s", raw.source, raw.page_id,
+                   raw.title, reason, f": {detail}" if detail else "")
+
+  def process(self, raw: RawPage) -> Iterator:
+    kind, value = route_page(raw, self._config)
+    if kind == "article":
+      yield value
+    elif kind == "redirect":
+      self._count("pages_redirect")
+      yield beam.pvalue.TaggedOutput(ParsePages.REDIRECTS, value)
+    else:
+      reason, detail = value
+      if reason == "namespace":
+        self._count("pages_skipped_namespace")  # Expected: no log line per page.
+      else:
+        self._skip(reason, raw, detail)
+
+
+class ParsePages(beam.PTransform):
+  """PCollection[RawPage] -> articles: PCollection[Page], redirects: PCollection[(str, str)].
+
+  Every RawPage goes to exactly one of: `articles` (namespace 0, not a redirect, some text
+  left after cleaning), `redirects` (namespace-0 redirect pages, as (source title, target
+  title), both normalised by pipelines.titles; counted `pages_redirect`), or one
+  `pages_skipped_<reason>` counter: `namespace` (another namespace), `unknown_namespace`
+  (not in siteinfo), `bad_redirect` (invalid source or target title), `too_large`,
+  `parse_error`, `empty`.
+
+  Usage:
+    outputs = raw_pages | ParsePages()
+    articles, redirects = outputs.articles, outputs.redirects
+  """
+
+  ARTICLES = "articles"
+  REDIRECTS = "redirects"
+
+  def __init__(self, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES):
+    super().__init__()
+    self._config = ParseConfig(max_page_bytes=max_page_bytes)
+
+  def expand(self, raw_pages):
+    # articles: Page; redirects: (source_title, target_title).
+    return raw_pages | "ParsePage" >> beam.ParDo(_ParsePageFn(self._config)).with_outputs(
+        self.REDIRECTS, main=self.ARTICLES)
