@@ -1,0 +1,16 @@
+"""Flex-template entry point: the launcher VM runs this file (FLEX_TEMPLATE_PYTHON_PY_FILE)
+with the template's parameters as `--name=value` flags plus Dataflow's own options
+(`--runner`, `--project`, `--region`, `--temp_location`, `--sdk_container_image`, ...), and
+it builds and submits the pairs pipeline exactly as `twotower pairs` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from twotower import cli
+
+if __name__ == "__main__":
+  cli.setup_logging(logging.INFO)
+  sys.exit(cli.main(["pairs", *sys.argv[1:]]))
