@@ -1,0 +1,114 @@
+"""`twotower bm25` end to end on real Lucene, and a cross-check against bm25s."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from twotower import contracts
+from twotower import texts
+from twotower.eval import bm25, evaluate
+from twotower.eval import metrics as metrics_lib
+from twotower.eval import runs as runs_lib
+from twotower.pipelines import reqa
+
+ARTICLES = [
+    {"title": "Volcano", "paragraphs": [{"context": (
+        "A volcano is a rupture in the crust of a planet. Lava erupts from magma chambers. "
+        "Mount Etna is an active stratovolcano in Sicily."), "qas": [
+        {"id": "v1", "question": "Where is Mount Etna?",
+         "answers": [{"text": "Sicily", "answer_start": 106}]},
+        {"id": "v2", "question": "What erupts from magma chambers?",
+         "answers": [{"text": "Lava", "answer_start": 49}]}]}]},
+    {"title": "Bread", "paragraphs": [{"context": (
+        "Bread is baked from a dough of flour and water. Yeast makes the dough rise."), "qas": [
+        {"id": "b1", "question": "What makes dough rise?",
+         "answers": [{"text": "Yeast", "answer_start": 48}]}]}]},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_reqa(tmp_path_factory):
+  root = tmp_path_factory.mktemp("bm25")
+  (root / "squad.json").write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
+  reqa.run_pipeline(reqa.ReqaConfig(out=str(root / "reqa"), squad=str(root / "squad.json"),
+                                    ratios=(5,)), [])
+  return root
+
+
+@pytest.mark.slow  # starts the JVM and imports Pyserini (~20-40 s)
+@pytest.mark.parametrize("doc_text", texts.DOC_TEXT_MODES)
+def test_bm25_end_to_end(tiny_reqa, doc_text):
+  out = tiny_reqa / f"out-{doc_text}"
+  bm25.run([f"--reqa={tiny_reqa / 'reqa'}", f"--out={out}", f"--doc_text={doc_text}",
+            "--split=all", "--threads=2", "--hits=10"])
+  records = json.loads((out / contracts.METRICS_FILE).read_text())
+  assert [(r["system"], r["split"], r["gold"]) for r in records] == [
+      (f"bm25-{doc_text}", "all", "pair"), (f"bm25-{doc_text}", "all", "sentence")]
+  for r in records:
+    assert r["questions"] == 3 and r["candidates"] == 5
+    # Each question shares its content words with its gold sentence only.
+    assert r["metrics"]["R@1"] == 1.0 and r["metrics"]["MRR"] == 1.0
+  run = runs_lib.read_run(str(out / "run.trec"))
+  assert set(run) == {"v1", "v2", "b1"}
+  assert all(1 <= len(r.candidate_ids) <= 5 for r in run.values())  # term matches only
+  assert all(list(r.scores) == sorted(r.scores, reverse=True) for r in run.values())
+
+
+# --- Cross-check with bm25s (test extra) -----------------------------------------------------
+
+#: Lucene's EnglishAnalyzer stop set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET).
+LUCENE_STOPWORDS = ("a an and are as at be but by for if in into is it no not of on or such "
+                    "that the their then there these they this to was will with").split()
+
+
+def bm25s_run(docs: list[dict], queries: list[tuple[str, str]], k1: float, b: float,
+              hits: int = 100) -> dict[str, tuple[int, ...]]:
+  """The same BM25 with bm25s, configured as close to Lucene's English analyzer as it goes:
+  lower case, Lucene's stop words, Porter stemming (PyStemmer's `porter`), one-character
+  tokens kept, "'s" dropped (Lucene's possessive filter), Lucene's IDF."""
+  import bm25s  # pylint: disable=import-outside-toplevel
+  import Stemmer  # pylint: disable=import-outside-toplevel
+  stemmer = Stemmer.Stemmer("porter")
+  pattern = r"(?u)\b\w+\b"
+  stop = LUCENE_STOPWORDS + ["s"]
+
+  def tokenize(strings):
+    return bm25s.tokenize([s.replace("'s ", " ").replace("\u2019s ", " ") for s in strings],
+                          token_pattern=pattern, stopwords=stop, stemmer=stemmer.stemWords,
+                          show_progress=False)
+
+  retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+  retriever.index(tokenize([d["contents"] for d in docs]), show_progress=False)
+  ids = [int(d["id"]) for d in docs]
+  found, _ = retriever.retrieve(tokenize([q for _, q in queries]), k=min(hits, len(docs)),
+                                show_progress=False, n_threads=1)
+  return {qid: tuple(ids[i] for i in row) for (qid, _), row in zip(queries, found)}
+
+
+def cross_check(reqa_dir: str, work_dir: str, doc_text: str, split: str = "test-5",
+                limit: int | None = None) -> dict[str, dict[str, float]]:
+  """{"pyserini": metrics, "bm25s": metrics} of one split under the pair convention."""
+  docs = list(bm25.candidate_documents(reqa_dir, doc_text))
+  (target,) = evaluate.load_splits(reqa_dir, [split])
+  questions = target.questions[:limit] if limit else target.questions
+  queries = [(q.question_id, q.question) for q in questions]
+  bm25.build_index(docs, f"{work_dir}/index", threads=2)
+  lucene = runs_lib.ids_only(bm25.search(f"{work_dir}/index", queries, bm25.DEFAULT_K1,
+                                         bm25.DEFAULT_B, 100, 2, 1000, progress=False))
+  other = bm25s_run(docs, queries, bm25.DEFAULT_K1, bm25.DEFAULT_B)
+  return {name: metrics_lib.evaluate_run(run, questions, "pair")[0]
+          for name, run in (("pyserini", lucene), ("bm25s", other))}
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow  # Beam over the subset, Lucene, bm25s: ~1-2 min
+def test_bm25s_agrees_with_pyserini_on_shared_subset(tmp_path, squad_subset):
+  reqa.run_pipeline(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad_subset),
+                                    ratios=(5,)), [])
+  # 2,000 questions of the 95 % test side keep the test short; the report has all of them.
+  got = cross_check(str(tmp_path / "reqa"), str(tmp_path), "sentence", limit=2000)
+  assert got["pyserini"]["R@10"] > 0.7
+  assert abs(got["pyserini"]["R@10"] - got["bm25s"]["R@10"]) < 0.02, got
