@@ -644,7 +644,7 @@ def run_pipeline(config: ReqaConfig, beam_args: list[str]) -> dict:
   if not (config.squad or config.nq):
     raise ValueError("give --squad FILE or --nq FILE")
   tio.makedirs(config.out)
-  pipeline = beam.Pipeline(options=tio.pipeline_options(beam_args))
+  pipeline = tio.make_pipeline(beam_args)
   build(pipeline, config)
   result = pipeline.run()
   result.wait_until_finish()

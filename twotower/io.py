@@ -107,3 +107,18 @@ def pipeline_options(beam_args: list[str], **defaults: Any):
 def log_settings(stage: str, settings: Mapping[str, Any]) -> None:
   """Echoes the effective settings first, as Pyserini does."""
   logger.info("%s: %s", stage, ", ".join(f"{k}={v}" for k, v in settings.items()))
+
+
+def make_pipeline(beam_args: list[str], **defaults: Any):
+  """A `beam.Pipeline` for the pass-through flags. With no `--runner` (or DirectRunner) it
+  runs on Beam's in-process FnApiRunner directly: Beam 2.77's DirectRunner first tries the
+  Prism runner, which downloads a binary from GitHub at run time (and fails offline).
+  `--direct_running_mode` and `--direct_num_workers` work as with DirectRunner."""
+  import apache_beam as beam
+  from apache_beam.options.pipeline_options import StandardOptions
+  options = pipeline_options(beam_args, **defaults)
+  runner = options.view_as(StandardOptions).runner
+  if runner in (None, "DirectRunner", "direct", "FnApiRunner"):
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)
+  return beam.Pipeline(options=options)
