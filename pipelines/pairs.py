@@ -1,0 +1,294 @@
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump -> ICT / BFS / WLP pairs.
+
+    dump files --ReadDumpPages--> RawPage --ParsePages--> Page + (redirect source, target)
+      --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
+      --MakePassages--> (page_id, tuple[Passage])  --> passages/*.parquet
+      --MakePairs-----> Pair (ICT, BFS per page; WLP joined by target page id)
+                        --> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
+    every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
+
+Pairs go to `heldout` when a stable hash of the *query* page id falls under
+`--heldout_percent`, else to `train`. Lengths in stats.json are estimated word pieces
+(whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
+document text without its title.
+
+Any flag this stage does not know is a Beam pipeline option (`--runner`,
+`--direct_running_mode=multi_processing`, `--direct_num_workers`, Dataflow options ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from typing import Iterable
+
+import apache_beam as beam
+
+from twotower import contracts
+from twotower import io as tio
+from twotower.pipelines import links as links_lib
+from twotower.pipelines import pair_tasks
+from twotower.pipelines import passages as passages_lib
+from twotower.pipelines.pair_tasks import Pair, PairConfig, Passage
+
+logger = logging.getLogger(__name__)
+
+
+def _counter(name: str):
+  return beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, name)
+
+
+class _CountPairs(beam.DoFn):
+  """Pair -> Pair, counting pairs and estimated query / document word pieces per task and
+  split (the Table 1 columns)."""
+
+  def __init__(self, heldout_percent: float):
+    self.heldout_percent = heldout_percent
+    self.counters = {}
+
+  def _inc(self, name: str, value: int = 1):
+    if name not in self.counters:
+      self.counters[name] = _counter(name)
+    self.counters[name].inc(value)
+
+  def process(self, pair: Pair):
+    task = pair.task
+    self._inc(f"pairs_{task}")
+    self._inc(f"query_tokens_{task}", pair_tasks.estimate_wordpieces(pair.query))
+    self._inc(f"doc_tokens_{task}", pair_tasks.estimate_wordpieces(pair.doc_text))
+    split = pair_tasks.split_of(pair.query_page_id, self.heldout_percent)
+    if split != contracts.PAIR_SPLITS[0]:
+      self._inc(f"pairs_{task}_{split}")
+    yield pair
+
+
+def _wlp_requests(element, config: PairConfig):
+  """(page_id, {"query": [(title, lead)], "inlinks": [(linking_id, titles)]}) ->
+  (linking_id, WlpRequest)."""
+  page_id, groups = element
+  # No query: the linked page kept no lead sentence (or no passage at all).
+  for title, lead in list(groups["query"])[:1]:
+    for request in pair_tasks.wlp_requests(page_id, title, lead, groups["inlinks"], config):
+      yield request.doc_page_id, request
+
+
+def _wlp_pairs(element, config: PairConfig):
+  """(linking_id, {"requests": [WlpRequest], "passages": [tuple[Passage]]}) -> Pair."""
+  _, groups = element
+  for passages in list(groups["passages"])[:1]:  # none: the linking page was not kept
+    for request in sorted(groups["requests"], key=lambda r: r.query_page_id):
+      pair = pair_tasks.wlp_pair(request, passages, config)
+      if pair is not None:
+        yield pair
+
+
+class MakePairs(beam.PTransform):
+  """{"passages": PCollection[(page_id, tuple[Passage])], "inlinks": PCollection[(target_id,
+  (linking_id, link_titles))]} -> PCollection[Pair] of all three tasks."""
+
+  def __init__(self, config: PairConfig = PairConfig()):
+    super().__init__()
+    self.config = config
+
+  def expand(self, inputs):
+    passages, inlinks = inputs["passages"], inputs["inlinks"]
+    config = self.config
+    # Pair
+    ict = passages | "IctPairs" >> beam.FlatMapTuple(
+        lambda _, ps: pair_tasks.ict_pairs(ps, config))
+    bfs = passages | "BfsPairs" >> beam.FlatMapTuple(
+        lambda _, ps: pair_tasks.bfs_pairs(ps, config))
+    # (page_id, (title, [(lead sentence, passage_id)])) for pages with usable lead sentences
+    queries = (passages
+               | "LeadSentences" >> beam.MapTuple(
+                   lambda pid, ps: (pid, (ps[0].title if ps else "",
+                                          pair_tasks.lead_sentences(ps, config))))
+               | "HasLead" >> beam.Filter(lambda kv: bool(kv[1][1])))
+    # (linking_id, WlpRequest): A's side, joined with A's inlinks by A's page id
+    requests = ({"query": queries, "inlinks": inlinks}
+                | "JoinLeadWithInlinks" >> beam.CoGroupByKey()
+                | "WlpRequests" >> beam.FlatMap(_wlp_requests, config))
+    # Pair: B's side, joined with B's passages by B's page id
+    wlp = ({"requests": requests, "passages": passages}
+           | "JoinRequestsWithPassages" >> beam.CoGroupByKey()
+           | "WlpPairs" >> beam.FlatMap(_wlp_pairs, config))
+    return (ict, bfs, wlp) | "FlattenTasks" >> beam.Flatten()
+
+
+@dataclasses.dataclass(frozen=True)
+class PairsConfig:
+  """Everything `twotower pairs` needs besides Beam's own options."""
+  dump: str
+  out: str
+  passages: passages_lib.PassageConfig = passages_lib.PassageConfig()
+  pairs: PairConfig = PairConfig()
+  max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
+  heldout_percent: float = 5.0
+  num_shards: int = 0  # 0: the runner decides
+
+
+def build(pipeline: beam.Pipeline, config: PairsConfig) -> None:
+  """Adds the whole pairs job to `pipeline`."""
+  from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
+  out = config.out.rstrip("/")
+  # RawPage
+  raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(config.dump)
+  # .articles: Page; .redirects: (source_title, target_title)
+  parsed = raw | "ParsePages" >> wikitext.ParsePages()
+  resolved = ({"articles": parsed.articles, "redirects": parsed.redirects}
+              | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops))
+  # (page_id, tuple[Passage])
+  passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(config.passages)
+  _ = (passages
+       | "PassageRows" >> beam.FlatMapTuple(lambda _, ps: [p.to_row() for p in ps])
+       | "WritePassages" >> beam.io.WriteToParquet(
+           contracts.passages_prefix(out), contracts.PASSAGE_SCHEMA,
+           file_name_suffix=".parquet", num_shards=config.num_shards))
+  # Pair
+  pairs = ({"passages": passages, "inlinks": resolved["inlinks"]}
+           | "MakePairs" >> MakePairs(config.pairs)
+           | "CountPairs" >> beam.ParDo(_CountPairs(config.heldout_percent)))
+  outputs = [(task, split) for task in contracts.PRETRAIN_TASKS
+             for split in contracts.PAIR_SPLITS]
+  percent = config.heldout_percent
+  parts = pairs | "ByTaskAndSplit" >> beam.Partition(
+      lambda pair, _: outputs.index((pair.task, pair_tasks.split_of(pair.query_page_id,
+                                                                    percent))),
+      len(outputs))
+  for (task, split), part in zip(outputs, parts):
+    _ = (part
+         | f"Encode_{task}_{split}" >> beam.Map(pair_tasks.pair_to_example)
+         | f"Write_{task}_{split}" >> beam.io.WriteToTFRecord(
+             contracts.pairs_prefix(out, task, split), file_name_suffix=contracts.PAIRS_SUFFIX,
+             num_shards=config.num_shards))
+
+
+#: Counters stats.json always holds, 0 when nothing incremented them (Beam reports only
+#: counters that were touched).
+ALWAYS_COUNTED = ("pages_read", "pages_kept", "pages_redirect", "links_total", "links_resolved",
+                  "links_unresolved", "links_redirect_loop", "links_via_redirect", "links_self",
+                  "passages", "sentences")
+
+
+def finish_stats(counters: dict[str, int]) -> dict:
+  """stats.json: every counter, plus the Table 1 columns and the link resolution share."""
+  stats: dict = dict(counters)
+  for name in ALWAYS_COUNTED:
+    stats.setdefault(name, 0)
+  for task in contracts.PRETRAIN_TASKS:
+    stats.setdefault(f"pairs_{task}", 0)
+    tio.add_mean(stats, f"mean_query_tokens_{task}", f"query_tokens_{task}", f"pairs_{task}")
+    tio.add_mean(stats, f"mean_doc_tokens_{task}", f"doc_tokens_{task}", f"pairs_{task}")
+  total = stats.get("links_total", 0)
+  stats["links_resolved_percent"] = (round(100 * stats.get("links_resolved", 0) / total, 2)
+                                     if total else 0.0)
+  return stats
+
+
+def summary_table(stats: dict, out: str) -> str:
+  skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
+  lines = [f"pages read {stats.get('pages_read', 0)}: kept {stats.get('pages_kept', 0)}, "
+           f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}",
+           f"links {stats.get('links_total', 0)}: resolved {stats.get('links_resolved', 0)} "
+           f"({stats.get('links_resolved_percent', 0.0):.1f} %), unresolved "
+           f"{stats.get('links_unresolved', 0)}, redirect loops "
+           f"{stats.get('links_redirect_loop', 0)}",
+           f"passages {stats.get('passages', 0)}", "",
+           f"{'task':<5} {'pairs':>9} {'heldout':>8} {'query tok':>10} {'doc tok':>8}"]
+  for task in contracts.PRETRAIN_TASKS:
+    lines.append(f"{task:<5} {stats.get(f'pairs_{task}', 0):>9} "
+                 f"{stats.get(f'pairs_{task}_heldout', 0):>8} "
+                 f"{stats.get(f'mean_query_tokens_{task}', 0.0):>10.1f} "
+                 f"{stats.get(f'mean_doc_tokens_{task}', 0.0):>8.1f}")
+  lines += ["", f"written to {out} (pairs/, passages/, {contracts.STATS_FILE})"]
+  return "\n".join(lines)
+
+
+def run_pipeline(config: PairsConfig, beam_args: list[str]) -> dict:
+  """Runs the job, writes stats.json, returns the stats."""
+  tio.makedirs(config.out)
+  pipeline = tio.make_pipeline(beam_args)
+  build(pipeline, config)
+  result = pipeline.run()
+  result.wait_until_finish()
+  stats = finish_stats(tio.beam_counters(result))
+  tio.write_json(f"{config.out.rstrip('/')}/{contracts.STATS_FILE}", stats)
+  return stats
+
+
+def parse_args(argv: Iterable[str] | None) -> tuple[PairsConfig, list[str]]:
+  p = argparse.ArgumentParser(
+      prog="twotower pairs", description=__doc__.split("\n\n")[0],
+      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--dump", required=True,
+                 help="pages-articles*.xml[.bz2|.gz] glob (comma-separated globs ok; any Beam "
+                      "filesystem, e.g. gs://)")
+  p.add_argument("--out", required=True, help="output directory")
+  pc, pp = passages_lib.PassageConfig(), PairConfig()
+  p.add_argument("--splitter", default=pc.splitter,
+                 help="sentence splitter: spacy, spacy-xx, spacy:<installed pipeline>, reqa")
+  p.add_argument("--max_doc_tokens", type=int, default=pc.max_doc_tokens,
+                 help="document tower length in word pieces; a passage fits it with its title")
+  p.add_argument("--max_passage_tokens", type=int, default=pc.max_passage_tokens,
+                 help="fixed passage budget in estimated word pieces (words x 1.3); 0 = "
+                      "max_doc_tokens - 3 - title")
+  p.add_argument("--min_passage_tokens", type=int, default=pc.min_passage_tokens,
+                 help="pack consecutive paragraphs of a section while the passage is shorter")
+  p.add_argument("--ict_per_page", type=int, default=pp.ict_per_page,
+                 help="ICT pairs per page (one per sampled passage)")
+  p.add_argument("--bfs_per_page", type=int, default=pp.bfs_per_page, help="BFS pairs per page")
+  p.add_argument("--wlp_per_page", type=int, default=pp.wlp_per_page,
+                 help="WLP pairs per linked-to page (one per sampled inlinking page)")
+  p.add_argument("--ict_keep_prob", type=float, default=pp.ict_keep_prob,
+                 help="probability that an ICT document keeps its query sentence")
+  p.add_argument("--min_query_words", type=int, default=pp.min_query_words,
+                 help="shortest query sentence, in whitespace words")
+  p.add_argument("--min_doc_words", type=int, default=pp.min_doc_words,
+                 help="shortest document text, in whitespace words")
+  p.add_argument("--max_redirect_hops", type=int, default=links_lib.DEFAULT_MAX_HOPS,
+                 help="longest redirect chain followed")
+  p.add_argument("--heldout_percent", type=float, default=5.0,
+                 help="percent of pages (by a stable hash of the query page id) whose pairs "
+                      "go to the heldout split")
+  p.add_argument("--num_shards", type=int, default=0,
+                 help="shards per output (pairs per task and split, passages); 0 = runner's "
+                      "choice")
+  args, beam_args = tio.split_beam_args(p, argv)
+  for name in ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"):
+    if getattr(args, name) < 0:
+      p.error(f"--{name} must be >= 0, got {getattr(args, name)}")
+  if not 0 <= args.heldout_percent <= 100:
+    p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
+  if not 0 <= args.ict_keep_prob <= 1:
+    p.error(f"--ict_keep_prob must be in [0, 1], got {args.ict_keep_prob}")
+  config = PairsConfig(
+      dump=args.dump, out=args.out,
+      passages=passages_lib.PassageConfig(
+          splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
+          max_passage_tokens=args.max_passage_tokens,
+          min_passage_tokens=args.min_passage_tokens),
+      pairs=PairConfig(ict_per_page=args.ict_per_page, bfs_per_page=args.bfs_per_page,
+                       wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
+                       min_query_words=args.min_query_words,
+                       min_doc_words=args.min_doc_words),
+      max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
+      num_shards=args.num_shards)
+  return config, beam_args
+
+
+def run(argv: list[str] | None = None) -> None:
+  config, beam_args = parse_args(argv)
+  settings = {k: v for k, v in dataclasses.asdict(config).items()}
+  settings["beam_args"] = " ".join(beam_args) or "(none: DirectRunner)"
+  tio.log_settings("twotower pairs", settings)
+  tio.match_files(config.dump)  # a clear error now rather than an empty run
+  stats = run_pipeline(config, beam_args)
+  print(summary_table(stats, config.out))
+
+
+if __name__ == "__main__":
+  from twotower import cli
+  cli.setup_logging()
+  run(sys.argv[1:])

@@ -1,0 +1,206 @@
+"""`twotower pairs` end to end on dumps the tests write, and on the shared real dumps."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from twotower import contracts
+from twotower.pipelines import pairs
+from wikidump_fixtures import DumpPage, write_dump
+
+LEAD = ("{name} is a test page about {topic} with several words in each sentence. "
+        "It was written to exercise the pair pipeline of this project. "
+        "The third sentence of the lead mentions {topic} once more for good measure.")
+BODY = ("The history of {topic} is long and has many parts worth a sentence. "
+        "Scholars of {topic} disagree about nearly all of it, as scholars do. "
+        "A later period saw {topic} spread to many other places in the world.")
+
+
+def article(page_id: int, title: str, links: str) -> DumpPage:
+  topic = title.lower()
+  text = (f"{{{{Infobox thing|name={title}}}}}\n'''{LEAD.format(name=title, topic=topic)}''' "
+          f"{links}\n\n{LEAD.format(name='This page', topic=topic + ' again')}\n\n"
+          f"== History ==\n{BODY.format(topic=topic)}\n\n{BODY.format(topic=topic + ' lore')}\n"
+          "[[Category:Tests]]")
+  return DumpPage(page_id, title, text)
+
+
+#: One page per case. Links cover: a lower-case first letter, an underscore, a #fragment, a
+#: missing target, a redirect, a chain of two redirects, a redirect loop, a self link.
+CASES = [
+    article(1, "Alpha", "See [[beta]], [[Gamma_page]], [[Missing page]], [[Delta redirect|D]], "
+                        "[[Chain one]] and [[Loop one]]."),
+    article(2, "Beta", "Compare [[Alpha#History|the history of alpha]]."),
+    article(3, "Gamma page", "Read [[alpha]] and [[Delta]]."),
+    article(4, "Delta", "Delta cites [[Alpha]] and itself, [[Delta]]."),
+    DumpPage(5, "Delta redirect", "#REDIRECT [[Delta]]", redirect="Delta"),
+    DumpPage(6, "Chain one", "#REDIRECT [[Chain two]]", redirect="Chain two"),
+    DumpPage(7, "Chain two", "#REDIRECT [[Gamma page]]", redirect="Gamma page"),
+    DumpPage(8, "Loop one", "#REDIRECT [[Loop two]]", redirect="Loop two"),
+    DumpPage(9, "Loop two", "#REDIRECT [[Loop one]]", redirect="Loop one"),
+    DumpPage(10, "Category:Tests", "Pages for tests.", ns=14),
+    DumpPage(11, "Empty", "{{stub}}"),
+    article(12, "Alpha", "A second [[Beta]] page with the same title (concatenated dumps)."),
+]
+
+#: Reviewed by hand: 12 pages = 4 kept + 5 redirects + 3 skipped; 11 links from kept pages =
+#: 9 resolved (2 via redirects, 1 self) + 1 unresolved + 1 loop; Alpha reaches Gamma page
+#: twice (directly and through the chain).
+GOLDEN_ACCOUNTS = {
+    "dump_files_read": 1, "pages_read": 12, "pages_kept": 4, "pages_redirect": 5,
+    "pages_skipped_namespace": 1, "pages_skipped_empty": 1, "pages_skipped_duplicate_title": 1,
+    "links_total": 11, "links_resolved": 9, "links_via_redirect": 2, "links_self": 1,
+    "links_unresolved": 1, "links_redirect_loop": 1, "links_duplicate": 1,
+}
+#: (linked page, linking page) in CASES.
+INLINKS = {(2, 1), (3, 1), (4, 1), (1, 2), (1, 3), (4, 3), (1, 4)}
+
+
+def read_pairs(out: str, task: str) -> list[dict]:
+  import tensorflow as tf
+  records = []
+  for path in sorted(glob.glob(f"{contracts.pairs_dir(out, task)}/*{contracts.PAIRS_SUFFIX}")):
+    for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+      feature = tf.train.Example.FromString(raw).features.feature
+      record = {k: feature[k].bytes_list.value[0].decode() for k in
+                contracts.PAIR_BYTES_FEATURES}
+      record.update({k: feature[k].int64_list.value[0] for k in contracts.PAIR_INT64_FEATURES})
+      record["split"] = path.rsplit("/", 1)[1].split("-", 1)[0]
+      records.append(record)
+  return records
+
+
+def read_passages(out: str):
+  table = pq.read_table(sorted(glob.glob(f"{out}/passages/*.parquet")))
+  return table
+
+
+def run_pairs(dump, out, *flags) -> dict:
+  pairs.run(["--dump", str(dump), "--out", str(out), *flags])
+  return json.loads((out / contracts.STATS_FILE).read_text())
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("small")
+  dump = write_dump(tmp / "testwiki-pages-articles.xml.bz2", CASES)
+  out = tmp / "out"
+  return str(out), run_pairs(dump, out, "--heldout_percent", "0", "--ict_per_page", "10",
+                             "--bfs_per_page", "3", "--wlp_per_page", "3")
+
+
+def test_stats_balance_exactly_with_the_golden_accounts(small_run):
+  _, stats = small_run
+  assert {k: stats.get(k, 0) for k in GOLDEN_ACCOUNTS} == GOLDEN_ACCOUNTS
+  others = {k: v for k, v in stats.items()
+            if k.startswith(("pages_", "links_")) and k not in GOLDEN_ACCOUNTS}
+  assert others == {"links_resolved_percent": round(100 * 9 / 11, 2)}
+  skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
+  assert stats["pages_read"] == stats["pages_kept"] + stats["pages_redirect"] + skipped
+  assert stats["links_total"] == (stats["links_resolved"] + stats["links_unresolved"]
+                                  + stats["links_redirect_loop"])
+
+
+def test_every_wlp_document_comes_from_a_page_linking_to_the_query_page(small_run):
+  out, stats = small_run
+  wlp = read_pairs(out, "wlp")
+  assert len(wlp) == stats["pairs_wlp"] > 0
+  assert {(p["query_page_id"], p["doc_page_id"]) for p in wlp} <= INLINKS
+  # Pages linking to Alpha name it in one passage only (the lead): that passage is chosen.
+  to_alpha = [p for p in wlp if p["query_page_id"] == 1]
+  assert to_alpha and all("alpha" in p["doc_text"].lower() for p in to_alpha)
+
+
+def test_ict_documents_never_contain_their_query(small_run):
+  out, stats = small_run
+  ict = read_pairs(out, "ict")
+  assert len(ict) == stats["pairs_ict"] > 0
+  for pair in ict:
+    assert pair["query"] not in pair["doc_text"]
+    assert pair["query_page_id"] == pair["doc_page_id"]
+
+
+def test_every_bfs_query_comes_from_the_lead(small_run):
+  out, stats = small_run
+  passages = read_passages(out).to_pylist()
+  lead = {(r["page_id"], s) for r in passages if r["is_lead"] for s in r["sentences"]}
+  bfs = read_pairs(out, "bfs")
+  assert len(bfs) == stats["pairs_bfs"] > 0
+  for pair in bfs:
+    assert (pair["query_page_id"], pair["query"]) in lead
+    assert pair["query"] not in pair["doc_text"]
+
+
+def test_passages_parquet_has_the_schema_and_lead_first(small_run):
+  out, stats = small_run
+  table = read_passages(out)
+  assert table.schema.equals(contracts.PASSAGE_SCHEMA)
+  rows = table.to_pylist()
+  assert len(rows) == stats["passages"]
+  assert {r["page_id"] for r in rows} == {1, 2, 3, 4}
+  by_page = collections.defaultdict(list)
+  for r in sorted(rows, key=lambda r: (r["page_id"], r["passage_id"])):
+    by_page[r["page_id"]].append(r)
+  for page_rows in by_page.values():
+    assert [r["passage_id"] for r in page_rows] == list(range(len(page_rows)))
+    assert page_rows[0]["is_lead"] and not page_rows[-1]["is_lead"]
+    assert "Infobox" not in " ".join(r["text"] for r in page_rows)
+
+
+def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
+  from test_vocab import roundtrip_failures
+  from twotower.pipelines import vocab
+  out, _ = small_run
+  path = tmp_path / "vocab.txt"
+  vocab.run(["--passages", out, "--out", str(path), "--vocab_size", "500"])
+  texts = [p[k] for task in contracts.PRETRAIN_TASKS for p in read_pairs(out, task)
+           for k in ("query", "doc_title", "doc_text")]
+  bad, unk, total = roundtrip_failures(path, texts)
+  assert bad == 0 and unk <= 0.01 * total
+
+
+def many_pages(n: int) -> list[DumpPage]:
+  """n linked articles and a few redirects: every page links to the next three."""
+  names = [f"Topic {i}" for i in range(n)]
+  pages = [article(i + 1, names[i], " ".join(f"[[{names[(i + k) % n]}]]" for k in (1, 2, 3)))
+           for i in range(n)]
+  pages += [DumpPage(1000 + i, f"Alias {i}", "#REDIRECT", redirect=names[i]) for i in range(5)]
+  return pages
+
+
+@pytest.mark.slow
+def test_single_and_multi_process_runs_write_the_same_pairs(tmp_path):
+  dump = write_dump(tmp_path / "many-pages-articles.xml", many_pages(40))
+  outputs = []
+  for name, flags in (("single", []), ("multi", ["--direct_running_mode=multi_processing",
+                                                  "--direct_num_workers=2"])):
+    stats = run_pairs(dump, tmp_path / name, *flags)
+    assert all(stats[f"pairs_{t}"] > 0 for t in contracts.PRETRAIN_TASKS)
+    outputs.append(collections.Counter(
+        tuple(sorted(p.items())) for t in contracts.PRETRAIN_TASKS
+        for p in read_pairs(str(tmp_path / name), t)))
+  assert outputs[0] == outputs[1]
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+@pytest.mark.parametrize("dump_fixture", ["enwiki_slice", "ltgwiki"])
+def test_shared_dumps_balance_and_give_all_three_tasks(dump_fixture, request, tmp_path):
+  dump = request.getfixturevalue(dump_fixture)
+  stats = run_pairs(dump, tmp_path / "out")
+  skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
+  assert stats["pages_read"] == stats["pages_kept"] + stats["pages_redirect"] + skipped
+  assert stats["links_total"] == (stats["links_resolved"] + stats["links_unresolved"]
+                                  + stats["links_redirect_loop"])
+  assert stats["links_resolved"] > 0
+  for task in contracts.PRETRAIN_TASKS:
+    assert stats[f"pairs_{task}"] > 0
+    assert glob.glob(f"{tmp_path}/out/pairs/{task}/train-*-of-*.tfrecord")
+  table = read_passages(str(tmp_path / "out"))
+  assert table.schema.equals(contracts.PASSAGE_SCHEMA)
+  assert table.num_rows == stats["passages"] > 0
