@@ -1,0 +1,401 @@
+"""FAISS indexes over embedding shards: build (streamed), save/load, shard, search, and the
+exact flat inner-product reference every approximate index is measured against.
+
+Inner product everywhere: `index_factory` is always called with METRIC_INNER_PRODUCT (FAISS
+defaults IVF to L2, which ranks differently for unnormalised embeddings), and every built or
+loaded index is checked for it.
+
+Memory: `build_index` never holds all vectors. It reads `embeddings/*.parquet` block by block
+(`iter_blocks`); index types that need training (IVF, IVF-PQ) train on a seeded sample
+drawn while streaming, then vectors are added block by block with their int64 ids
+(`add_with_ids`; flat and HNSW go through an `IDMap`). Only the index itself (for IVF-PQ:
+codes + ids, m·nbits/8 + 8 bytes per vector) grows with the corpus; the estimate is logged
+first, as FAISS contrib's `big_batch_search` does. `iter_index_shards` builds several
+independent shards from one trained template, one at a time, to be served together through
+`faiss.IndexShards` (`load_index` with several paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Iterator, Optional, Sequence
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from twotower import io as tio
+
+logger = logging.getLogger(__name__)
+
+INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading embedding shards.
+# ---------------------------------------------------------------------------------------------
+
+
+def embedding_files(path: str) -> list[str]:
+  """The Parquet shards of an embeddings directory (or a glob / comma list of files)."""
+  if path.endswith(".parquet") or any(c in path for c in "*?,"):
+    return tio.match_files(path)
+  return tio.match_files(f"{path.rstrip('/')}/*.parquet")
+
+
+def _open(path: str) -> pq.ParquetFile:
+  if tio.is_local(path):
+    return pq.ParquetFile(path)
+  from apache_beam.io.filesystems import FileSystems
+  return pq.ParquetFile(FileSystems.open(path))
+
+
+def count_vectors(files: Sequence[str]) -> tuple[int, int]:
+  """(rows, d) from the Parquet footers alone: no vector is read."""
+  n, d = 0, None
+  for f in files:
+    pf = _open(f)
+    n += pf.metadata.num_rows
+    field = pf.schema_arrow.field("embedding")
+    if not pa.types.is_fixed_size_list(field.type):
+      raise ValueError(f"{f}: 'embedding' is {field.type}, expected a fixed-size float32 list")
+    if d is not None and field.type.list_size != d:
+      raise ValueError(f"{f}: embedding dim {field.type.list_size} != {d} of earlier shards")
+    d = field.type.list_size
+  if d is None:
+    raise ValueError("no embedding shard given")
+  return n, d
+
+
+def _to_numpy(batch: pa.RecordBatch, path: str) -> tuple[np.ndarray, np.ndarray]:
+  ids = batch.column("id")
+  emb = batch.column("embedding")
+  if emb.null_count or ids.null_count:
+    keep = pa.compute.and_(pa.compute.is_valid(emb), pa.compute.is_valid(ids))
+    logger.warning("%s: skipped %d rows with a null id or embedding", path,
+                   len(batch) - pa.compute.sum(keep).as_py())
+    ids, emb = ids.filter(keep), emb.filter(keep)
+  d = emb.type.list_size
+  vectors = np.ascontiguousarray(emb.flatten().to_numpy(zero_copy_only=False)
+                                 .reshape(-1, d), dtype=np.float32)
+  if pa.types.is_integer(ids.type):
+    return ids.to_numpy().astype(np.int64, copy=False), vectors
+  return np.asarray(ids.to_pylist(), dtype=object), vectors
+
+
+def iter_blocks(files: Sequence[str], block_rows: int = 65_536,
+                progress: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """Yields (ids int64[b] or str[b], vectors float32[b, d]) blocks, shard after shard."""
+  for f in tqdm(files, desc="shards", unit="shard", disable=not progress):
+    pf = _open(f)
+    for batch in pf.iter_batches(batch_size=block_rows, columns=["id", "embedding"]):
+      yield _to_numpy(batch, f)
+
+
+def read_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:
+  """All (ids, vectors) of an embeddings directory: for queries, not for the corpus."""
+  blocks = list(iter_blocks(embedding_files(path)))
+  if not blocks:
+    raise ValueError(f"{path}: no embeddings")
+  return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs and memory estimates.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexConfig:
+  """How to build an index. Zero means "derive from the corpus size" (`resolve`)."""
+  type: str = "flat"             # flat | ivf | hnsw | ivfpq
+  factory: Optional[str] = None  # an index_factory string; overrides type and the fields below
+  nlist: int = 0                 # IVF lists (0: the power of two nearest 4·sqrt(n))
+  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, i.e. 4 dims each)
+  pq_nbits: int = 8              # bits per PQ code
+  hnsw_m: int = 32               # HNSW graph degree
+  ef_construction: int = 40      # HNSW build beam width
+  train_size: int = 0            # training sample (0: max(64·nlist, 2^nbits·64), ≤ n)
+  kmeans_niter: int = 10         # k-means iterations (IVF coarse quantizer, PQ codebooks)
+  seed: int = 0
+
+  def resolve(self, n: int, d: int) -> IndexConfig:
+    nlist = self.nlist or max(1, min(2 ** round(math.log2(max(4 * math.sqrt(n), 1))),
+                                     max(1, n // 39)))
+    pq_m = self.pq_m or max(1, d // 4)
+    train = self.train_size or max(64 * nlist, (2 ** self.pq_nbits) * 64)
+    return dataclasses.replace(self, nlist=nlist, pq_m=pq_m, train_size=min(n, train))
+
+  def factory_string(self) -> str:
+    if self.factory:
+      return self.factory
+    if self.type == "flat":
+      return "Flat"
+    if self.type == "ivf":
+      return f"IVF{self.nlist},Flat"
+    if self.type == "hnsw":
+      return f"HNSW{self.hnsw_m},Flat"
+    if self.type == "ivfpq":
+      return f"IVF{self.nlist},PQ{self.pq_m}x{self.pq_nbits}"
+    raise ValueError(f"unknown index type {self.type!r}; expected one of {INDEX_TYPES}")
+
+
+def memory_estimate(config: IndexConfig, n: int, d: int, block_rows: int) -> dict[str, int]:
+  """Bytes the build will hold: the index, the training sample, one block in flight."""
+  spec = config.factory_string()
+  per_vector = 4 * d + 8  # flat-coded vector + id
+  fixed = 0
+  if "PQ" in spec:
+    per_vector = config.pq_m * config.pq_nbits // 8 + 8
+    fixed += (2 ** config.pq_nbits) * d * 4
+  if "HNSW" in spec:
+    per_vector += int(2 * config.hnsw_m * 4 * 1.1)  # level-0 links + upper levels
+  if "IVF" in spec:
+    fixed += config.nlist * d * 4
+  train = config.train_size * d * 4 if "IVF" in spec else 0
+  return {"index": per_vector * n + fixed, "train_sample": train,
+          "block": block_rows * (4 * d + 8), "all_vectors": n * 4 * d}
+
+
+def _mib(b: int) -> str:
+  return f"{b / 2**20:.1f} MiB"
+
+
+# ---------------------------------------------------------------------------------------------
+# Building.
+# ---------------------------------------------------------------------------------------------
+
+
+def check_inner_product(index: faiss.Index, what: str = "index") -> None:
+  if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+    raise ValueError(f"{what}: metric_type {index.metric_type} is not inner product "
+                     f"({faiss.METRIC_INNER_PRODUCT})")
+
+
+def new_index(config: IndexConfig, d: int) -> faiss.Index:
+  """An empty index with inner product set explicitly, accepting `add_with_ids` (IVF natively;
+  others through an IDMap)."""
+  spec = config.factory_string()
+  index = faiss.index_factory(d, spec, faiss.METRIC_INNER_PRODUCT)
+  if faiss.try_extract_index_ivf(index) is None and not spec.startswith("IDMap"):
+    index = faiss.index_factory(d, "IDMap," + spec, faiss.METRIC_INNER_PRODUCT)
+  check_inner_product(index, spec)
+  return index
+
+
+def sample_vectors(files: Sequence[str], n_total: int, size: int, seed: int,
+                   block_rows: int = 65_536) -> np.ndarray:
+  """A seeded uniform sample of about `size` vectors, drawn while streaming the shards."""
+  rng = np.random.default_rng(seed)
+  p = min(1.0, 1.1 * size / max(n_total, 1))  # oversample a little, then cut
+  parts = []
+  for _, x in iter_blocks(files, block_rows):
+    parts.append(x[rng.random(len(x)) < p])
+  sample = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
+  if len(sample) > size:
+    sample = sample[rng.choice(len(sample), size, replace=False)]
+  return np.ascontiguousarray(sample)
+
+
+def train_template(files: Sequence[str], config: IndexConfig, block_rows: int = 65_536
+                   ) -> tuple[faiss.Index, IndexConfig]:
+  """An empty, trained index for the corpus, and the resolved config. Logs the memory
+  estimate before any vector is read."""
+  n, d = count_vectors(files)
+  config = config.resolve(n, d)
+  est = memory_estimate(config, n, d, block_rows)
+  logger.info("index %s over %d x %d from %d shards: estimated index %s + train sample %s + "
+              "block %s (all vectors would be %s)", config.factory_string(), n, d, len(files),
+              _mib(est["index"]), _mib(est["train_sample"]), _mib(est["block"]),
+              _mib(est["all_vectors"]))
+  index = new_index(config, d)
+  if not index.is_trained:
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None:
+      ivf = faiss.downcast_index(ivf)
+      ivf.cp.niter = config.kmeans_niter
+      if isinstance(ivf, faiss.IndexIVFPQ):
+        ivf.pq.cp.niter = config.kmeans_niter
+    t0 = time.perf_counter()
+    sample = sample_vectors(files, n, config.train_size, config.seed, block_rows)
+    logger.info("training on a sample of %d vectors", len(sample))
+    index.train(sample)
+    del sample
+    logger.info("trained in %.1f s", time.perf_counter() - t0)
+  return index, config
+
+
+def add_blocks(index: faiss.Index, blocks: Iterator[tuple[np.ndarray, np.ndarray]]) -> None:
+  for ids, x in blocks:
+    if ids.dtype != np.int64:
+      raise ValueError(f"document ids must be int64, got {ids.dtype}")
+    index.add_with_ids(x, ids)
+
+
+def build_index(files: Sequence[str], config: IndexConfig, block_rows: int = 65_536,
+                progress: bool = False) -> faiss.Index:
+  """One index over all shards, streamed (see the module docstring)."""
+  index, _ = train_template(files, config, block_rows)
+  add_blocks(index, iter_blocks(files, block_rows, progress))
+  logger.info("index holds %d vectors", index.ntotal)
+  return index
+
+
+def iter_index_shards(files: Sequence[str], config: IndexConfig, num_shards: int,
+                      block_rows: int = 65_536, progress: bool = False
+                      ) -> Iterator[faiss.Index]:
+  """`num_shards` indexes over disjoint parts of the corpus, yielded one at a time (so the
+  caller can write each and free it). All share one trained template (same coarse centroids
+  and codebooks): their union is the single index's content. With at least as many files as
+  shards, files are dealt round-robin (one pass over the data); otherwise shard s takes the
+  s-th contiguous range of rows (one pass per shard)."""
+  template, _ = train_template(files, config, block_rows)
+  n, _ = count_vectors(files)
+  for s in range(num_shards):
+    shard = faiss.clone_index(template)
+    if len(files) >= num_shards:
+      add_blocks(shard, iter_blocks(files[s::num_shards], block_rows, progress))
+    else:
+      add_blocks(shard, _row_range(iter_blocks(files, block_rows, progress),
+                                   s * n // num_shards, (s + 1) * n // num_shards))
+    logger.info("shard %d/%d holds %d vectors", s + 1, num_shards, shard.ntotal)
+    yield shard
+
+
+def _row_range(blocks: Iterator[tuple[np.ndarray, np.ndarray]], start: int, stop: int
+               ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """The rows [start, stop) of a stream of blocks, in order."""
+  offset = 0
+  for ids, x in blocks:
+    lo, hi = max(start - offset, 0), min(stop - offset, len(ids))
+    if lo < hi:
+      yield ids[lo:hi], x[lo:hi]
+    offset += len(ids)
+    if offset >= stop:
+      return
+
+
+# ---------------------------------------------------------------------------------------------
+# Save, load, serve as shards.
+# ---------------------------------------------------------------------------------------------
+
+
+def save_index(index: faiss.Index, path: str) -> None:
+  """Writes atomically: a temp file beside `path`, then os.replace (local); one upload
+  through FileSystems otherwise."""
+  if tio.is_local(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".faiss")
+    os.close(fd)
+    try:
+      faiss.write_index(index, tmp)
+      os.replace(tmp, path)
+    finally:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+    return
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.create(path) as f:
+    f.write(faiss.serialize_index(index).tobytes())
+
+
+def shard_paths(path: str, num_shards: int) -> list[str]:
+  """`index.faiss` -> `index-00000-of-00004.faiss`, ... (one path when num_shards is 1)."""
+  if num_shards <= 1:
+    return [path]
+  stem, ext = os.path.splitext(path)
+  return [f"{stem}-{s:05d}-of-{num_shards:05d}{ext or '.faiss'}" for s in range(num_shards)]
+
+
+def _read_one(path: str, mmap: bool) -> faiss.Index:
+  if tio.is_local(path):
+    return faiss.read_index(path, faiss.IO_FLAG_MMAP if mmap else 0)
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.open(path) as f:
+    return faiss.deserialize_index(np.frombuffer(f.read(), dtype=np.uint8))
+
+
+def load_index(paths: str | Sequence[str], mmap: bool = False,
+               threaded: bool = True) -> faiss.Index:
+  """One index file, or several shard files (a glob or a list) served as `IndexShards`:
+  each query goes to every shard and the top-k lists are merged by inner product."""
+  if isinstance(paths, str):
+    paths = tio.match_files(paths) if any(c in paths for c in "*?,") else [paths]
+  indexes = [_read_one(p, mmap) for p in paths]
+  for p, index in zip(paths, indexes):
+    check_inner_product(index, p)
+  if len(indexes) == 1:
+    return indexes[0]
+  shards = faiss.IndexShards(indexes[0].d, threaded, False)  # keep the shards' own ids
+  for index in indexes:
+    shards.add_shard(index)
+  check_inner_product(shards, "IndexShards")
+  return shards
+
+
+def set_search_params(index: faiss.Index, nprobe: Optional[int] = None,
+                      ef_search: Optional[int] = None) -> None:
+  """nprobe (IVF) / efSearch (HNSW), through IDMap and IndexShards wrappers."""
+  ps = faiss.ParameterSpace()
+  if nprobe is not None:
+    ps.set_index_parameter(index, "nprobe", nprobe)
+  if ef_search is not None:
+    ps.set_index_parameter(index, "efSearch", ef_search)
+
+
+# ---------------------------------------------------------------------------------------------
+# Search and the flat reference.
+# ---------------------------------------------------------------------------------------------
+
+
+def search(index: faiss.Index, queries: np.ndarray, k: int, batch_size: int = 4096,
+           progress: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+  """(scores float32[nq, k], ids int64[nq, k], seconds). Missing hits have id -1."""
+  queries = np.ascontiguousarray(queries, dtype=np.float32)
+  scores = np.empty((len(queries), k), np.float32)
+  ids = np.empty((len(queries), k), np.int64)
+  t0 = time.perf_counter()
+  for i in tqdm(range(0, len(queries), batch_size), desc="search", disable=not progress):
+    scores[i:i + batch_size], ids[i:i + batch_size] = index.search(queries[i:i + batch_size], k)
+  return scores, ids, time.perf_counter() - t0
+
+
+def flat_knn(queries: np.ndarray, files: Sequence[str], k: int, block_rows: int = 262_144,
+             progress: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
+  """Exact inner-product top-k over streamed shards (FAISS contrib's knn_ground_truth: each
+  block's `faiss.knn` is folded into a ResultHeap), keeping the shards' own ids.
+
+  Returns (scores float32[nq, k], ids int64[nq, k], seconds)."""
+  queries = np.ascontiguousarray(queries, dtype=np.float32)
+  n, d = count_vectors(files)
+  logger.info("flat reference: %d queries x %d vectors of dim %d; memory %s per block + "
+              "heap %s", len(queries), n, d, _mib(block_rows * (4 * d + 8)),
+              _mib(len(queries) * k * 12))
+  heap = faiss.ResultHeap(len(queries), k, keep_max=True)
+  t0 = time.perf_counter()
+  for ids, x in iter_blocks(files, block_rows, progress):
+    D, I = faiss.knn(queries, x, min(k, len(x)), metric=faiss.METRIC_INNER_PRODUCT)
+    labels = np.where(I >= 0, ids[np.maximum(I, 0)], -1)
+    if D.shape[1] < k:  # a block smaller than k: pad
+      pad = k - D.shape[1]
+      D = np.hstack([D, np.full((len(D), pad), -np.inf, np.float32)])
+      labels = np.hstack([labels, np.full((len(D), pad), -1, np.int64)])
+    heap.add_result(np.ascontiguousarray(D), np.ascontiguousarray(labels))
+  heap.finalize()
+  return heap.D, heap.I, time.perf_counter() - t0
+
+
+def recall_vs_reference(ids: np.ndarray, reference: np.ndarray, k: int) -> float:
+  """Mean |top-k ∩ reference top-k| / k: the share of the exact top-k an index finds."""
+  hits = 0
+  for row, ref in zip(ids[:, :k], reference[:, :k]):
+    hits += len(np.intersect1d(row[row >= 0], ref[ref >= 0], assume_unique=False))
+  return hits / (k * len(ids))
