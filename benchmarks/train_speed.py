@@ -1,0 +1,138 @@
+"""Training speed of the two towers: examples/s with the real input pipeline (TFRecords ->
+tokenizer in tf.data) against the same batches cached in memory, and achieved FLOP/s
+against a matmul roofline measured in the same run.
+
+  .venv/bin/python -m benchmarks.train_speed [--pairs DIR --vocab FILE] [--steps N]
+
+Without --pairs it writes synthetic ICT-like pairs (documents of ~doc_len word pieces) to a
+temp dir. A pipeline/cached ratio >= 0.9 says the input pipeline is not the bottleneck.
+FLOPs are counted analytically (matmuls of both towers, attention scores, the in-batch
+logits; training = 3x forward), so the FLOP/s column is a lower bound on work done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from twotower.model import config as config_lib
+from twotower.model import data, testing, train
+from twotower.model.tokenizer import Tokenizer
+from twotower.model.two_tower import build_two_tower
+
+logger = logging.getLogger(__name__)
+
+#: (label, preset, overrides, batch size): cpu-small as shipped, and DESIGN's L4/H256 point.
+SETTINGS = (
+    ("cpu-small L2/H128 q32/d128", "cpu-small", {}, 64),
+    ("L4/H256 q64/d288", "cpu-small", {"num_layers": 4, "hidden_dim": 256, "num_heads": 4,
+                                       "intermediate_dim": 1024, "embedding_dim": 256,
+                                       "query_len": 64, "doc_len": 288}, 32),
+)
+
+
+def tower_flops(m: config_lib.ModelConfig, length: int) -> float:
+  """Forward FLOPs of one Transformer tower on one sequence (multiply-add = 2)."""
+  h, i, n = m.hidden_dim, m.intermediate_dim, length
+  per_layer = 2 * n * (4 * h * h + 2 * h * i) + 2 * 2 * n * n * h
+  return m.num_layers * per_layer + 2 * h * m.embedding_dim
+
+
+def train_flops_per_example(m: config_lib.ModelConfig, batch: int) -> float:
+  forward = tower_flops(m, m.query_len) + tower_flops(m, m.doc_len) + 2 * batch * m.embedding_dim
+  return 3.0 * forward
+
+
+def matmul_roofline(n: int = 2048, reps: int = 10) -> float:
+  """Best FLOP/s of an n x n float32 matmul on this machine, now."""
+  a = tf.random.normal((n, n))
+  b = tf.random.normal((n, n))
+  f = tf.function(lambda x, y: tf.matmul(x, y))
+  f(a, b).numpy()
+  best = float("inf")
+  for _ in range(reps):
+    t = time.perf_counter()
+    f(a, b).numpy()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n ** 3 / best
+
+
+def time_steps(model, iterator, steps: int, warmup: int) -> float:
+  """Seconds for `steps` train steps, after `warmup` untimed ones (tracing, buffers)."""
+  for _ in range(warmup):
+    model.train_on_batch(next(iterator))
+  t = time.perf_counter()
+  for _ in range(steps):
+    model.train_on_batch(next(iterator))
+  return time.perf_counter() - t
+
+
+def measure(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds) -> dict:
+  cfg = config_lib.load(preset)
+  m = dataclasses.replace(cfg.model, **overrides)
+  tok = Tokenizer.from_file(vocab, m.query_len, m.doc_len)
+  tf.keras.utils.set_random_seed(0)
+  model = build_two_tower(m, tok.vocab_size)
+  model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
+  real = data.pretrain_dataset(pairs, ["ict"], "train", tok, batch)
+  cached = data.cached_batches(real, 4)
+  it_cached, it_real = iter(cached), iter(real)
+  for _ in range(4):  # fill the cache before timing
+    next(it_cached)
+  time_steps(model, it_cached, 0, warmup)  # trace the train step
+  time_steps(model, it_real, 0, warmup)  # fill the shuffle buffer
+  # Alternate the two, best of `rounds`: other load on the machine hits both alike.
+  t_cached = t_real = float("inf")
+  for _ in range(rounds):
+    t_cached = min(t_cached, time_steps(model, it_cached, steps, 0))
+    t_real = min(t_real, time_steps(model, it_real, steps, 0))
+  ex_real, ex_cached = steps * batch / t_real, steps * batch / t_cached
+  flops = train_flops_per_example(m, batch)
+  return {"setting": label, "params_M": model.count_params() / 1e6, "batch": batch,
+          "pipeline_ex_s": ex_real, "cached_ex_s": ex_cached, "ratio": ex_real / ex_cached,
+          "gflop_s": flops * ex_real / 1e9}
+
+
+def run(argv: list[str] | None = None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--pairs", default=None, help="pair pipeline output dir (default: synthetic)")
+  p.add_argument("--vocab", default=None, help="vocabulary (default: the synthetic one)")
+  p.add_argument("--steps", type=int, default=0,
+                 help="timed steps per measurement (default: 24 for cpu-small, 6 for L4/H256)")
+  p.add_argument("--rounds", type=int, default=3, help="alternating rounds; best is kept")
+  p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+  args = p.parse_args(argv)
+  logging.basicConfig(level=logging.WARNING)
+  tmp = None
+  pairs, vocab = args.pairs, args.vocab
+  if pairs is None:
+    tmp = tempfile.mkdtemp(prefix="train_speed-")
+    vocab = testing.write_vocab(os.path.join(tmp, "vocab.txt"))
+    testing.write_pairs(tmp, "ict", "train", testing.synthetic_pairs(2000, doc_words=250,
+                                                                      query_words=25))
+    pairs = tmp
+  if vocab is None:
+    raise SystemExit("--vocab is required with --pairs")
+  roof_before = matmul_roofline()
+  rows = [measure(*s, pairs, vocab, args.steps or (24 if s[3] >= 64 else 6), args.warmup,
+                  args.rounds) for s in SETTINGS]
+  roof = max(roof_before, matmul_roofline())
+  print(f"\nmatmul roofline (2048^2 float32, best of 10): {roof / 1e9:.1f} GFLOP/s; "
+        f"data: {'synthetic' if tmp else pairs}; best of {args.rounds} alternating rounds")
+  print(f"{'setting':<28} {'params':>8} {'batch':>5} {'pipeline ex/s':>13} {'cached ex/s':>11} "
+        f"{'ratio':>6} {'GFLOP/s':>8} {'of roof':>7}")
+  for r in rows:
+    print(f"{r['setting']:<28} {r['params_M']:>7.1f}M {r['batch']:>5} {r['pipeline_ex_s']:>13.1f} "
+          f"{r['cached_ex_s']:>11.1f} {r['ratio']:>6.2f} {r['gflop_s']:>8.1f} "
+          f"{r['gflop_s'] * 1e9 / roof:>7.1%}")
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,240 @@
+"""Typed configuration of pre-training and fine-tuning: `PretrainConfig(model, data, trainer,
+runtime)`, as tensorflow/models' `official/core/config_definitions.py` splits an experiment.
+
+A config comes from a preset name (`model/presets/<name>.yaml`) or a YAML file, then
+`--set section.field=value` overrides; the resolved config is written next to the
+checkpoints (`config.yaml`) so that a run can be reproduced and resumed with the same
+hyperparameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+import yaml
+
+ENCODERS = ("transformer", "bow_mlp")
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The towers.
+
+  Attributes:
+    encoder: "transformer" (BERT-style, paper) or "bow_mlp" (baseline of Table 3).
+    num_layers: L, Transformer blocks.
+    hidden_dim: H, width of the token states (BoW-MLP: width of the MLP's hidden layer).
+    num_heads: A, attention heads.
+    intermediate_dim: feed-forward width of a block (BERT: 4 H).
+    dropout: dropout rate in embeddings and blocks.
+    embedding_dim: d, the final embedding (a linear layer on [CLS]; paper 512).
+    query_len: static length of `[CLS] q [SEP]` in word pieces (paper 64).
+    doc_len: static length of `[CLS] title [SEP] passage [SEP]` (paper 288).
+    shared_towers: one encoder for queries and documents (paper: separate towers).
+    vocab_size: rows of the token embedding; 0 means "the size of the vocabulary file".
+  """
+  encoder: str = "transformer"
+  num_layers: int = 2
+  hidden_dim: int = 128
+  num_heads: int = 2
+  intermediate_dim: int = 512
+  dropout: float = 0.1
+  embedding_dim: int = 128
+  query_len: int = 32
+  doc_len: int = 128
+  shared_towers: bool = False
+  vocab_size: int = 0
+
+  def __post_init__(self):
+    if self.encoder not in ENCODERS:
+      raise ValueError(f"model.encoder={self.encoder!r}: expected one of {ENCODERS}")
+    if self.encoder == "transformer" and self.hidden_dim % self.num_heads:
+      raise ValueError(f"model.hidden_dim={self.hidden_dim} is not divisible by "
+                       f"model.num_heads={self.num_heads}")
+    if self.query_len < 3 or self.doc_len < 4:
+      raise ValueError(f"model.query_len={self.query_len} / doc_len={self.doc_len} too short "
+                       "for [CLS] ... [SEP]")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Input pipeline.
+
+  Attributes:
+    tasks: pre-training tasks mixed by uniform sampling ("ict", "bfs", "wlp"), or ("mlm",).
+    batch_size: the global batch (split over replicas); every other document of the global
+      batch is a negative of a query.
+    shuffle_buffer: examples per task held in the shuffle buffer.
+    mlm_rate: fraction of word pieces selected for masked-LM prediction.
+    mlm_max_predictions: static number of predicted positions per sequence.
+  """
+  tasks: tuple[str, ...] = ("ict",)
+  batch_size: int = 64
+  shuffle_buffer: int = 10_000
+  mlm_rate: float = 0.15
+  mlm_max_predictions: int = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """Optimisation (AdamW, warm-up then linear decay, as the paper's BERT recipe).
+
+  Attributes:
+    learning_rate: peak learning rate, reached after `warmup_fraction * steps`.
+    steps: optimizer steps of the run.
+    weight_decay: AdamW decoupled weight decay (not on biases and LayerNorm).
+    temperature: logits are `<q, d> / temperature` (1.0 = the paper's plain inner product).
+    mixed_precision: compute in bfloat16 with float32 variables ("mixed_bfloat16").
+    checkpoint_every: steps between checkpoints (also the length of a Keras "epoch").
+    keep_checkpoints: checkpoints kept on disk.
+    eval_steps: held-out batches evaluated at each checkpoint (0: no held-out evaluation).
+    jit_compile: XLA-compile the train step (slower on this CPU; see DESIGN).
+    seed: initialisation and data order.
+    finetune_learning_rate / finetune_batch_size / finetune_steps: `twotower finetune`.
+  """
+  learning_rate: float = 5e-4
+  warmup_fraction: float = 0.1
+  steps: int = 2000
+  weight_decay: float = 0.01
+  temperature: float = 1.0
+  mixed_precision: bool = False
+  checkpoint_every: int = 200
+  keep_checkpoints: int = 3
+  eval_steps: int = 10
+  jit_compile: bool = False
+  seed: int = 0
+  finetune_learning_rate: float = 5e-5
+  finetune_batch_size: int = 64
+  finetune_steps: int = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeConfig:
+  """Where it runs.
+
+  Attributes:
+    strategy: "default" (one device), "mirrored" (all local devices), "multi_worker"
+      (TF_CONFIG cluster; custom `strategy.run` loop since Keras 3 `fit` fails there), "tpu".
+    tpu: TPU name or grpc address for TPUClusterResolver ("" = local / environment).
+  """
+  strategy: str = "default"
+  tpu: str = ""
+
+  def __post_init__(self):
+    if self.strategy not in STRATEGIES:
+      raise ValueError(f"runtime.strategy={self.strategy!r}: expected one of {STRATEGIES}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainConfig:
+  """An experiment: model + data + trainer + runtime, and a human description."""
+  model: ModelConfig = ModelConfig()
+  data: DataConfig = DataConfig()
+  trainer: TrainerConfig = TrainerConfig()
+  runtime: RuntimeConfig = RuntimeConfig()
+  description: str = ""
+
+  def to_dict(self) -> dict[str, Any]:
+    d = dataclasses.asdict(self)
+    d["data"]["tasks"] = list(self.data.tasks)
+    return d
+
+  def to_yaml(self) -> str:
+    return yaml.safe_dump(self.to_dict(), sort_keys=False, width=100)
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig,
+             "runtime": RuntimeConfig}
+
+
+def _coerce(cls, name: str, value: Any, where: str) -> Any:
+  """Converts a YAML/flag value to the type of field `name` of dataclass `cls`."""
+  field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+  if field is None:
+    raise ValueError(f"{where}: unknown field {cls.__name__}.{name}; known: "
+                     f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+  default = field.default
+  if isinstance(default, tuple):
+    if isinstance(value, str):
+      value = [v for v in value.split(",") if v]
+    return tuple(str(v) for v in value)
+  if isinstance(default, bool):
+    if isinstance(value, str):
+      if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"{where}: {name}={value!r} is not a boolean")
+      return value.lower() in ("true", "1", "yes")
+    return bool(value)
+  if isinstance(default, int):
+    return int(float(value)) if isinstance(value, str) else int(value)
+  if isinstance(default, float):
+    return float(value)
+  return str(value)
+
+
+def from_dict(raw: Mapping[str, Any], where: str = "config") -> PretrainConfig:
+  """A PretrainConfig from nested dicts; unknown sections or fields are errors."""
+  kwargs: dict[str, Any] = {}
+  for key, value in (raw or {}).items():
+    if key == "description":
+      kwargs[key] = str(value)
+      continue
+    if key not in _SECTIONS:
+      raise ValueError(f"{where}: unknown section {key!r}; known: {', '.join(_SECTIONS)}")
+    cls = _SECTIONS[key]
+    kwargs[key] = cls(**{k: _coerce(cls, k, v, where) for k, v in (value or {}).items()})
+  return PretrainConfig(**kwargs)
+
+
+def preset_names() -> list[str]:
+  files = importlib.resources.files("twotower.model") / "presets"
+  return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_preset_or_file(name_or_path: str) -> tuple[str, str]:
+  if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
+    from twotower import io
+    return name_or_path, io.read_text(name_or_path)
+  resource = importlib.resources.files("twotower.model") / "presets" / f"{name_or_path}.yaml"
+  if not resource.is_file():
+    raise ValueError(f"--config {name_or_path!r} is neither a file nor a preset; presets: "
+                     f"{', '.join(preset_names())}")
+  return f"preset {name_or_path}", resource.read_text(encoding="utf-8")
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, dict[str, str]]:
+  """["trainer.steps=10", "model.num_layers=4"] -> {"trainer": {"steps": "10"}, ...}."""
+  nested: dict[str, dict[str, str]] = {}
+  for item in overrides or ():
+    key, sep, value = item.partition("=")
+    section, dot, field = key.strip().partition(".")
+    if not sep or not dot:
+      raise ValueError(f"--set {item!r}: expected section.field=value, e.g. trainer.steps=100")
+    nested.setdefault(section, {})[field] = value.strip()
+  return nested
+
+
+def load(name_or_path: str, overrides: Sequence[str] = ()) -> PretrainConfig:
+  """Preset name or YAML file, then `section.field=value` overrides."""
+  where, text = _read_preset_or_file(name_or_path)
+  raw = yaml.safe_load(text) or {}
+  if not isinstance(raw, dict):
+    raise ValueError(f"{where}: expected a mapping at the top level")
+  for section, fields in parse_overrides(overrides).items():
+    if section == "description":
+      continue
+    raw.setdefault(section, {}).update(fields)
+  return from_dict(raw, where)
+
+
+def replace(config: PretrainConfig, **sections: Mapping[str, Any]) -> PretrainConfig:
+  """`replace(cfg, trainer={"steps": 10})`: a copy with some fields changed."""
+  changed = {}
+  for name, fields in sections.items():
+    current = getattr(config, name)
+    changed[name] = dataclasses.replace(
+        current, **{k: _coerce(type(current), k, v, "replace") for k, v in fields.items()})
+  return dataclasses.replace(config, **changed)

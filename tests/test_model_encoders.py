@@ -1,0 +1,134 @@
+"""Tokenizer, towers and model: layout of the packed inputs, the padding mask reaching
+attention, get_config round trips, jit_compile of the train step."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from twotower.model import config, data, encoders, testing, train, two_tower
+from twotower.model.tokenizer import Tokenizer, read_vocab
+
+
+@pytest.fixture
+def tokenizer(tmp_path) -> Tokenizer:
+  return Tokenizer.from_file(testing.write_vocab(str(tmp_path / "vocab.txt")), 8, 12)
+
+
+def _ids(tok: Tokenizer, words: str) -> list[int]:
+  return tok.word_pieces(tf.constant([words]))[0].numpy().tolist()
+
+
+def test_query_layout_is_cls_q_sep_padded(tokenizer):
+  out = tokenizer.queries(tf.constant(["The cats sat", "who"]))
+  cat, s_, sat = _ids(tokenizer, "the cats sat")[1:]
+  the = _ids(tokenizer, "the")[0]
+  assert out["token_ids"].shape == (2, 8)
+  assert out["token_ids"].numpy()[0].tolist() == [2, the, cat, s_, sat, 3, 0, 0]
+  assert out["padding_mask"].numpy()[0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+  assert out["token_ids"].dtype == tf.int32
+
+
+def test_doc_layout_truncates_the_passage_first(tokenizer):
+  out = tokenizer.docs(tf.constant(["paris"]), tf.constant(["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"]))
+  ids = out["token_ids"].numpy()[0].tolist()
+  paris = _ids(tokenizer, "paris")[0]
+  # [CLS] title [SEP] passage... [SEP] in 12 slots: the passage keeps 12 - 3 - 1 = 8 pieces.
+  assert ids[:3] == [2, paris, 3] and ids[-1] == 3 and len(ids) == 12
+  assert ids[3:11] == _ids(tokenizer, "w1 w2 w3 w4 w5 w6 w7 w8")
+  assert out["padding_mask"].numpy().sum() == 12
+
+
+def test_unknown_words_become_unk_and_accents_fold(tokenizer):
+  assert _ids(tokenizer, "zzzz") == [1]
+  assert _ids(tokenizer, "PÀRIS") == _ids(tokenizer, "paris")
+
+
+def test_vocab_without_pad_first_is_rejected(tmp_path):
+  path = tmp_path / "bad.txt"
+  path.write_text("[UNK]\n[PAD]\n[CLS]\n[SEP]\n[MASK]\n")
+  with pytest.raises(ValueError, match="line 1 must be"):
+    read_vocab(str(path))
+
+
+def test_mlm_masking_shapes_and_positions(tokenizer):
+  packed = tokenizer.passages(tf.constant(["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"] * 4), 14)
+  out = tokenizer.mask_for_mlm(packed["token_ids"], rate=0.3, max_predictions=5)
+  assert out["token_ids"].shape == (4, 14) and out["mask_positions"].shape == (4, 5)
+  for row in range(4):
+    n = int(out["mask_weights"][row].numpy().sum())
+    assert 1 <= n <= 5
+    pos = out["mask_positions"][row, :n].numpy()
+    # Never [CLS] (0) or [SEP] (11); the original ids are the unmasked ones.
+    assert 0 not in pos and 11 not in pos
+    np.testing.assert_array_equal(out["mask_ids"][row, :n].numpy(),
+                                  packed["token_ids"][row].numpy()[pos])
+
+
+def _tiny_model_config(**kw) -> config.ModelConfig:
+  base = dict(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
+              embedding_dim=8, query_len=8, doc_len=12)
+  base.update(kw)
+  return config.ModelConfig(**base)
+
+
+@pytest.mark.parametrize("encoder", ["transformer", "bow_mlp"])
+def test_padding_does_not_leak_into_the_embedding(encoder):
+  tower = encoders.build_tower(_tiny_model_config(encoder=encoder), 50, 12, "tower")
+  ids = np.array([[2, 10, 11, 12, 3, 0, 0, 0]], "int32")
+  mask = (ids > 0).astype("int32")
+  changed = ids.copy()
+  changed[0, 5:] = [40, 41, 42]  # other ids under the padding mask
+  a = tower({"token_ids": ids, "padding_mask": mask})
+  b = tower({"token_ids": changed, "padding_mask": mask})
+  c = tower({"token_ids": changed, "padding_mask": np.ones_like(mask)})
+  np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+  assert np.max(np.abs(a.numpy() - c.numpy())) > 1e-4  # the mask is what hid them
+  assert a.shape == (1, 8) and a.dtype == tf.float32
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["separate", "shared"])
+def test_get_config_round_trip(shared):
+  mc = _tiny_model_config(shared_towers=shared)
+  model = two_tower.build_two_tower(mc, 50, temperature=0.5)
+  cfg = model.get_config()
+  clone = two_tower.TwoTowerModel.from_config(json.loads(json.dumps(cfg)))
+  assert json.dumps(clone.get_config(), sort_keys=True) == json.dumps(cfg, sort_keys=True)
+  assert clone.shared_towers == shared and clone.temperature == 0.5
+  assert (model.doc_tower is model.query_tower) == shared
+  tower_cfg = model.query_tower.get_config()
+  assert encoders.TransformerTower.from_config(tower_cfg).get_config() == tower_cfg
+  bow = encoders.BowMlpTower(50, 16, 8, name="bow")
+  assert encoders.BowMlpTower.from_config(bow.get_config()).get_config() == bow.get_config()
+
+
+def test_keras_file_round_trip(tmp_path):
+  model = two_tower.build_two_tower(_tiny_model_config(), 50)
+  batch = {"query": {"token_ids": np.array([[2, 7, 3, 0, 0, 0, 0, 0]], "int32"),
+                     "padding_mask": np.array([[1, 1, 1, 0, 0, 0, 0, 0]], "int32")},
+           "doc": {"token_ids": np.array([[2, 9, 3, 8, 3] + [0] * 7], "int32"),
+                   "padding_mask": np.array([[1] * 5 + [0] * 7], "int32")}}
+  path = str(tmp_path / "m.keras")
+  model.save(path)
+  loaded = keras.saving.load_model(path)
+  for side in ("query", "doc"):
+    np.testing.assert_allclose(model(batch)[side].numpy(), loaded(batch)[side].numpy(), atol=1e-6)
+
+
+def test_train_step_compiles_with_jit(tmp_path):
+  vocab = testing.write_vocab(str(tmp_path / "vocab.txt"))
+  tok = Tokenizer.from_file(vocab, 8, 12)
+  pairs = testing.synthetic_pairs(8)
+  ds = tf.data.Dataset.from_tensor_slices([testing.pair_example(p) for p in pairs]).batch(
+      8, drop_remainder=True).map(data.tokenize_pairs(tok, 8))
+  model = two_tower.build_two_tower(_tiny_model_config(), tok.vocab_size)
+  model.compile(optimizer=train.make_optimizer(1e-3, 10, 0.1, 0.0), jit_compile=True)
+  before = [w.copy() for w in model.get_weights()]
+  history = model.fit(ds.repeat(), steps_per_epoch=2, epochs=1, verbose=0)
+  assert model.jit_compile is True
+  assert np.isfinite(history.history["loss"][-1])
+  assert any(np.max(np.abs(a - b)) > 0 for a, b in zip(before, model.get_weights()))
