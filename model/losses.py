@@ -38,6 +38,12 @@ def gather_global(x: tf.Tensor) -> tf.Tensor:
   if x.shape[0] is None:
     raise ValueError("cross-replica negatives need a static batch dimension: batch the "
                      "dataset with drop_remainder=True")
+  if not x.device:
+    # Under MultiWorkerMirroredStrategy, tensors that come straight from the distributed
+    # dataset carry no device inside `strategy.run`, and `all_gather` then fails with
+    # "destinations can not be empty": pin them to this worker's device first.
+    with tf.device(tf.distribute.get_strategy().extended.worker_devices[0]):
+      x = tf.identity(x)
   gathered = ctx.all_gather(x, axis=0)
   return tf.ensure_shape(gathered, [x.shape[0] * ctx.num_replicas_in_sync] + x.shape[1:])
 
