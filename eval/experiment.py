@@ -215,7 +215,7 @@ def _pretrain(cell: grid.Cell, ctx: Context, out: str) -> dict:
   pairs_dir = ctx.dep(cell, "pairs")
   argv = model_config_args(p) + ["--out", out, "--vocab", _vocab_file(cell, ctx),
                                  "--tasks", p["tasks"], "--verbose", str(ctx.verbose),
-                                 "--no-export"]  # fine-tuning starts from the checkpoints
+                                 "--no_export"]  # fine-tuning starts from the checkpoints
   argv += (["--passages", os.path.join(pairs_dir, "passages")] if p["tasks"] == "mlm"
            else ["--pairs", pairs_dir])
   if p["steps"]:
@@ -266,7 +266,7 @@ def _finetune(cell: grid.Cell, ctx: Context, out: str) -> dict:
   argv = model_config_args(p) + [
       "--set", f"trainer.seed={p['seed']}", "--out", out, "--vocab", _vocab_file(cell, ctx),
       "--init", init, "--reqa", ctx.dep(cell, "reqa"), "--split", str(p["ratio"]),
-      "--doc_text", p["doc_text"], "--no-recall", "--verbose", str(ctx.verbose)]
+      "--doc_text", p["doc_text"], "--no_recall", "--verbose", str(ctx.verbose)]
   if p["steps"]:
     argv += ["--steps", str(p["steps"])]
   _clear_keras()

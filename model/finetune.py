@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
   train.add_common_flags(p)
   p.add_argument("--reqa", required=True, help="ReQA dir (twotower reqa --out)")
   p.add_argument("--split", default="5", help="train ratio: reads finetune/train-<ratio>-*")
-  p.add_argument("--no-recall", action="store_true", help="skip validation Recall@k")
+  p.add_argument("--no_recall", "--no-recall", action="store_true", help="skip validation Recall@k")
   p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
                  help="candidate text layout; must match the one `twotower reqa` used")
   return p

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--tasks", default=None,
                  help=f"comma list of {','.join(contracts.PRETRAIN_TASKS)}, or mlm "
                       "(default: data.tasks of the config)")
-  p.add_argument("--eval-split", default="heldout", help="pair split for held-out metrics")
+  p.add_argument("--eval_split", "--eval-split", default="heldout", help="pair split for held-out metrics")
   return p
 
 

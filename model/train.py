@@ -52,15 +52,15 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
                  help="checkpoint (file prefix or run dir) to start the towers from: a "
                       "pre-training or MLM run; 'none' for random initialisation")
   g.add_argument("--steps", type=int, default=None, help="optimizer steps (overrides config)")
-  g.add_argument("--batch-size", type=int, default=None, help="global batch (overrides config)")
+  g.add_argument("--batch_size", "--batch-size", type=int, default=None, help="global batch (overrides config)")
   g.add_argument("--strategy", choices=config_lib.STRATEGIES, default=None,
                  help="tf.distribute strategy (overrides runtime.strategy)")
   g.add_argument("--tpu", default=None, help="TPU name/address for TPUClusterResolver")
-  g.add_argument("--mixed-precision", action="store_true", default=None,
+  g.add_argument("--mixed_precision", "--mixed-precision", action="store_true", default=None,
                  help="bfloat16 compute, float32 variables")
-  g.add_argument("--jit-compile", action="store_true", default=None,
+  g.add_argument("--jit_compile", "--jit-compile", action="store_true", default=None,
                  help="XLA-compile the train step (slower on CPU)")
-  g.add_argument("--no-export", action="store_true", help="skip the SavedModel export")
+  g.add_argument("--no_export", "--no-export", action="store_true", help="skip the SavedModel export")
   g.add_argument("--verbose", type=int, default=None,
                  help="Keras fit verbosity (default: progress bar on a terminal)")
 

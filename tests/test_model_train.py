@@ -97,7 +97,7 @@ def test_export_round_trip_in_a_fresh_process(pretrained, tmp_path):
 def test_resume_after_sigkill_continues_from_the_last_checkpoint(workdir):
   out = workdir / "resume"
   cmd = [sys.executable, "-m", "twotower.model.pretrain",
-         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "400", "--no-export",
+         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "400", "--no_export",
                          "--set", "trainer.checkpoint_every=10", "--set", "trainer.eval_steps=0")]
   proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   ckpts = str(out / "checkpoints")
@@ -150,7 +150,7 @@ def reqa_dir(workdir):
 def _finetune_args(workdir, reqa_dir, out, init):
   return ["--config", "tiny", "--reqa", str(reqa_dir), "--split", "5", "--vocab",
           str(workdir / "vocab.txt"), "--out", str(out), "--init", init, "--verbose", "0",
-          "--no-export"]
+          "--no_export"]
 
 
 def test_finetune_from_pretraining_restores_towers_and_reports_recall(
@@ -210,7 +210,7 @@ def test_multi_worker_runs_the_custom_loop_and_checkpoints(workdir):
   env = dict(os.environ, TF_CONFIG=json.dumps(
       {"cluster": {"worker": ["localhost:23917"]}, "task": {"type": "worker", "index": 0}}))
   cmd = [sys.executable, "-m", "twotower.model.pretrain",
-         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "10", "--no-export",
+         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "10", "--no_export",
                          "--strategy", "multi_worker")]
   done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]

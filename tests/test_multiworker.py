@@ -74,8 +74,8 @@ def test_two_localhost_workers_end_with_the_same_weights(tmp_path):
     commands.append([sys.executable, "-m", "twotower.cli", "pretrain", "--config", "tiny",
                      "--pairs", str(tmp_path), "--vocab", vocab, "--out", str(out),
                      "--tasks", "ict", "--strategy", "multi_worker", "--steps", str(STEPS),
-                     "--batch-size", str(GLOBAL_BATCH), "--set", "trainer.checkpoint_every=2",
-                     "--set", "trainer.eval_steps=0", "--no-export", "--verbose", "0"])
+                     "--batch_size", str(GLOBAL_BATCH), "--set", "trainer.checkpoint_every=2",
+                     "--set", "trainer.eval_steps=0", "--no_export", "--verbose", "0"])
     envs.append({**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                  "TF_CONFIG": json.dumps({"cluster": cluster,
                                           "task": {"type": "worker", "index": index}})})

@@ -98,7 +98,7 @@ train() {
   local flags=(--config "$CONFIG" --strategy tpu --tpu "$TPU_NAME" --pairs "$PAIRS"
                --vocab "$VOCAB" --tasks "$TASKS" --out "$OUT")
   [ -n "${STEPS:-}" ] && flags+=(--steps "$STEPS")
-  [ -n "${BATCH:-}" ] && flags+=(--batch-size "$BATCH")
+  [ -n "${BATCH:-}" ] && flags+=(--batch_size "$BATCH")
   flags+=("$@")
   local quoted
   quoted="$(printf '%q ' "$REMOTE_PYTHON" -m twotower.cli pretrain "${flags[@]}")"
