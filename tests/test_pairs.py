@@ -11,24 +11,7 @@ import pytest
 
 from twotower import contracts
 from twotower.pipelines import pairs
-from wikidump_fixtures import DumpPage, write_dump
-
-LEAD = ("{name} is a test page about {topic} with several words in each sentence. "
-        "It was written to exercise the pair pipeline of this project. "
-        "The third sentence of the lead mentions {topic} once more for good measure.")
-BODY = ("The history of {topic} is long and has many parts worth a sentence. "
-        "Scholars of {topic} disagree about nearly all of it, as scholars do. "
-        "A later period saw {topic} spread to many other places in the world.")
-
-
-def article(page_id: int, title: str, links: str) -> DumpPage:
-  topic = title.lower()
-  text = (f"{{{{Infobox thing|name={title}}}}}\n'''{LEAD.format(name=title, topic=topic)}''' "
-          f"{links}\n\n{LEAD.format(name='This page', topic=topic + ' again')}\n\n"
-          f"== History ==\n{BODY.format(topic=topic)}\n\n{BODY.format(topic=topic + ' lore')}\n"
-          "[[Category:Tests]]")
-  return DumpPage(page_id, title, text)
-
+from wikidump_fixtures import DumpPage, article, many_pages, write_dump
 
 #: One page per case. Links cover: a lower-case first letter, an underscore, a #fragment, a
 #: missing target, a redirect, a chain of two redirects, a redirect loop, a self link.
@@ -162,15 +145,6 @@ def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
            for k in ("query", "doc_title", "doc_text")]
   bad, unk, total = roundtrip_failures(path, texts)
   assert bad == 0 and unk <= 0.01 * total
-
-
-def many_pages(n: int) -> list[DumpPage]:
-  """n linked articles and a few redirects: every page links to the next three."""
-  names = [f"Topic {i}" for i in range(n)]
-  pages = [article(i + 1, names[i], " ".join(f"[[{names[(i + k) % n]}]]" for k in (1, 2, 3)))
-           for i in range(n)]
-  pages += [DumpPage(1000 + i, f"Alias {i}", "#REDIRECT", redirect=names[i]) for i in range(5)]
-  return pages
 
 
 @pytest.mark.slow

@@ -106,3 +106,31 @@ def write_dump(path: "os.PathLike | str", pages: Sequence[DumpPage],
                site: DumpSite = DumpSite()) -> str:
   """Writes a dump of `pages` to `path` (compression by suffix); returns the path."""
   return write_bytes(path, dump_xml(pages, site).encode("utf-8"))
+
+
+# Articles with a lead, a body section and links, for the pair pipeline's tests.
+
+LEAD = ("{name} is a test page about {topic} with several words in each sentence. "
+        "It was written to exercise the pair pipeline of this project. "
+        "The third sentence of the lead mentions {topic} once more for good measure.")
+BODY = ("The history of {topic} is long and has many parts worth a sentence. "
+        "Scholars of {topic} disagree about nearly all of it, as scholars do. "
+        "A later period saw {topic} spread to many other places in the world.")
+
+
+def article(page_id: int, title: str, links: str) -> DumpPage:
+  topic = title.lower()
+  text = (f"{{{{Infobox thing|name={title}}}}}\n'''{LEAD.format(name=title, topic=topic)}''' "
+          f"{links}\n\n{LEAD.format(name='This page', topic=topic + ' again')}\n\n"
+          f"== History ==\n{BODY.format(topic=topic)}\n\n{BODY.format(topic=topic + ' lore')}\n"
+          "[[Category:Tests]]")
+  return DumpPage(page_id, title, text)
+
+
+def many_pages(n: int) -> list[DumpPage]:
+  """n linked articles and a few redirects: every page links to the next three."""
+  names = [f"Topic {i}" for i in range(n)]
+  pages = [article(i + 1, names[i], " ".join(f"[[{names[(i + k) % n]}]]" for k in (1, 2, 3)))
+           for i in range(n)]
+  pages += [DumpPage(1000 + i, f"Alias {i}", "#REDIRECT", redirect=names[i]) for i in range(5)]
+  return pages
