@@ -109,7 +109,7 @@ def run(argv: list[str] | None = None) -> None:
     raise ValueError("--init is required: a pre-training run/checkpoint, or 'none' (No-SSL)")
   cfg = train.load_config(args)
   t = cfg.trainer
-  steps = args.steps or t.finetune_steps
+  steps = args.steps if args.steps is not None else t.finetune_steps
   batch = args.batch_size or t.finetune_batch_size
   cfg = train.config_lib.replace(cfg, data={"tasks": (contracts.REQA_TASK,), "batch_size": batch})
   from twotower.model import data

@@ -46,7 +46,7 @@ def run(argv: list[str] | None = None) -> None:
   if args.batch_size:
     data_over["batch_size"] = args.batch_size
   cfg = train.load_config(args, data=data_over,
-                          trainer={"steps": args.steps} if args.steps else {})
+                          trainer={"steps": args.steps} if args.steps is not None else {})
   tasks = cfg.data.tasks
   if tasks == ("mlm",):
     from twotower.model import mlm
