@@ -45,6 +45,8 @@ def _usage() -> str:
 def setup_logging(level: int = logging.INFO) -> None:
   logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                       datefmt="%H:%M:%S")
+  # FAISS logs each CPU-specific build it fails to load (with a traceback) at INFO.
+  logging.getLogger("faiss.loader").setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
