@@ -137,7 +137,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
   progress.stage("no-ssl (random towers, exported)", lambda: pretrain("no-ssl", 0, "ict"))
 
   def dense_runs(reqa_dir: str, split: str, tag: str) -> list[tuple[str, str]]:
-    return [(name, _dense_run(os.path.join(path, "export"), reqa_dir, split,
+    return [(name, _dense_run(os.path.join(path, "export", "saved_model"), reqa_dir, split,
                               os.path.join(out, f"dense-{tag}", name)))
             for name, path in models.items()]
 
