@@ -16,22 +16,9 @@
 
 set -euo pipefail
 
-die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
-
-# require VAR "what it is" ...: one message listing every missing variable, then exit 2.
-require() {
-  local missing=()
-  while [ "$#" -gt 0 ]; do
-    if [ -z "${!1:-}" ]; then missing+=("$1 ($2)"); fi
-    shift 2
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    printf '%s: error: environment variable(s) not set:\n' "$(basename "$0")" >&2
-    printf '  %s\n' "${missing[@]}" >&2
-    echo "  see the header of deploy/dataflow/common.sh and docs/full_scale.md" >&2
-    exit 2
-  fi
-}
+REQUIRE_HINT="the header of deploy/dataflow/common.sh and docs/full_scale.md"
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # die, require
 
 require_cloud_env() {
   require PROJECT "Google Cloud project id" \

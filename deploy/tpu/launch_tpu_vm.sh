@@ -24,20 +24,9 @@
 # vocabulary, checkpoints, TensorBoard logs and the export. See deploy/tpu/README.md for shapes.
 set -euo pipefail
 
-die() { echo "$(basename "$0"): error: $*" >&2; exit 2; }
-require() {
-  local missing=()
-  while [ "$#" -gt 0 ]; do
-    if [ -z "${!1:-}" ]; then missing+=("$1 ($2)"); fi
-    shift 2
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    printf '%s: error: environment variable(s) not set:\n' "$(basename "$0")" >&2
-    printf '  %s\n' "${missing[@]}" >&2
-    echo "  see the header of deploy/tpu/launch_tpu_vm.sh and deploy/tpu/README.md" >&2
-    exit 2
-  fi
-}
+REQUIRE_HINT="the header of deploy/tpu/launch_tpu_vm.sh and deploy/tpu/README.md"
+# shellcheck source=deploy/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"  # die, require
 
 step="${1:-all}"
 case "$step" in
