@@ -178,9 +178,9 @@ def row_to_example(spec: InputSpec, row: dict) -> tuple[Any, tuple] | str:
   """(id, inputs) for a row, or the name of the skip reason ("bad_id" / "empty")."""
   if spec.kind == "candidates":
     uid = row.get("candidate_id")
-    sentence = (row.get("sentence") or "").strip()  # a candidate without one is bad
-    text = sentence and texts.candidate_doc_text(sentence, row.get("passage") or "",
-                                                 spec.doc_text)
+    # The same layout BM25 and fine-tuning use; a candidate whose layout is empty is skipped.
+    text = texts.candidate_doc_text(row.get("sentence") or "", row.get("passage") or "",
+                                    spec.doc_text)
     inputs = (row.get("title") or "", text)
   elif spec.kind == "passages":
     if row.get("page_id") is None or row.get("passage_id") is None:

@@ -102,9 +102,11 @@ def test_run_candidates_end_to_end(model_dir, direct, tmp_path):
   n = 40
   candidates = pa.table({
       "candidate_id": [1000 + 3 * i for i in range(n)],
-      "sentence": ["" if i == 7 else f"sentence number {i} mentions topic {i % 5}."
+      # 7: nothing to embed (skipped); 8: no sentence, so the passage alone is the document.
+      "sentence": ["" if i in (7, 8) else f"sentence number {i} mentions topic {i % 5}."
                    for i in range(n)],
-      "passage": [f"a passage about topic {i % 5}, with several words." for i in range(n)],
+      "passage": ["" if i == 7 else f"a passage about topic {i % 5}, with several words."
+                  for i in range(n)],
       "title": [f"Topic {i % 5}" for i in range(n)],
       "source": ["squad"] * n,
   }, schema=contracts.CANDIDATE_SCHEMA)
@@ -117,7 +119,7 @@ def test_run_candidates_end_to_end(model_dir, direct, tmp_path):
   assert len(files) == 2
   assert table.schema == contracts.embedding_schema(DIM, pa.int64())
   rows = candidates.to_pylist()
-  kept = [r for r in rows if r["sentence"]]
+  kept = [r for r in rows if r["sentence"] or r["passage"]]
   got = dict(zip(table.column("id").to_pylist(),
                  table.column("embedding").combine_chunks().flatten().to_numpy().reshape(-1, DIM)))
   assert sorted(got) == [r["candidate_id"] for r in kept]
