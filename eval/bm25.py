@@ -35,6 +35,9 @@ from twotower.eval import runs as runs_lib
 
 logger = logging.getLogger(__name__)
 
+#: The run file `twotower bm25 --out DIR` writes: DIR/run.trec (TREC format).
+RUN_FILE = "run.trec"
+
 #: Pyserini's BM25 defaults (LuceneSearcher.set_bm25).
 DEFAULT_K1, DEFAULT_B = 0.9, 0.4
 
@@ -130,7 +133,7 @@ def run_bm25(config: Bm25Config) -> list[dict]:
   elapsed = time.perf_counter() - started
   logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(run),
               elapsed, len(run) / max(elapsed, 1e-9), config.threads)
-  runs_lib.write_run(f"{out}/run.trec", run, tag=system)
+  runs_lib.write_run(f"{out}/{RUN_FILE}", run, tag=system)
   records = evaluate_lib.evaluate(runs_lib.ids_only(run), system, splits, config.golds)
   report.write_report(records, out, stem="metrics", title=f"BM25 (k1={config.k1}, b={config.b})")
   return records

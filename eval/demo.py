@@ -143,7 +143,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
 
   held_runs = progress.stage("embed + FAISS search (held-out)",
                              lambda: dense_runs(bench, "all", "heldout"))
-  bm25_run = _bm25_run_file(os.path.join(out, "bm25"))
+  bm25_run = os.path.join(out, "bm25", bm25_stage.RUN_FILE)
   report_dir = os.path.join(out, "report")
   records = progress.stage("evaluate (held-out)", lambda: _evaluate(
       bench, "all", [("bm25", bm25_run)] + held_runs, report_dir, "heldout"))
@@ -159,7 +159,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
     reqa_runs = progress.stage("embed + search + evaluate (ReQA)",
                                lambda: dense_runs(reqa_dir, "all", "reqa"))
     records += _evaluate(reqa_dir, "all",
-                         [("bm25", _bm25_run_file(os.path.join(out, "bm25-reqa")))] + reqa_runs,
+                         [("bm25", os.path.join(out, "bm25-reqa", bm25_stage.RUN_FILE))] + reqa_runs,
                          report_dir, "reqa")
 
   from twotower.eval import report
@@ -168,13 +168,6 @@ def run_demo(config: DemoConfig) -> list[dict]:
   print(progress.summary())
   print(f"report: {report_dir}/demo.md, {report_dir}/demo.png")
   return records
-
-
-def _bm25_run_file(bm25_dir: str) -> str:
-  for name in sorted(os.listdir(bm25_dir)):
-    if name.startswith("run") and not name.endswith(".json"):
-      return os.path.join(bm25_dir, name)
-  raise FileNotFoundError(f"{bm25_dir}: no run file written by `twotower bm25`")
 
 
 def parse_args(argv: Iterable[str] | None) -> DemoConfig:
