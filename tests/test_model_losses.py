@@ -1,5 +1,6 @@
 """Losses: eq. 4 against a hand computation, accidental-hit masking, and one replica vs
-MirroredStrategy over 2 logical CPUs on the same global batch."""
+MirroredStrategy over 2 logical CPUs on the same global batch (loss, cross-replica negatives,
+learning-rate schedule and weights)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,9 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
       keras.utils.set_random_seed(1)
       with strategy.scope():
         m = build_two_tower(mc, 64)
-        m.compile(optimizer=train.make_optimizer(1e-2, 10, 0.0, 0.0))
+        # Warm-up over 2 of 10 steps: the learning rate differs at every step, so a schedule
+        # that counted per-replica steps would show up as a weight difference after 3 steps.
+        m.compile(optimizer=train.make_optimizer(1e-2, 10, 0.2, 0.0))
       return m
 
     one = make(tf.distribute.get_strategy())
@@ -104,15 +107,23 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
     loss_one = float(one.compute_retrieval_loss(batch, training=False)[0])
     ds = tf.data.Dataset.from_tensors(batch)
     dist = mirrored.experimental_distribute_dataset(ds)
-    per_replica = mirrored.run(lambda b: two.compute_retrieval_loss(b, training=False)[0],
+    per_replica = mirrored.run(lambda b: two.compute_retrieval_loss(b, training=False),
                                args=(next(iter(dist)),))
-    loss_two = float(mirrored.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None))
-    one.fit(ds, epochs=1, verbose=0)
-    two.fit(ds, epochs=1, verbose=0)
+    loss_two = float(mirrored.reduce(tf.distribute.ReduceOp.MEAN, per_replica[0], axis=None))
+    logits = [t.shape.as_list() for t in mirrored.experimental_local_results(per_replica[1])]
+    labels = [t.numpy().tolist() for t in mirrored.experimental_local_results(per_replica[2])]
+    steps = ds.repeat(3)  # 3 optimizer steps on the same global batch of B pairs
+    one.fit(steps, epochs=1, verbose=0)
+    two.fit(steps, epochs=1, verbose=0)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), two.get_weights()))
     moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one.get_weights(), make(tf.distribute.get_strategy()).get_weights()))
+    value = lambda v: float(tf.convert_to_tensor(getattr(v, "value", v)))
+    lr = lambda m: value(m.optimizer.learning_rate)
     print(json.dumps({"replicas": mirrored.num_replicas_in_sync, "loss_one": loss_one,
-                      "loss_two": loss_two, "weight_diff": diff, "moved": moved}))
+                      "loss_two": loss_two, "weight_diff": diff, "moved": moved,
+                      "logits_shapes": logits, "labels": labels,
+                      "iterations": [value(one.optimizer.iterations), value(two.optimizer.iterations)],
+                      "lr": [lr(one), lr(two)]}))
 """)
 
 
@@ -124,8 +135,17 @@ def test_one_replica_equals_mirrored_two_logical_cpus():
   assert out.returncode == 0, out.stderr[-3000:]
   result = json.loads(out.stdout.strip().splitlines()[-1])
   assert result["replicas"] == 2
+  # The configured batch is the global one: each of 2 replicas embeds B/2 = 4 pairs and scores
+  # them against all 8 documents (cross-replica negatives); replica r's positives sit at
+  # columns r * 4 + i of the gathered documents.
+  assert result["logits_shapes"] == [[4, 8], [4, 8]]
+  assert result["labels"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
   assert result["loss_two"] == pytest.approx(result["loss_one"], abs=1e-5)
-  # One optimizer step on the same global batch gives the same weights: the per-replica
+  # The schedule counts global steps: after 3 steps both optimizers sit at iteration 3 with the
+  # same learning rate, not at 6 (one per replica).
+  assert result["iterations"] == [3, 3]
+  assert result["lr"][1] == pytest.approx(result["lr"][0])
+  # Three optimizer steps on the same global batch give the same weights: the per-replica
   # loss is divided by the number of replicas before Keras sums the gradients.
   assert result["moved"] > 1e-4
-  assert result["weight_diff"] < 1e-5
+  assert result["weight_diff"] < 1e-4
