@@ -86,16 +86,21 @@ def _dense_run(model_dir: str, reqa_dir: str, split: str, work: str) -> str:
 
 
 def _evaluate(reqa_dir: str, split: str, runs: Sequence[tuple[str, str]], out: str,
-              stem: str) -> list[dict]:
+              benchmark: str) -> list[dict]:
+  """Records of each (system, run file) on one benchmark; `<benchmark>.md/.csv/.json/.png`.
+
+  The records' `split` is the benchmark's name ("heldout", "reqa"): both benchmarks evaluate
+  their split "all", and the demo's one table must tell their rows apart.
+  """
   from twotower.eval import evaluate as evaluate_stage
   from twotower.eval import report
   from twotower.eval import runs as runs_lib
   (loaded,) = evaluate_stage.load_splits(reqa_dir, [split])
   records = []
   for name, path in runs:
-    records += evaluate_stage.evaluate(runs_lib.ids_only(runs_lib.read_run(path)), name,
-                                       [loaded], ("pair",))
-  report.write_report(records, out, stem)
+    records += [{**r, "split": benchmark} for r in evaluate_stage.evaluate(
+        runs_lib.ids_only(runs_lib.read_run(path)), name, [loaded], ("pair",))]
+  report.write_report(records, out, benchmark)
   return records
 
 
