@@ -28,7 +28,6 @@ from typing import Iterator, Optional, Sequence
 import faiss
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from twotower import io as tio
@@ -50,18 +49,11 @@ def embedding_files(path: str) -> list[str]:
   return tio.match_files(f"{path.rstrip('/')}/*.parquet")
 
 
-def _open(path: str) -> pq.ParquetFile:
-  if tio.is_local(path):
-    return pq.ParquetFile(path)
-  from apache_beam.io.filesystems import FileSystems
-  return pq.ParquetFile(FileSystems.open(path))
-
-
 def count_vectors(files: Sequence[str]) -> tuple[int, int]:
   """(rows, d) from the Parquet footers alone: no vector is read."""
   n, d = 0, None
   for f in files:
-    pf = _open(f)
+    pf = tio.open_parquet(f)
     n += pf.metadata.num_rows
     field = pf.schema_arrow.field("embedding")
     if not pa.types.is_fixed_size_list(field.type):
@@ -94,7 +86,7 @@ def iter_blocks(files: Sequence[str], block_rows: int = 65_536,
                 progress: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Yields (ids int64[b] or str[b], vectors float32[b, d]) blocks, shard after shard."""
   for f in tqdm(files, desc="shards", unit="shard", disable=not progress):
-    pf = _open(f)
+    pf = tio.open_parquet(f)
     for batch in pf.iter_batches(batch_size=block_rows, columns=["id", "embedding"]):
       yield _to_numpy(batch, f)
 

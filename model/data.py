@@ -22,6 +22,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from twotower import contracts
+from twotower import io as tio
 from twotower.model.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -108,20 +109,16 @@ def pretrain_dataset(pairs_root: str, tasks: Sequence[str], split: str, tokenize
 
 def _passage_texts(passages_dir: str) -> tf.data.Dataset:
   """string [] passage texts of `passages/*.parquet`, streamed one row group at a time."""
-  import pyarrow.parquet as pq
-  files = sorted(tf.io.gfile.glob(f"{passages_dir.rstrip('/')}/*.parquet"))
-  if not files:
-    raise FileNotFoundError(f"no passages match {passages_dir}/*.parquet")
+  files = tio.match_files(f"{passages_dir.rstrip('/')}/*.parquet")
 
   def gen():
     for path in files:
-      with tf.io.gfile.GFile(path, "rb") as f:
-        pf = pq.ParquetFile(f)
-        for i in range(pf.num_row_groups):
-          table = pf.read_row_group(i, columns=["title", "text"])
-          for title, text in zip(table.column("title").to_pylist(),
-                                 table.column("text").to_pylist()):
-            yield f"{title or ''} {text or ''}".strip()
+      pf = tio.open_parquet(path)
+      for i in range(pf.num_row_groups):
+        table = pf.read_row_group(i, columns=["title", "text"])
+        for title, text in zip(table.column("title").to_pylist(),
+                               table.column("text").to_pylist()):
+          yield f"{title or ''} {text or ''}".strip()
   return tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([], tf.string))
 
 

@@ -36,6 +36,18 @@ def is_local(path: str) -> bool:
   return "://" not in path
 
 
+def open_parquet(path: str):
+  """A `pyarrow.parquet.ParquetFile` on any Beam filesystem (row groups are read lazily).
+
+  Local paths go to pyarrow directly; others through Beam's FileSystems (TF's GFile is not
+  usable here: pyarrow sees a GFile as closed until its first read)."""
+  import pyarrow.parquet as pq
+  if is_local(path):
+    return pq.ParquetFile(path)
+  from apache_beam.io.filesystems import FileSystems
+  return pq.ParquetFile(FileSystems.open(path))
+
+
 def makedirs(path: str) -> None:
   if is_local(path):
     os.makedirs(path, exist_ok=True)
