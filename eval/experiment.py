@@ -235,6 +235,7 @@ def _towers_checkpoint(ctx: Context, cell: grid.Cell, out: str) -> str:
   object graph (names do not matter) and written alone, so their names are `model/...`.
   MLM runs are passed through unchanged.
   """
+  import numpy as np
   import tensorflow as tf
   from twotower.model import config as config_lib
   from twotower.model import train
@@ -251,8 +252,18 @@ def _towers_checkpoint(ctx: Context, cell: grid.Cell, out: str) -> str:
   vocab_size = cfg.model.vocab_size or Tokenizer.from_file(
       _vocab_file(cell, ctx), cfg.model.query_len, cfg.model.doc_len).vocab_size
   model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature)
-  tf.train.Checkpoint(model=model).restore(prefix).expect_partial() \
-      .assert_existing_objects_matched()
+  # Restore through the optimizer too: its `_trainable_variables` list reaches every variable
+  # (checkpoints written before the Transformer blocks were attributes hold the blocks only
+  # there), and then check that nothing kept its random initial value.
+  optimizer = train.make_optimizer(1e-4, 1, 0.0, 0.0)
+  optimizer.build(model.trainable_variables)
+  fresh = [v.numpy().copy() for v in model.weights]
+  tf.train.Checkpoint(model=model, optimizer=optimizer).restore(prefix).expect_partial()
+  unrestored = [v.path for v, before in zip(model.weights, fresh)
+                if np.array_equal(v.numpy(), before)]
+  if unrestored:
+    raise ValueError(f"{prefix}: {len(unrestored)} of {len(fresh)} tower variables were not "
+                     f"restored, e.g. {unrestored[:3]}")
   path = tf.train.Checkpoint(model=model).save(os.path.join(out, "init", "towers"))
   logger.info("towers of %s re-written as %s (model/... names) for --init", prefix, path)
   _clear_keras()

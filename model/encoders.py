@@ -57,6 +57,11 @@ class TransformerBackbone(keras.layers.Layer):
             kernel_initializer="glorot_uniform", dtype=self.dtype_policy,
             name=f"transformer_layer_{i}")
         for i in range(self.num_layers)]
+    # tf.train.Checkpoint follows attributes, not Keras-tracked lists: without one attribute
+    # per block, a checkpoint of the model (fine-tuning's --init) would hold the embeddings
+    # and the projection but none of the Transformer blocks.
+    for i, block in enumerate(self.blocks):
+      setattr(self, f"transformer_layer_{i}", block)
 
   def build(self, input_shape):
     length = input_shape["token_ids"][-1]

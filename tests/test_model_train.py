@@ -166,6 +166,32 @@ def test_finetune_from_pretraining_restores_towers_and_reports_recall(
   assert history["val_R@10"].iloc[-1] >= history["val_R@1"].iloc[-1]
 
 
+def test_init_towers_restores_every_variable_of_the_pretrained_towers(workdir, pretrained):
+  # The training checkpoint (model + optimizer) also names each trainable variable by its
+  # index in model.trainable_variables (optimizer/_trainable_variables/N): the reference values,
+  # independent of the model path that --init restores through. Every tower variable must
+  # come back, the Transformer blocks included (a Keras-tracked list of blocks once hid them
+  # from tf.train.Checkpoint, and fine-tuning silently started from random blocks).
+  from twotower.model import config
+  from twotower.model.tokenizer import Tokenizer
+  from twotower.model.two_tower import build_two_tower
+  cfg = config.load("tiny")
+  vocab_size = Tokenizer.from_file(str(workdir / "vocab.txt"), cfg.model.query_len,
+                                   cfg.model.doc_len).vocab_size
+  model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature)
+  train.init_towers(model, str(pretrained))
+  reader = tf.train.load_checkpoint(train.resolve_checkpoint(str(pretrained)))
+  towers = {id(v) for v in model.query_tower.weights + model.doc_tower.weights}
+  checked = 0
+  for i, v in enumerate(model.trainable_variables):
+    if id(v) in towers:
+      saved = reader.get_tensor(f"optimizer/_trainable_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")
+      np.testing.assert_array_equal(v.numpy(), saved, err_msg=v.path)
+      checked += 1
+  assert checked == len(towers)
+  assert any("transformer_layer" in v.path for v in model.query_tower.weights)
+
+
 @pytest.mark.slow
 def test_mlm_then_towers_start_from_the_mlm_backbone(workdir, reqa_dir, caplog):
   mlm_out = workdir / "mlm"
