@@ -41,3 +41,16 @@ def test_beam_counters_and_means():
   assert stats == {"items": 3, "tokens": 6}
   io.add_mean(stats, "tokens_mean", "tokens", "items")
   assert stats["tokens_mean"] == 2.0
+
+
+def test_write_text_gives_the_mode_of_a_plain_open(tmp_path):
+  # mkstemp's 0600 would make results unreadable to other users of a shared machine.
+  import os
+  import stat
+  umask = os.umask(0o022)
+  try:
+    path = tmp_path / "a.txt"
+    io.write_text(str(path), "x")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+  finally:
+    os.umask(umask)

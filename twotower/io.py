@@ -62,6 +62,10 @@ def write_text(path: str, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     with os.fdopen(fd, "w", encoding="utf-8") as f:
       f.write(text)
+    # mkstemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
     return
   from apache_beam.io.filesystems import FileSystems
