@@ -225,55 +225,11 @@ def _pretrain(cell: grid.Cell, ctx: Context, out: str) -> dict:
   return {}
 
 
-def _towers_checkpoint(ctx: Context, cell: grid.Cell, out: str) -> str:
-  """`--init` for fine-tuning from the cell's pre-training run.
-
-  Work-around, a no-op once `model.train.init_towers` recognises its own checkpoints: a
-  checkpoint of model + optimizer names each variable by its shortest path in the object
-  graph, which is `optimizer/_trainable_variables/N`, so `init_towers` (which looks for
-  `model/query_tower/...` names) rejects it. Here the pre-trained towers are restored by
-  object graph (names do not matter) and written alone, so their names are `model/...`.
-  MLM runs are passed through unchanged.
-  """
-  import numpy as np
-  import tensorflow as tf
-  from twotower.model import config as config_lib
-  from twotower.model import train
-  run_dir = ctx.dep(cell, "pretrain")
-  prefix = train.resolve_checkpoint(run_dir)
-  names = [n for n, _ in tf.train.list_variables(prefix)]
-  pre = ctx.plan[next(d for d in cell.deps if ctx.plan[d].kind == "pretrain")].params
-  if pre["tasks"] == "mlm" or any(n.startswith("model/query_tower/") for n in names):
-    return run_dir
-  from twotower.model.tokenizer import Tokenizer
-  from twotower.model.two_tower import build_two_tower
-  args = model_config_args(pre)
-  cfg = config_lib.load(args[1], [args[i + 1] for i in range(2, len(args), 2)])
-  vocab_size = cfg.model.vocab_size or Tokenizer.from_file(
-      _vocab_file(cell, ctx), cfg.model.query_len, cfg.model.doc_len).vocab_size
-  model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature)
-  # Restore through the optimizer too: its `_trainable_variables` list reaches every variable
-  # (checkpoints written before the Transformer blocks were attributes hold the blocks only
-  # there), and then check that nothing kept its random initial value.
-  optimizer = train.make_optimizer(1e-4, 1, 0.0, 0.0)
-  optimizer.build(model.trainable_variables)
-  fresh = [v.numpy().copy() for v in model.weights]
-  tf.train.Checkpoint(model=model, optimizer=optimizer).restore(prefix).expect_partial()
-  unrestored = [v.path for v, before in zip(model.weights, fresh)
-                if np.array_equal(v.numpy(), before)]
-  if unrestored:
-    raise ValueError(f"{prefix}: {len(unrestored)} of {len(fresh)} tower variables were not "
-                     f"restored, e.g. {unrestored[:3]}")
-  path = tf.train.Checkpoint(model=model).save(os.path.join(out, "init", "towers"))
-  logger.info("towers of %s re-written as %s (model/... names) for --init", prefix, path)
-  _clear_keras()
-  return path
-
-
 def _finetune(cell: grid.Cell, ctx: Context, out: str) -> dict:
   from twotower.model import finetune
   p = cell.params
-  init = _towers_checkpoint(ctx, cell, out) if ctx.dep(cell, "pretrain") else "none"
+  # `twotower finetune --init` reads a pre-training run's own checkpoint (object graph).
+  init = ctx.dep(cell, "pretrain") or "none"
   argv = model_config_args(p) + [
       "--set", f"trainer.seed={p['seed']}", "--out", out, "--vocab", _vocab_file(cell, ctx),
       "--init", init, "--reqa", ctx.dep(cell, "reqa"), "--split", str(p["ratio"]),
