@@ -60,9 +60,13 @@ def is_heldout(page_id: int, heldout_percent: float) -> bool:
   return stable_hash("heldout", page_id) % 10_000 < heldout_percent * 100
 
 
-def split_of(page_id: int, heldout_percent: float) -> str:
+def pair_split(query_page_id: int, doc_page_id: int, heldout_percent: float) -> str:
+  """A pair is held out when *either* of its pages is: a WLP pair joins two pages, and a
+  held-out page must never feed training, through its query or through its document."""
   train, heldout = contracts.PAIR_SPLITS
-  return heldout if is_heldout(page_id, heldout_percent) else train
+  if is_heldout(query_page_id, heldout_percent) or is_heldout(doc_page_id, heldout_percent):
+    return heldout
+  return train
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,9 @@
                         --> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
 
-Pairs go to `heldout` when a stable hash of the *query* page id falls under
-`--heldout_percent`, else to `train`. Lengths in stats.json are estimated word pieces
+A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
+to `heldout` when *either* of its pages is held out (a WLP pair joins two pages), else to
+`train`, so that no held-out page feeds training. Lengths in stats.json are estimated word pieces
 (whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
 document text without its title.
 
@@ -58,7 +59,7 @@ class _CountPairs(beam.DoFn):
     self._inc(f"pairs_{task}")
     self._inc(f"query_tokens_{task}", pair_tasks.estimate_wordpieces(pair.query))
     self._inc(f"doc_tokens_{task}", pair_tasks.estimate_wordpieces(pair.doc_text))
-    split = pair_tasks.split_of(pair.query_page_id, self.heldout_percent)
+    split = pair_tasks.pair_split(pair.query_page_id, pair.doc_page_id, self.heldout_percent)
     if split != contracts.PAIR_SPLITS[0]:
       self._inc(f"pairs_{task}_{split}")
     yield pair
@@ -154,8 +155,8 @@ def build(pipeline: beam.Pipeline, config: PairsConfig) -> None:
              for split in contracts.PAIR_SPLITS]
   percent = config.heldout_percent
   parts = pairs | "ByTaskAndSplit" >> beam.Partition(
-      lambda pair, _: outputs.index((pair.task, pair_tasks.split_of(pair.query_page_id,
-                                                                    percent))),
+      lambda pair, _: outputs.index((pair.task, pair_tasks.pair_split(
+          pair.query_page_id, pair.doc_page_id, percent))),
       len(outputs))
   for (task, split), part in zip(outputs, parts):
     _ = (part
@@ -250,8 +251,8 @@ def parse_args(argv: Iterable[str] | None) -> tuple[PairsConfig, list[str]]:
   p.add_argument("--max_redirect_hops", type=int, default=links_lib.DEFAULT_MAX_HOPS,
                  help="longest redirect chain followed")
   p.add_argument("--heldout_percent", type=float, default=5.0,
-                 help="percent of pages (by a stable hash of the query page id) whose pairs "
-                      "go to the heldout split")
+                 help="percent of pages held out (by a stable hash of the page id); a pair "
+                      "with a held-out query or document page goes to the heldout split")
   p.add_argument("--num_shards", type=int, default=0,
                  help="shards per output (pairs per task and split, passages); 0 = runner's "
                       "choice")

@@ -147,6 +147,33 @@ def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
   assert bad == 0 and unk <= 0.01 * total
 
 
+def heldout_leaks(out: str, percent: float) -> tuple[list[dict], int]:
+  """(training pairs that touch a held-out page, held-out WLP pairs whose query page alone
+  would have put them in train)."""
+  from twotower.pipelines import pair_tasks
+  leaks, rerouted = [], 0
+  for task in contracts.PRETRAIN_TASKS:
+    for p in read_pairs(out, task):
+      pages = (p["query_page_id"], p["doc_page_id"])
+      held = [pair_tasks.is_heldout(page, percent) for page in pages]
+      if p["split"] == "train" and any(held):
+        leaks.append(p)
+      if p["split"] == "heldout" and not held[0]:
+        rerouted += 1
+  return leaks, rerouted
+
+
+def test_no_training_pair_touches_a_heldout_page(tmp_path):
+  """A WLP pair whose query page is in train but whose document comes from a held-out page
+  is held out (issue 11: the split used to follow the query page alone)."""
+  dump = write_dump(tmp_path / "many-pages-articles.xml", many_pages(30))
+  stats = run_pairs(dump, tmp_path / "out", "--heldout_percent", "30", "--wlp_per_page", "3")
+  leaks, rerouted = heldout_leaks(str(tmp_path / "out"), 30)
+  assert not leaks, f"{len(leaks)} training pairs use a held-out page, e.g. {leaks[0]}"
+  assert rerouted > 0  # the case exists in this dump: WLP pairs held out for their document
+  assert stats["pairs_wlp_heldout"] >= rerouted
+
+
 @pytest.mark.slow
 def test_single_and_multi_process_runs_write_the_same_pairs(tmp_path):
   dump = write_dump(tmp_path / "many-pages-articles.xml", many_pages(40))
@@ -178,3 +205,5 @@ def test_shared_dumps_balance_and_give_all_three_tasks(dump_fixture, request, tm
   table = read_passages(str(tmp_path / "out"))
   assert table.schema.equals(contracts.PASSAGE_SCHEMA)
   assert table.num_rows == stats["passages"] > 0
+  leaks, _ = heldout_leaks(str(tmp_path / "out"), 5.0)  # ltgwiki had 48 before the fix
+  assert not leaks
