@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import math
 import os
 from typing import Any, Mapping, Optional, Sequence
 
@@ -70,13 +71,26 @@ class DataConfig:
       batch is a negative of a query.
     shuffle_buffer: examples per task held in the shuffle buffer.
     mlm_rate: fraction of word pieces selected for masked-LM prediction.
-    mlm_max_predictions: static number of predicted positions per sequence.
+    mlm_max_predictions: static number of predicted positions per sequence; 0 (default)
+      derives it from the length so that it never caps `mlm_rate`
+      (`mlm_predictions`: 19 at 128 pieces, 43 at 288).
   """
   tasks: tuple[str, ...] = ("ict",)
   batch_size: int = 64
   shuffle_buffer: int = 10_000
   mlm_rate: float = 0.15
-  mlm_max_predictions: int = 20
+  mlm_max_predictions: int = 0
+
+  def mlm_predictions(self, length: int) -> int:
+    """Predicted positions per MLM row at `length` word pieces."""
+    return self.mlm_max_predictions or mlm_predictions(length, self.mlm_rate)
+
+
+def mlm_predictions(length: int, rate: float) -> int:
+  """Predicted positions per row that never cap `rate` of a full `[CLS] ... [SEP]` row:
+  ceil(rate * (length - 2)), 19 at 128 pieces and 77 at 512 (BERT scales its cap with the
+  length too: 20 at 128, 76 at 512)."""
+  return max(1, math.ceil(rate * (length - 2)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,10 +123,17 @@ def _passage_texts(passages_dir: str) -> tf.data.Dataset:
 
 
 def mlm_dataset(tokenizer: Tokenizer, batch_size: int, length: int, rate: float,
-                max_predictions: int, *, passages_dir: str | None = None,
+                max_predictions: int = 0, *, passages_dir: str | None = None,
                 pair_files_: Sequence[str] = (), shuffle: bool = True, repeat: bool = True,
                 seed: int = 0, shuffle_buffer: int = 10_000) -> tf.data.Dataset:
-  """Masked-LM batches from passages (or from the documents of pair records)."""
+  """Masked-LM batches from passages (or from the documents of pair records).
+
+  `max_predictions` 0 derives the static number of predicted positions from the length
+  (config.mlm_predictions), so that `rate` is never capped. Batch i is masked with the
+  stateless seed (seed, i): the same seed masks the same batches the same way.
+  """
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  max_predictions = max_predictions or config_lib.mlm_predictions(length, rate)
   if passages_dir:
     texts = _passage_texts(passages_dir)
     if shuffle:
@@ -139,12 +146,14 @@ def mlm_dataset(tokenizer: Tokenizer, batch_size: int, length: int, rate: float,
     texts = _records(pair_files_, shuffle, seed, repeat, shuffle_buffer).map(
         lambda s: tf.strings.join([parse_pairs(s[None])["doc_title"][0],
                                    parse_pairs(s[None])["doc_text"][0]], " "))
-  ds = texts.batch(batch_size, drop_remainder=True)
+  ds = texts.batch(batch_size, drop_remainder=True).enumerate()
 
-  def fn(text):
+  def fn(index, text):
     packed = tokenizer.passages(text, length)
-    return _static(tokenizer.mask_for_mlm(packed["token_ids"], rate, max_predictions), batch_size)
-  ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+    masked = tokenizer.mask_for_mlm(packed["token_ids"], rate, max_predictions,
+                                    seed=tf.stack([tf.constant(seed, tf.int64), index]))
+    return _static(masked, batch_size)
+  ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 

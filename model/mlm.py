@@ -38,7 +38,7 @@ def pretrain_mlm(cfg: config_lib.PretrainConfig, args: argparse.Namespace) -> di
                                    m.hidden_dim, m.num_heads, m.intermediate_dim, m.dropout,
                                    name="backbone")
     model = MlmModel(backbone, name="mlm")
-    model.build_from_lengths(m.doc_len, cfg.data.mlm_max_predictions)
+    model.build_from_lengths(m.doc_len, cfg.data.mlm_predictions(m.doc_len))
     model.compile(optimizer=train.make_optimizer(t.learning_rate, t.steps, t.warmup_fraction,
                                                  t.weight_decay), jit_compile=t.jit_compile)
   logger.info("MLM backbone L%d/H%d/A%d, %.2fM parameters", m.num_layers, m.hidden_dim,
@@ -49,7 +49,7 @@ def pretrain_mlm(cfg: config_lib.PretrainConfig, args: argparse.Namespace) -> di
       raise ValueError("MLM needs --passages DIR (or --pairs DIR to use pair documents)")
     pair_files = data.pair_files(args.pairs, "ict", "train")
   ds = data.mlm_dataset(tokenizer, cfg.data.batch_size, m.doc_len, cfg.data.mlm_rate,
-                        cfg.data.mlm_max_predictions, passages_dir=args.passages,
+                        cfg.data.mlm_predictions(m.doc_len), passages_dir=args.passages,
                         pair_files_=pair_files, seed=t.seed, shuffle_buffer=cfg.data.shuffle_buffer)
   verbose = args.verbose if args.verbose is not None else "auto"
   history = train.fit(model, ds, None, cfg, args.out, strategy, t.steps, (), verbose)

@@ -98,29 +98,51 @@ class Tokenizer(tf.Module):
     return self._pack([p], length)
 
   def mask_for_mlm(self, token_ids: tf.Tensor, rate: float, max_predictions: int,
-                   ) -> dict[str, tf.Tensor]:
-    """BERT masking of a packed batch, with tensorflow-text's MLM ops.
+                   seed: tf.Tensor) -> dict[str, tf.Tensor]:
+    """BERT masking of a packed batch: `rate` of the word pieces of each row are predicted;
+    of those, 80 % become [MASK], 10 % a random token, 10 % stay.
+
+    Each row predicts floor(n * rate) or one more of its n maskable pieces (stochastic
+    rounding), so the masked fraction is `rate` in expectation at every sequence length: a
+    fixed ceil (tensorflow-text's RandomItemSelector) or round is off by up to 1/n, 3 points
+    at 32 pieces. `max_predictions` is the static width of the outputs; it should be at least
+    `config.mlm_predictions(length, rate)`, else it caps long rows below `rate`.
 
     Args:
-      token_ids: int32 [batch, length], padded with [PAD]=0.
+      token_ids: int32 [batch, length], `[CLS] ... [SEP]` padded with [PAD]=0.
+      rate: share of maskable pieces (not [PAD], [CLS], [SEP]) to predict.
+      max_predictions: P, predicted positions per row (static).
+      seed: int [2], a stateless-random seed (the same seed masks the same way).
     Returns:
       `token_ids` (masked) and `padding_mask` int32 [batch, length]; `mask_positions`,
-      `mask_ids` int32 [batch, max_predictions] and `mask_weights` float32 [batch,
-      max_predictions] (0 on padding slots).
+      `mask_ids` int32 [batch, P] and `mask_weights` float32 [batch, P] (0 on unused slots,
+      whose position is 0 and id the original [CLS]).
     """
-    ragged = tf.RaggedTensor.from_tensor(tf.cast(token_ids, tf.int64), padding=self.pad_id)
-    selector = tf_text.RandomItemSelector(
-        max_selections_per_batch=max_predictions, selection_rate=rate,
-        unselectable_ids=[self.pad_id, self.cls_id, self.sep_id])
-    chooser = tf_text.MaskValuesChooser(self.vocab_size, self.mask_id, mask_token_rate=0.8,
-                                        random_token_rate=0.1)
-    masked, positions, original = tf_text.mask_language_model(ragged, selector, chooser)
-    length = token_ids.shape[1]
-    masked_ids, padding_mask = tf_text.pad_model_inputs(masked, max_seq_length=length)
-    positions, weights = tf_text.pad_model_inputs(positions, max_seq_length=max_predictions)
-    original, _ = tf_text.pad_model_inputs(original, max_seq_length=max_predictions)
-    return {"token_ids": tf.cast(masked_ids, tf.int32),
-            "padding_mask": tf.cast(padding_mask, tf.int32),
-            "mask_positions": tf.cast(positions, tf.int32),
-            "mask_ids": tf.cast(original, tf.int32),
+    ids = tf.cast(token_ids, tf.int32)
+    length = ids.shape[1]
+    predictions = min(int(max_predictions), length)
+    shape = tf.shape(ids)
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=4)
+    maskable = ((ids != self.pad_id) & (ids != self.cls_id) & (ids != self.sep_id))
+    n = tf.reduce_sum(tf.cast(maskable, tf.float32), axis=1)
+    count = tf.floor(n * rate + tf.random.stateless_uniform([shape[0]], seeds[0]))
+    count = tf.minimum(tf.cast(count, tf.int32), predictions)
+    # Maskable positions in a random order first (unmaskable ones score 2 and sort last).
+    scores = tf.where(maskable, tf.random.stateless_uniform(shape, seeds[1]), 2.0)
+    order = tf.argsort(scores, axis=1, stable=True)[:, :predictions]
+    weights = tf.range(predictions)[None, :] < count[:, None]
+    positions = tf.where(weights, order, 0)
+    original = tf.gather(ids, positions, batch_dims=1)
+    draw = tf.random.stateless_uniform(tf.shape(positions), seeds[2])
+    random_ids = tf.random.stateless_uniform(tf.shape(positions), seeds[3], minval=0,
+                                             maxval=self.vocab_size, dtype=tf.int32)
+    replaced = tf.where(draw < 0.8, self.mask_id, tf.where(draw < 0.9, random_ids, original))
+    replaced = tf.where(weights, replaced, original)
+    rows = tf.broadcast_to(tf.range(shape[0])[:, None], tf.shape(positions))
+    masked = tf.tensor_scatter_nd_update(ids, tf.stack([rows, positions], axis=-1), replaced)
+    return {"token_ids": masked,
+            "padding_mask": tf.cast(ids != self.pad_id, tf.int32),
+            "mask_positions": positions,
+            "mask_ids": original,
             "mask_weights": tf.cast(weights, tf.float32)}
+

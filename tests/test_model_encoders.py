@@ -57,7 +57,7 @@ def test_vocab_without_pad_first_is_rejected(tmp_path):
 
 def test_mlm_masking_shapes_and_positions(tokenizer):
   packed = tokenizer.passages(tf.constant(["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"] * 4), 14)
-  out = tokenizer.mask_for_mlm(packed["token_ids"], rate=0.3, max_predictions=5)
+  out = tokenizer.mask_for_mlm(packed["token_ids"], rate=0.3, max_predictions=5, seed=[1, 2])
   assert out["token_ids"].shape == (4, 14) and out["mask_positions"].shape == (4, 5)
   for row in range(4):
     n = int(out["mask_weights"][row].numpy().sum())

@@ -214,7 +214,7 @@ def test_mlm_then_towers_start_from_the_mlm_backbone(workdir, reqa_dir, caplog):
   mlm = MlmModel(TransformerBackbone(226, max(m.query_len, m.doc_len), m.num_layers,
                                      m.hidden_dim, m.num_heads, m.intermediate_dim, m.dropout,
                                      name="backbone"))
-  mlm.build_from_lengths(m.doc_len, cfg.data.mlm_max_predictions)
+  mlm.build_from_lengths(m.doc_len, cfg.data.mlm_predictions(m.doc_len))
   tf.train.Checkpoint(model=mlm).restore(
       tf.train.latest_checkpoint(str(mlm_out / "checkpoints"))).expect_partial()
   saved = mlm.backbone.token_embedding.embeddings.numpy()
