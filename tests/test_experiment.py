@@ -30,12 +30,13 @@ def full_config(**kw) -> grid.GridConfig:
 def test_full_grid_pretrains_each_system_once_and_fine_tunes_every_ratio_and_seed():
   plan, entries = grid.plan(full_config())
   kinds = {k: len(plan.of_kind(k)) for k in grid.KINDS}
-  # 6 pre-trained systems (BoW-MLP, MLM, ICT, BFS, WLP, ICT+BFS+WLP) + 2 Table 5 sizes.
+  # 6 pre-trained systems (BoW-MLP+ICT+BFS+WLP, MLM, ICT, BFS, WLP, ICT+BFS+WLP) + 2
+  # Table 5 sizes.
   assert kinds["pretrain"] == 8
-  # 7 dense systems x (4 ratios + 2 more seeds at 5 %) + 2 Table 5 sizes at 1 %.
-  assert kinds["finetune"] == 7 * 6 + 2
+  # 8 dense systems x (4 ratios + 2 more seeds at 5 %) + 2 Table 5 sizes at 1 %.
+  assert kinds["finetune"] == 8 * 6 + 2
   # ... each evaluated once, plus ICT+BFS+WLP at 1 % on the open-domain candidates.
-  assert kinds["eval"] == 7 * 6 + 2 + 1
+  assert kinds["eval"] == 8 * 6 + 2 + 1
   assert kinds["bm25"] == 2 and kinds["reqa"] == 2 and kinds["pairs"] == 1
   ict = [c for c in plan.of_kind("finetune") if c.params["system"] == "ict"]
   assert {c.deps[-1] for c in ict} == {"pretrain/ict/cpu-small"}  # one checkpoint, reused
@@ -53,6 +54,19 @@ def test_full_grid_pretrains_each_system_once_and_fine_tunes_every_ratio_and_see
   for cell in plan:
     assert set(cell.deps) <= seen, cell.name
     seen.add(cell.name)
+
+
+def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
+  """The paper's MLP row has no pre-training (issue 11); the pre-trained BoW-MLP is another
+  system under its own name."""
+  plan, _ = grid.plan(full_config(systems=("bow-mlp", "bow-mlp-ict+bfs+wlp")))
+  untrained = [c for c in plan.of_kind("finetune") if c.params["system"] == "bow-mlp"]
+  assert untrained and all(plan[d].kind != "pretrain" for c in untrained for d in c.deps)
+  assert all(c.params["config"] == "bow-mlp" for c in untrained)
+  pretrained = [c for c in plan.of_kind("pretrain")
+                if c.params["system"] == "bow-mlp-ict+bfs+wlp"]
+  assert [c.params["tasks"] for c in pretrained] == ["ict,bfs,wlp"]
+  assert grid.SYSTEMS_BY_NAME["bow-mlp"].pretraining == "No pre-training"
 
 
 def test_cell_keys_are_stable_and_follow_parameter_changes_downstream():
@@ -107,8 +121,8 @@ def test_dry_run_prints_the_plan_and_an_estimate(tmp_path, capsys):
   experiment.run(["--preset", "cpu-small", "--out", str(tmp_path / "w"), "--dump", SLICE,
                   "--squad", "squad.json", "--ratio_seeds", "5=0,1,2", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("103 cells (1 pairs, 1 vocab, 2 reqa, 2 bm25, 8 pretrain, 44 finetune, "
-                        "45 eval); rough estimate of what is left on 2 cores: ")
+  assert out.startswith("115 cells (1 pairs, 1 vocab, 2 reqa, 2 bm25, 8 pretrain, 50 finetune, "
+                        "51 eval); rough estimate of what is left on 2 cores: ")
   assert "todo  pretrain pretrain/ict+bfs+wlp/cpu-small-l4-d512" in out
   assert not (tmp_path / "w").exists()  # a dry run writes nothing
 
