@@ -74,6 +74,7 @@ def pipeline(dump: str, out: str, beam_args: list[str],
 def breakdown(dump: str, pipeline_cpu: float) -> None:
   """CPU seconds of each stage's work as a plain loop; the rest of the pipeline's CPU is
   Beam (runner, coders between stages, shuffles) and the writers."""
+  from twotower.contracts import codecs
   from twotower.pipelines import pair_tasks, passages, sentences, wikidump, wikitext
   steps: collections.Counter = collections.Counter()
 
@@ -96,7 +97,7 @@ def breakdown(dump: str, pipeline_cpu: float) -> None:
     page_passages, _ = timed("passages", passages.pack_page, page, page_sentences, config)
     pairs = timed("ICT + BFS pairs", lambda: pair_tasks.ict_pairs(page_passages, pair_config)
                   + pair_tasks.bfs_pairs(page_passages, pair_config))
-    timed("encode Examples", lambda: [pair_tasks.pair_to_example(p) for p in pairs])
+    timed("encode Examples", lambda: [codecs.encode_pair(p) for p in pairs])
   print(f"\nwhere the pipeline's CPU goes (each step as a plain loop; {pipeline_cpu:.1f} s "
         "pipeline CPU)")
   for name, seconds in steps.items():

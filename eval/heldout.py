@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 
 from twotower import contracts
 from twotower import io as tio
-from twotower.pipelines import pair_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def build_heldout_benchmark(pairs_out: str, out_dir: str, heldout_percent: float
                            columns=["page_id", "passage_id", "title", "text"]).to_pylist()
   candidates, pages = [], set()
   for p in sorted(passages, key=lambda p: (p["page_id"], p["passage_id"])):
-    if not pair_tasks.is_heldout(p["page_id"], heldout_percent):
+    if not contracts.is_heldout(p["page_id"], heldout_percent):
       continue
     uid = contracts.passage_uid(p["page_id"], p["passage_id"])
     text = by_passage[uid]["doc_text"] if uid in by_passage else p["text"]

@@ -33,6 +33,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 from twotower import contracts
 from twotower import io as tio
 from twotower import texts
+from twotower.contracts import counters
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +41,10 @@ logger = logging.getLogger(__name__)
 EMBEDDINGS_PREFIX = "embeddings"
 EMBEDDINGS_SUFFIX = ".parquet"
 
-COUNTER_READ = "embed_rows_read"
-COUNTER_EMBEDDED = "embed_rows_embedded"
-COUNTER_SKIPPED_EMPTY = "embed_rows_skipped_empty"
-COUNTER_SKIPPED_BAD_ID = "embed_rows_skipped_bad_id"  # missing, or out of passage_uid range
+COUNTER_READ = counters.EMBED_ROWS_READ
+COUNTER_EMBEDDED = counters.EMBED_ROWS_EMBEDDED
+COUNTER_SKIPPED_EMPTY = counters.EMBED_ROWS_SKIPPED_EMPTY
+COUNTER_SKIPPED_BAD_ID = counters.EMBED_ROWS_SKIPPED_BAD_ID
 
 #: Input names of the two signatures, in the order ToExamples packs them.
 DOC_INPUTS = ("title", "text")
@@ -207,11 +208,9 @@ class _ToExamples(beam.DoFn):
 
   def __init__(self, spec: InputSpec):
     self._spec = spec
-    self._read = beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, COUNTER_READ)
-    self._skipped = {
-        "empty": beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, COUNTER_SKIPPED_EMPTY),
-        "bad_id": beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, COUNTER_SKIPPED_BAD_ID),
-    }
+    self._read = tio.counter(COUNTER_READ)
+    self._skipped = {"empty": tio.counter(COUNTER_SKIPPED_EMPTY),
+                     "bad_id": tio.counter(COUNTER_SKIPPED_BAD_ID)}
 
   def process(self, row: dict) -> Iterator[tuple[Any, tuple]]:
     self._read.inc()
@@ -230,7 +229,7 @@ class _ToTables(beam.DoFn):
 
   def __init__(self, schema: pa.Schema):
     self._schema = schema
-    self._embedded = beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, COUNTER_EMBEDDED)
+    self._embedded = tio.counter(COUNTER_EMBEDDED)
 
   def process(self, batch: list[tuple[Any, np.ndarray]]) -> Iterator[pa.Table]:
     self._embedded.inc(len(batch))
@@ -309,7 +308,7 @@ def build_pipeline(pipeline: beam.Pipeline, spec: InputSpec, model: str, out: st
 
 
 def run(argv: list[str] | None = None) -> None:
-  args, beam_args = tio.split_beam_args(_parser(), argv)
+  args, beam_args = _parser().parse_known_args(None if argv is None else list(argv))
   kind, path = next((k, getattr(args, k)) for k in ("candidates", "passages", "questions")
                     if getattr(args, k))
   spec = input_spec(kind, path, args.doc_text)

@@ -32,14 +32,11 @@ import apache_beam as beam
 
 from twotower import contracts
 from twotower import io as tio
+from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_HOPS = 5
-
-
-def _counter(name: str):
-  return beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, name)
 
 
 class Resolution(NamedTuple):
@@ -59,8 +56,8 @@ class _DedupeTitles(beam.DoFn):
   """(title, [Page, ...]) -> kept Page (main) and (title, page_id) (tagged "ids")."""
 
   def __init__(self):
-    self.kept = _counter("pages_kept")
-    self.duplicate = _counter("pages_skipped_duplicate_title")
+    self.kept = tio.counter(C.PAGES_KEPT)
+    self.duplicate = tio.counter(C.pages_skipped(C.PageSkip.DUPLICATE_TITLE))
 
   def process(self, element):
     title, pages = element
@@ -104,32 +101,34 @@ class _ResolveLinksFn(beam.DoFn):
   title)) for each resolved link."""
 
   def __init__(self):
-    self.counters = {name: _counter(name) for name in (
-        "links_total", "links_resolved", "links_unresolved", "links_redirect_loop",
-        "links_redirect_too_deep", "links_redirect_dangling", "links_via_redirect", "links_self")}
+    self.counters = {name: tio.counter(name) for name in (
+        C.LINKS_TOTAL, C.LINKS_RESOLVED, C.LINKS_UNRESOLVED, C.LINKS_REDIRECT_LOOP,
+        C.LINKS_REDIRECT_TOO_DEEP, C.LINKS_REDIRECT_DANGLING, C.LINKS_VIA_REDIRECT, C.LINKS_SELF)}
+    self.failures = {"dangling": self.counters[C.LINKS_REDIRECT_DANGLING],
+                     "too_deep": self.counters[C.LINKS_REDIRECT_TOO_DEEP]}
 
   def process(self, element):
     title, groups = element
     links, table = list(groups["links"]), list(groups["table"])
-    self.counters["links_total"].inc(len(links))
+    self.counters[C.LINKS_TOTAL].inc(len(links))
     if not links:
       return
     # An article title wins over a redirect of the same name; among equals the lowest id.
     best = min(table, key=lambda r: (r.status != "ok", r.hops, r.page_id), default=None)
     if best is None or best.status in ("dangling", "too_deep"):
-      self.counters["links_unresolved"].inc(len(links))
+      self.counters[C.LINKS_UNRESOLVED].inc(len(links))
       if best is not None:
-        self.counters[f"links_redirect_{best.status}"].inc(len(links))
+        self.failures[best.status].inc(len(links))
       return
     if best.status == "loop":
-      self.counters["links_redirect_loop"].inc(len(links))
+      self.counters[C.LINKS_REDIRECT_LOOP].inc(len(links))
       return
-    self.counters["links_resolved"].inc(len(links))
+    self.counters[C.LINKS_RESOLVED].inc(len(links))
     if best.hops:
-      self.counters["links_via_redirect"].inc(len(links))
+      self.counters[C.LINKS_VIA_REDIRECT].inc(len(links))
     for linking_id in links:
       if linking_id == best.page_id:
-        self.counters["links_self"].inc()
+        self.counters[C.LINKS_SELF].inc()
         continue
       yield best.page_id, (linking_id, title)
 
@@ -138,7 +137,7 @@ class _DedupeInlinks(beam.DoFn):
   """((target_id, linking_id), [title, ...]) -> (target_id, (linking_id, link_titles))."""
 
   def __init__(self):
-    self.duplicate = _counter("links_duplicate")
+    self.duplicate = tio.counter(C.LINKS_DUPLICATE)
 
   def process(self, element):
     (target_id, linking_id), titles = element

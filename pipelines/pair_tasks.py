@@ -12,14 +12,17 @@ name and the page ids, and every choice is made over inputs sorted by id. So a p
 the same pairs on any runner, with any parallelism, in any bundle order.
 
 Choices the paper leaves open, decided here:
-  * ICT removes the query sentence (every copy of it) from the document, unless
-    `ict_keep_prob` > 0 keeps it with that probability (the paper's ablation); passages with
-    fewer than 2 sentences are skipped.
+  * ICT removes the query sentence (every copy of it) from the document, as the paper
+    describes ICT; `ict_keep_prob` > 0 keeps it with that probability instead (ORQA's
+    variant, Lee et al. 2019, which keeps it 10 % of the time; not in this paper). Passages
+    with fewer than 2 sentences are skipped.
   * BFS draws the document among the page's passages *other than* the one holding the query
     sentence: a document containing its own query is the ICT-keep case, not BFS. A page with a
     single passage yields no BFS pair.
-  * WLP prefers a passage of B that mentions A (its title, or the link text B used, case
-    insensitive: the anchor's neighbourhood); B's other passages are the fallback.
+  * WLP prefers a passage of B that mentions A: A's title, or a link target title B used
+    for A (the normalised `[[target]]`, e.g. a redirect's name; not the anchor text, which
+    the cleaned page no longer marks), case insensitive; B's other passages are the
+    fallback.
   * Queries have at least `min_query_words` whitespace words (default 5), so that headings
     and list fragments do not become queries.
 """
@@ -27,13 +30,12 @@ Choices the paper leaves open, decided here:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import heapq
 import math
 import random
 from typing import Iterable, Sequence
 
-from twotower import contracts
+from twotower.contracts import Pair, Passage, stable_hash
 
 #: Cheap word-piece estimate used before any vocabulary exists: whitespace words x 1.3
 #: (English BERT-style vocabularies give 1.2-1.4 pieces per word on Wikipedia text).
@@ -45,55 +47,8 @@ def estimate_wordpieces(text: str) -> int:
   return math.ceil(len(text.split()) * WORDPIECES_PER_WORD)
 
 
-def stable_hash(*parts: object) -> int:
-  """A 64-bit hash of `parts` that is the same in every process (unlike `hash`)."""
-  key = "\x1f".join(str(p) for p in parts).encode("utf-8")
-  return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
-
-
 def rng_for(task: str, *ids: object) -> random.Random:
   return random.Random(stable_hash(task, *ids))
-
-
-def is_heldout(page_id: int, heldout_percent: float) -> bool:
-  """A page is held out when a stable hash of its id falls under `heldout_percent` %."""
-  return stable_hash("heldout", page_id) % 10_000 < heldout_percent * 100
-
-
-def pair_split(query_page_id: int, doc_page_id: int, heldout_percent: float) -> str:
-  """A pair is held out when *either* of its pages is: a WLP pair joins two pages, and a
-  held-out page must never feed training, through its query or through its document."""
-  train, heldout = contracts.PAIR_SPLITS
-  if is_heldout(query_page_id, heldout_percent) or is_heldout(doc_page_id, heldout_percent):
-    return heldout
-  return train
-
-
-@dataclasses.dataclass(frozen=True)
-class Passage:
-  """One row of `passages/*.parquet` (contracts.PASSAGE_SCHEMA)."""
-  page_id: int
-  passage_id: int
-  title: str
-  text: str
-  sentences: tuple[str, ...]
-  is_lead: bool
-
-  def to_row(self) -> dict:
-    return {"page_id": self.page_id, "passage_id": self.passage_id, "title": self.title,
-            "text": self.text, "sentences": list(self.sentences), "is_lead": self.is_lead}
-
-
-@dataclasses.dataclass(frozen=True)
-class Pair:
-  """One (query, document) pair: the fields of contracts.PAIR_FEATURES."""
-  task: str
-  query: str
-  doc_title: str
-  doc_text: str
-  query_page_id: int
-  doc_page_id: int
-  doc_passage_id: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +123,7 @@ class WlpRequest:
   query_page_id: int
   query_title: str
   doc_page_id: int
-  mentions: tuple[str, ...]  # A's title and the link texts B used for A
+  mentions: tuple[str, ...]  # A's title and the link target titles B used for A
 
 
 def wlp_requests(page_id: int, title: str, lead: Sequence[tuple[str, int]],
@@ -208,57 +163,3 @@ def wlp_pair(request: WlpRequest, passages: Sequence[Passage],
   doc = rng.choice(mentioning or docs)
   return Pair("wlp", request.query, doc.title, doc.text, request.query_page_id,
               doc.page_id, doc.passage_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# tf.train.Example without TensorFlow: importing TF costs seconds per Beam worker, and an
-# Example is a three-level protobuf that is easy to write by hand.
-# ---------------------------------------------------------------------------------------------
-
-
-def _varint(value: int) -> bytes:
-  value &= (1 << 64) - 1  # int64 two's complement, as protobuf does for negative values
-  out = bytearray()
-  while True:
-    byte = value & 0x7F
-    value >>= 7
-    if value:
-      out.append(byte | 0x80)
-    else:
-      out.append(byte)
-      return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-  """A length-delimited field (wire type 2)."""
-  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _bytes_feature(value: bytes) -> bytes:
-  return _field(1, _field(1, value))  # Feature.bytes_list { value }
-
-
-def _int64_feature(value: int) -> bytes:
-  return _field(3, _field(1, _varint(value)))  # Feature.int64_list { packed value }
-
-
-def encode_example(features: dict[str, bytes | int]) -> bytes:
-  """Serialised `tf.train.Example` of bytes and int64 scalars (keys in sorted order, as TF
-  writes them, so the bytes are deterministic)."""
-  entries = b""
-  for key in sorted(features):
-    value = features[key]
-    feature = _int64_feature(value) if isinstance(value, int) else _bytes_feature(value)
-    entries += _field(1, _field(1, key.encode("utf-8")) + _field(2, feature))
-  return _field(1, entries)  # Example.features { feature: map<string, Feature> }
-
-
-def pair_to_example(pair: Pair) -> bytes:
-  """A Pair as a serialised tf.train.Example with contracts.PAIR_FEATURES."""
-  values = dataclasses.asdict(pair)
-  features: dict[str, bytes | int] = {}
-  for name in contracts.PAIR_BYTES_FEATURES:
-    features[name] = values[name].encode("utf-8")
-  for name in contracts.PAIR_INT64_FEATURES:
-    features[name] = int(values[name])
-  return encode_example(features)

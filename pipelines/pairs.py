@@ -32,13 +32,12 @@ from twotower import io as tio
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
 from twotower.pipelines import passages as passages_lib
-from twotower.pipelines.pair_tasks import Pair, PairConfig, Passage
+from twotower.contracts import Pair, Passage
+from twotower.contracts import codecs
+from twotower.contracts import counters as C
+from twotower.pipelines.pair_tasks import PairConfig
 
 logger = logging.getLogger(__name__)
-
-
-def _counter(name: str):
-  return beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, name)
 
 
 class _CountPairs(beam.DoFn):
@@ -51,17 +50,17 @@ class _CountPairs(beam.DoFn):
 
   def _inc(self, name: str, value: int = 1):
     if name not in self.counters:
-      self.counters[name] = _counter(name)
+      self.counters[name] = tio.counter(name)
     self.counters[name].inc(value)
 
   def process(self, pair: Pair):
     task = pair.task
-    self._inc(f"pairs_{task}")
-    self._inc(f"query_tokens_{task}", pair_tasks.estimate_wordpieces(pair.query))
-    self._inc(f"doc_tokens_{task}", pair_tasks.estimate_wordpieces(pair.doc_text))
-    split = pair_tasks.pair_split(pair.query_page_id, pair.doc_page_id, self.heldout_percent)
-    if split != contracts.PAIR_SPLITS[0]:
-      self._inc(f"pairs_{task}_{split}")
+    self._inc(C.pairs(task))
+    self._inc(C.query_tokens(task), pair_tasks.estimate_wordpieces(pair.query))
+    self._inc(C.doc_tokens(task), pair_tasks.estimate_wordpieces(pair.doc_text))
+    split = contracts.pair_split(pair.query_page_id, pair.doc_page_id, self.heldout_percent)
+    if split != contracts.TRAIN:
+      self._inc(C.pairs(task, split))
     yield pair
 
 
@@ -155,35 +154,28 @@ def build(pipeline: beam.Pipeline, config: PairsConfig) -> None:
              for split in contracts.PAIR_SPLITS]
   percent = config.heldout_percent
   parts = pairs | "ByTaskAndSplit" >> beam.Partition(
-      lambda pair, _: outputs.index((pair.task, pair_tasks.pair_split(
+      lambda pair, _: outputs.index((pair.task, contracts.pair_split(
           pair.query_page_id, pair.doc_page_id, percent))),
       len(outputs))
   for (task, split), part in zip(outputs, parts):
     _ = (part
-         | f"Encode_{task}_{split}" >> beam.Map(pair_tasks.pair_to_example)
+         | f"Encode_{task}_{split}" >> beam.Map(codecs.encode_pair)
          | f"Write_{task}_{split}" >> beam.io.WriteToTFRecord(
              contracts.pairs_prefix(out, task, split), file_name_suffix=contracts.PAIRS_SUFFIX,
              num_shards=config.num_shards))
 
 
-#: Counters stats.json always holds, 0 when nothing incremented them (Beam reports only
-#: counters that were touched).
-ALWAYS_COUNTED = ("pages_read", "pages_kept", "pages_redirect", "links_total", "links_resolved",
-                  "links_unresolved", "links_redirect_loop", "links_via_redirect", "links_self",
-                  "passages", "sentences")
-
-
 def finish_stats(counters: dict[str, int]) -> dict:
   """stats.json: every counter, plus the Table 1 columns and the link resolution share."""
   stats: dict = dict(counters)
-  for name in ALWAYS_COUNTED:
+  for name in C.PAIRS_ALWAYS:
     stats.setdefault(name, 0)
   for task in contracts.PRETRAIN_TASKS:
-    stats.setdefault(f"pairs_{task}", 0)
-    tio.add_mean(stats, f"mean_query_tokens_{task}", f"query_tokens_{task}", f"pairs_{task}")
-    tio.add_mean(stats, f"mean_doc_tokens_{task}", f"doc_tokens_{task}", f"pairs_{task}")
-  total = stats.get("links_total", 0)
-  stats["links_resolved_percent"] = (round(100 * stats.get("links_resolved", 0) / total, 2)
+    stats.setdefault(C.pairs(task), 0)
+    tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
+    tio.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
+  total = stats.get(C.LINKS_TOTAL, 0)
+  stats[C.LINKS_RESOLVED_PERCENT] = (round(100 * stats.get(C.LINKS_RESOLVED, 0) / total, 2)
                                      if total else 0.0)
   return stats
 
@@ -256,7 +248,7 @@ def parse_args(argv: Iterable[str] | None) -> tuple[PairsConfig, list[str]]:
   p.add_argument("--num_shards", type=int, default=0,
                  help="shards per output (pairs per task and split, passages); 0 = runner's "
                       "choice")
-  args, beam_args = tio.split_beam_args(p, argv)
+  args, beam_args = p.parse_known_args(None if argv is None else list(argv))
   for name in ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"):
     if getattr(args, name) < 0:
       p.error(f"--{name} must be >= 0, got {getattr(args, name)}")

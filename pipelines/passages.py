@@ -26,7 +26,8 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower.pipelines import pair_tasks
-from twotower.pipelines.pair_tasks import Passage
+from twotower.contracts import Passage
+from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def pack_page(page: contracts.Page, sentences: Sequence[Sequence[Sequence[str]]]
   max_words = _words_budget(config.budget(page.title))
   min_words = _words_budget(config.min_passage_tokens)
   passages: list[Passage] = []
-  counts = {"paragraphs_cut": 0, "passages_packed": 0}
+  counts = {C.PARAGRAPHS_CUT: 0, C.PASSAGES_PACKED: 0}
   for index, section in enumerate(page.sections):
     units: list[list[str]] = []  # paragraphs, or pieces of cut paragraphs
     for paragraph in sentences[index]:
@@ -105,7 +106,7 @@ def pack_page(page: contracts.Page, sentences: Sequence[Sequence[Sequence[str]]]
       if not paragraph:
         continue
       if sum(len(s.split()) for s in paragraph) > max_words:
-        counts["paragraphs_cut"] += 1
+        counts[C.PARAGRAPHS_CUT] += 1
         units.extend(_cut(paragraph, max_words))
       else:
         units.append(list(paragraph))
@@ -123,7 +124,7 @@ def pack_page(page: contracts.Page, sentences: Sequence[Sequence[Sequence[str]]]
     if current:
       packs.append((current, merged))
     for pack, merged in packs:
-      counts["passages_packed"] += merged > 1
+      counts[C.PASSAGES_PACKED] += merged > 1
       passages.append(Passage(page.page_id, len(passages), page.title, " ".join(pack),
                               tuple(pack), index == 0))
   return tuple(passages), counts
@@ -139,9 +140,9 @@ class _PassagesFn(beam.DoFn):
   def setup(self):
     from twotower.pipelines import sentences
     self.splitter = sentences.get_splitter(self.config.splitter)
-    self.counters = {name: beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, name)
-                     for name in ("passages", "passages_lead", "sentences", "paragraphs_cut",
-                                  "passages_packed", "pages_without_passages")}
+    self.counters = {name: tio.counter(name)
+                     for name in (C.PASSAGES, C.PASSAGES_LEAD, C.SENTENCES, C.PARAGRAPHS_CUT,
+                                  C.PASSAGES_PACKED, C.PAGES_WITHOUT_PASSAGES)}
 
   def process(self, pages: list[contracts.Page]) -> Iterable[tuple[int, tuple[Passage, ...]]]:
     texts = [p for page in pages for section in page.sections for p in section.paragraphs]
@@ -151,11 +152,11 @@ class _PassagesFn(beam.DoFn):
       passages, counts = pack_page(page, page_sentences, self.config)
       for name, value in counts.items():
         self.counters[name].inc(value)
-      self.counters["passages"].inc(len(passages))
-      self.counters["passages_lead"].inc(sum(p.is_lead for p in passages))
-      self.counters["sentences"].inc(sum(len(p.sentences) for p in passages))
+      self.counters[C.PASSAGES].inc(len(passages))
+      self.counters[C.PASSAGES_LEAD].inc(sum(p.is_lead for p in passages))
+      self.counters[C.SENTENCES].inc(sum(len(p.sentences) for p in passages))
       if not passages:
-        self.counters["pages_without_passages"].inc()
+        self.counters[C.PAGES_WITHOUT_PASSAGES].inc()
         logger.info("%s: page %d %r has no passage", page.source, page.page_id, page.title)
       yield page.page_id, passages
 

@@ -54,7 +54,7 @@ from twotower import contracts
 from twotower import io as tio
 from twotower import texts
 from twotower.pipelines import sentences as sentences_lib
-from twotower.pipelines.pair_tasks import Pair, pair_to_example, stable_hash
+from twotower.contracts import Pair, codecs, stable_hash
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +334,7 @@ def parse_nq(path: str) -> Iterator[Paragraph | Skip]:
 
 
 def _inc(name: str, value: int = 1) -> None:
-  beam.metrics.Metrics.counter(tio.COUNTER_NAMESPACE, name).inc(value)
+  tio.counter(name).inc(value)
 
 
 class _ParseFile(beam.DoFn):
@@ -561,7 +561,7 @@ def finetune_pairs(record: QaRecord, doc_text: str) -> Iterator[bytes]:
   are in fact the same candidate (and, by doc_page_id, the same passage).
   """
   for cid, sentence in record.golds:
-    yield pair_to_example(Pair(
+    yield codecs.encode_pair(Pair(
         contracts.REQA_TASK, record.question, record.title,
         texts.candidate_doc_text(sentence, record.passage, doc_text),
         record.passage_id, record.passage_id, cid))
@@ -692,7 +692,7 @@ def parse_args(argv: Iterable[str] | None) -> tuple[ReqaConfig, list[str]]:
                  help="doc_text layout of the fine-tuning pairs (twotower.texts)")
   p.add_argument("--num_shards", type=int, default=1,
                  help="TFRecord shards per fine-tuning split")
-  args, beam_args = tio.split_beam_args(p, argv)
+  args, beam_args = p.parse_known_args(None if argv is None else list(argv))
   if args.extra_candidates and not args.extra_passages:
     p.error("--extra_candidates needs --extra_passages")
   config = ReqaConfig(out=args.out, squad=args.squad, nq=args.nq, splitter=args.splitter,

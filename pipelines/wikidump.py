@@ -48,10 +48,10 @@ from typing import BinaryIO, Iterator, Optional
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
+from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
 
@@ -162,21 +162,21 @@ def _page_from_element(elem: ET.Element, path: str, site: SiteInfo) -> RawPage:
         if _local(field.tag) == "text":
           text = None if field.get("deleted") is not None else (field.text or "")
   if page_id is None:
-    raise _Skip("missing_id", f"title={title!r}")
+    raise _Skip(C.PageSkip.MISSING_ID, f"title={title!r}")
   try:
     page_id = int(page_id.strip())
   except ValueError:
-    raise _Skip("bad_id", f"id={page_id!r} title={title!r}") from None
+    raise _Skip(C.PageSkip.BAD_ID, f"id={page_id!r} title={title!r}") from None
   if ns is None:
-    raise _Skip("missing_ns", f"id={page_id} title={title!r}")
+    raise _Skip(C.PageSkip.MISSING_NS, f"id={page_id} title={title!r}")
   try:
     namespace = int(ns.strip())
   except ValueError:
-    raise _Skip("bad_ns", f"id={page_id} title={title!r} ns={ns!r}") from None
+    raise _Skip(C.PageSkip.BAD_NS, f"id={page_id} title={title!r} ns={ns!r}") from None
   if title is None or not title.strip():
-    raise _Skip("missing_title", f"id={page_id}")
+    raise _Skip(C.PageSkip.MISSING_TITLE, f"id={page_id}")
   if text is None:
-    raise _Skip("no_text", f"id={page_id} title={title!r}")
+    raise _Skip(C.PageSkip.NO_TEXT, f"id={page_id} title={title!r}")
   return RawPage(page_id=page_id, title=title, namespace=namespace, text=text,
                  redirect_title=redirect, source=path, site=site)
 
@@ -214,11 +214,11 @@ def iter_dump_pages(path: str,
     RawPage of every complete, well-formed `<page>` in file order, every namespace.
   """
   counts = counts if counts is not None else collections.Counter()
-  counts["dump_files_read"] += 1
+  counts[C.DUMP_FILES_READ] += 1
   try:
     stream = _open_decompressed(path)
   except (OSError, ValueError) as e:
-    counts["dump_files_unreadable"] += 1
+    counts[C.DUMP_FILES_UNREADABLE] += 1
     logger.error("%s: cannot open: %s", path, e)
     return
   with stream:
@@ -262,7 +262,7 @@ def _iter_stream(stream: BinaryIO, path: str,
             continue
           name = _local(elem.tag)
           if name == "page":
-            counts["pages_read"] += 1
+            counts[C.PAGES_READ] += 1
             if site is None:
               logger.warning("%s: <page> before <siteinfo>; using the default siteinfo", path)
               site = SiteInfo()
@@ -270,11 +270,11 @@ def _iter_stream(stream: BinaryIO, path: str,
               page = _page_from_element(elem, path, site)
             except _Skip as skip:
               reason, detail = skip.args
-              counts[f"pages_skipped_{reason}"] += 1
+              counts[C.pages_skipped(reason)] += 1
               logger.warning("%s: skipping page (%s): %s", path, reason, detail)
             else:
               if DAMAGE_MARK in page.text or DAMAGE_MARK in page.title:
-                counts["pages_skipped_invalid_utf8"] += 1
+                counts[C.pages_skipped(C.PageSkip.INVALID_UTF8)] += 1
                 logger.warning("%s: skipping page id=%d title=%r: invalid UTF-8 or XML "
                                "characters replaced", path, page.page_id, page.title)
               else:
@@ -290,7 +290,7 @@ def _iter_stream(stream: BinaryIO, path: str,
         data = ""
       except ET.ParseError as e:
         # Malformed XML mid-file: drop the broken page, go on from the next "<page>".
-        counts["dump_xml_errors"] += 1
+        counts[C.DUMP_XML_ERRORS] += 1
         logger.warning("%s: malformed XML (%s) after page %s; resuming at the next <page>",
                        path, e, last_good)
         error_line = (e.position[0] - 1) if e.position else 0
@@ -299,7 +299,7 @@ def _iter_stream(stream: BinaryIO, path: str,
           offset = _nth_newline(data, error_line - lines_fed + 1)
         data, searching = data[offset:], True
   if state.get("truncated") or not ended:
-    counts["dump_files_truncated"] += 1
+    counts[C.DUMP_FILES_TRUNCATED] += 1
     logger.warning("%s: truncated (%s); kept every complete page up to %s", path,
                    state.get("truncated", "the XML ends before </mediawiki>"), last_good)
 
@@ -319,19 +319,19 @@ class _ReadDumpFileFn(beam.DoFn):
 
   def process(self, path: str) -> Iterator[RawPage]:
     counts: collections.Counter = collections.Counter()
-    pages_read = Metrics.counter(tio.COUNTER_NAMESPACE, "pages_read")
+    pages_read = tio.counter(C.PAGES_READ)
     reported = 0
     try:
       for page in iter_dump_pages(path, counts):
         # pages_read is reported as it goes (progress); the rest once per file.
-        pages_read.inc(counts["pages_read"] - reported)
-        reported = counts["pages_read"]
+        pages_read.inc(counts[C.PAGES_READ] - reported)
+        reported = counts[C.PAGES_READ]
         yield page
     finally:
-      counts["pages_read"] -= reported
+      counts[C.PAGES_READ] -= reported
       for name, value in counts.items():
         if value:
-          Metrics.counter(tio.COUNTER_NAMESPACE, name).inc(value)
+          tio.counter(name).inc(value)
 
 
 class ReadDumpPages(beam.PTransform):

@@ -55,12 +55,12 @@ import re
 from typing import Iterator, Optional
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 import mwparserfromhell
 from mwparserfromhell.parser import tokens as T
 
 from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, RawPage, Section, SiteInfo
+from twotower.contracts import counters as C
 from twotower.pipelines import titles
 
 logger = logging.getLogger(__name__)
@@ -395,27 +395,27 @@ def route_page(raw: RawPage, config: ParseConfig = ParseConfig()) -> tuple[str, 
   """
   namespaces = raw.site.namespace_names()
   if raw.namespace not in namespaces:
-    return ("skip", ("unknown_namespace", f"namespace {raw.namespace} is not in siteinfo"))
+    return ("skip", (C.PageSkip.UNKNOWN_NAMESPACE, f"namespace {raw.namespace} is not in siteinfo"))
   if raw.namespace != ARTICLE_NAMESPACE:
-    return ("skip", ("namespace", ""))
+    return ("skip", (C.PageSkip.NAMESPACE, ""))
   if raw.redirect_title is not None:
     source = titles.normalize_title(raw.title, raw.site)
     target = titles.normalize_title(raw.redirect_title, raw.site)
     if source is None or target is None:
-      return ("skip", ("bad_redirect", f"redirect to {raw.redirect_title!r}"))
+      return ("skip", (C.PageSkip.BAD_REDIRECT, f"redirect to {raw.redirect_title!r}"))
     return ("redirect", (source, target))
   text = raw.text
   if len(text) > config.max_page_bytes or (
       len(text) * 4 > config.max_page_bytes
       and len(text.encode("utf-8")) > config.max_page_bytes):
-    return ("skip", ("too_large", f"{len(text.encode('utf-8'))} bytes > "
+    return ("skip", (C.PageSkip.TOO_LARGE, f"{len(text.encode('utf-8'))} bytes > "
                                    f"{config.max_page_bytes}"))
   try:
     page = parse_page(raw)
   except Exception as e:  # pylint: disable=broad-except  # One page never stops the run.
-    return ("skip", ("parse_error", f"{type(e).__name__}: {e}"))
+    return ("skip", (C.PageSkip.PARSE_ERROR, f"{type(e).__name__}: {e}"))
   if is_empty(page):
-    return ("skip", ("empty", "no text left after cleaning"))
+    return ("skip", (C.PageSkip.EMPTY, "no text left after cleaning"))
   return ("article", page)
 
 
@@ -429,11 +429,11 @@ class _ParsePageFn(beam.DoFn):
   def _count(self, name: str) -> None:
     counter = self._counters.get(name)
     if counter is None:
-      counter = self._counters[name] = Metrics.counter(tio.COUNTER_NAMESPACE, name)
+      counter = self._counters[name] = tio.counter(name)
     counter.inc()
 
   def _skip(self, reason: str, raw: RawPage, detail: str = "") -> None:
-    self._count(f"pages_skipped_{reason}")
+    self._count(C.pages_skipped(reason))
     logger.warning("%s: skipping page id=%d title=%r (%s)%s", raw.source, raw.page_id,
                    raw.title, reason, f": {detail}" if detail else "")
 
@@ -442,12 +442,12 @@ class _ParsePageFn(beam.DoFn):
     if kind == "article":
       yield value
     elif kind == "redirect":
-      self._count("pages_redirect")
+      self._count(C.PAGES_REDIRECT)
       yield beam.pvalue.TaggedOutput(ParsePages.REDIRECTS, value)
     else:
       reason, detail = value
-      if reason == "namespace":
-        self._count("pages_skipped_namespace")  # Expected: no log line per page.
+      if reason == C.PageSkip.NAMESPACE:
+        self._count(C.pages_skipped(reason))  # Expected: no log line per page.
       else:
         self._skip(reason, raw, detail)
 

@@ -17,7 +17,7 @@ import pytest
 from test_reqa import squad_file
 from twotower import contracts
 from twotower.eval import demo
-from twotower.pipelines import pair_tasks
+
 from wikidump_fixtures import DumpPage, write_dump
 
 SYSTEMS = ("bm25", "ict+bfs+wlp", "no-ssl")
@@ -122,7 +122,7 @@ def demo_run(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("demo")
   rng = random.Random(5)
   assert len([i for i in range(1, N_PAGES + 1)
-              if pair_tasks.is_heldout(i, HELDOUT_PERCENT)]) >= 3  # the fixture's premise
+              if contracts.is_heldout(i, HELDOUT_PERCENT)]) >= 3  # the fixture's premise
   dump = write_dump(tmp / "towns-pages-articles.xml.bz2",
                     [town_page(i, rng) for i in range(N_PAGES)])
   squad = squad_file(tmp, squad_articles())

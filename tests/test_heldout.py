@@ -9,7 +9,7 @@ import pytest
 
 from twotower import contracts
 from twotower.eval import heldout
-from twotower.pipelines import pair_tasks
+
 from twotower.pipelines import pairs
 from wikidump_fixtures import many_pages, write_dump
 
@@ -33,7 +33,7 @@ def benchmark(tmp_path_factory):
 def test_candidates_are_exactly_the_heldout_passages(benchmark):
   counts, candidates, _, passages = benchmark
   heldout_uids = {contracts.passage_uid(p["page_id"], p["passage_id"]) for p in passages
-                  if pair_tasks.is_heldout(p["page_id"], HELDOUT_PERCENT)}
+                  if contracts.is_heldout(p["page_id"], HELDOUT_PERCENT)}
   assert {c["candidate_id"] for c in candidates} == heldout_uids
   assert counts["candidates"] == len(candidates) > 0
   assert 0 < counts["heldout_pages"] < 30

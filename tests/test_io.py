@@ -30,8 +30,8 @@ def test_write_json_is_atomic_and_round_trips(tmp_path):
 
 def test_beam_counters_and_means():
   def count(x):
-    beam.metrics.Metrics.counter(io.COUNTER_NAMESPACE, "items").inc()
-    beam.metrics.Metrics.counter(io.COUNTER_NAMESPACE, "tokens").inc(x)
+    beam.metrics.Metrics.counter(io.counter_names.NAMESPACE, "items").inc()
+    beam.metrics.Metrics.counter(io.counter_names.NAMESPACE, "tokens").inc(x)
     beam.metrics.Metrics.counter("other", "ignored").inc()
     return x
 

@@ -8,7 +8,8 @@ import pytest
 
 from twotower import contracts
 from twotower.pipelines import pair_tasks
-from twotower.pipelines.pair_tasks import PairConfig, Passage
+from twotower.contracts import Passage, codecs
+from twotower.pipelines.pair_tasks import PairConfig
 
 
 def passages_of(page_id: int, title: str, paragraphs, lead: int = 1) -> tuple[Passage, ...]:
@@ -80,19 +81,19 @@ def test_sampling_is_a_function_of_the_page_not_of_input_order():
   inlinks = [(b, ("Anarchism",)) for b in range(30, 40)]
   first = pair_tasks.wlp_requests(10, "Anarchism", lead, inlinks, PairConfig())
   assert first == pair_tasks.wlp_requests(10, "Anarchism", lead, inlinks[::-1], PairConfig())
-  assert pair_tasks.stable_hash("ict", 10) == pair_tasks.stable_hash("ict", 10)
+  assert contracts.stable_hash("ict", 10) == contracts.stable_hash("ict", 10)
 
 
 def test_heldout_share_follows_the_percentage():
-  share = sum(pair_tasks.is_heldout(i, 5) for i in range(20_000)) / 20_000
+  share = sum(contracts.is_heldout(i, 5) for i in range(20_000)) / 20_000
   assert 0.04 < share < 0.06
-  assert not any(pair_tasks.is_heldout(i, 0) for i in range(1000))
+  assert not any(contracts.is_heldout(i, 0) for i in range(1000))
 
 
 def test_hand_written_example_parses_in_tensorflow():
   tf = pytest.importorskip("tensorflow")
-  pair = pair_tasks.Pair("wlp", "Qué query ✓", "Title", "Doc text", 12, 2**40, 3)
-  example = tf.train.Example.FromString(pair_tasks.pair_to_example(pair))
+  pair = contracts.Pair("wlp", "Qué query ✓", "Title", "Doc text", 12, 2**40, 3)
+  example = tf.train.Example.FromString(codecs.encode_pair(pair))
   feature = example.features.feature
   assert set(feature) == set(contracts.PAIR_FEATURES)
   assert feature["query"].bytes_list.value == ["Qué query ✓".encode()]
@@ -100,5 +101,5 @@ def test_hand_written_example_parses_in_tensorflow():
   assert feature["doc_passage_id"].int64_list.value == [3]
   assert feature["task"].bytes_list.value == [b"wlp"]
   negative = dataclasses.replace(pair, doc_passage_id=-1)
-  parsed = tf.train.Example.FromString(pair_tasks.pair_to_example(negative))
+  parsed = tf.train.Example.FromString(codecs.encode_pair(negative))
   assert parsed.features.feature["doc_passage_id"].int64_list.value == [-1]

@@ -150,12 +150,11 @@ def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
 def heldout_leaks(out: str, percent: float) -> tuple[list[dict], int]:
   """(training pairs that touch a held-out page, held-out WLP pairs whose query page alone
   would have put them in train)."""
-  from twotower.pipelines import pair_tasks
   leaks, rerouted = [], 0
   for task in contracts.PRETRAIN_TASKS:
     for p in read_pairs(out, task):
       pages = (p["query_page_id"], p["doc_page_id"])
-      held = [pair_tasks.is_heldout(page, percent) for page in pages]
+      held = [contracts.is_heldout(page, percent) for page in pages]
       if p["split"] == "train" and any(held):
         leaks.append(p)
       if p["split"] == "heldout" and not held[0]:

@@ -1,20 +1,18 @@
 """Small I/O helpers every stage shares: paths through Beam's FileSystems (so `gs://` works),
-atomic writes, stats.json from Beam counters, and the common Beam flag handling.
+atomic writes, and running a Beam job to its stats.json (`run_beam_job`).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import tempfile
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Mapping, Sequence
+
+from twotower.contracts import counters as counter_names
 
 logger = logging.getLogger(__name__)
-
-#: Namespace of every Beam counter the project defines; stats.json holds exactly these.
-COUNTER_NAMESPACE = "twotower"
 
 
 def match_files(pattern: str) -> list[str]:
@@ -90,7 +88,7 @@ def read_json(path: str) -> Any:
   return json.loads(read_text(path))
 
 
-def beam_counters(result, namespace: str = COUNTER_NAMESPACE) -> dict[str, int]:
+def beam_counters(result, namespace: str = counter_names.NAMESPACE) -> dict[str, int]:
   """Every counter of `namespace` in a finished pipeline, summed over steps, as a flat dict."""
   from apache_beam.metrics.metric import MetricsFilter
   counters: dict[str, int] = {}
@@ -106,35 +104,49 @@ def add_mean(stats: dict, name: str, total_key: str, count_key: str) -> None:
   stats[name] = round(stats.get(total_key, 0) / count, 2) if count else 0.0
 
 
-def split_beam_args(parser: argparse.ArgumentParser,
-                    argv: Iterable[str] | None) -> tuple[argparse.Namespace, list[str]]:
-  """Parses this stage's flags; every other flag is a Beam pipeline option (Beam examples'
-  `parse_known_args` idiom), passed through untouched."""
-  return parser.parse_known_args(None if argv is None else list(argv))
-
-
-def pipeline_options(beam_args: list[str], **defaults: Any):
-  """PipelineOptions from the pass-through flags; `save_main_session` off (our DoFns import
-  what they need) and DirectRunner by default."""
-  from apache_beam.options.pipeline_options import PipelineOptions
-  return PipelineOptions(beam_args, **defaults)
+def counter(name: str):
+  """The Beam counter `name` (a contracts.counters name) of the project's namespace."""
+  from apache_beam.metrics import Metrics  # pylint: disable=import-outside-toplevel
+  return Metrics.counter(counter_names.NAMESPACE, name)
 
 
 def log_settings(stage: str, settings: Mapping[str, Any]) -> None:
-  """Echoes the effective settings first, as Pyserini does."""
+  """Echoes the effective settings first, as Pyserini does (at INFO: shown with --verbose)."""
   logger.info("%s: %s", stage, ", ".join(f"{k}={v}" for k, v in settings.items()))
 
 
-def make_pipeline(beam_args: list[str], **defaults: Any):
+def make_pipeline(beam_args: Sequence[str], **defaults: Any):
   """A `beam.Pipeline` for the pass-through flags. With no `--runner` (or DirectRunner) it
   runs on Beam's in-process FnApiRunner directly: Beam 2.77's DirectRunner first tries the
   Prism runner, which downloads a binary from GitHub at run time (and fails offline).
   `--direct_running_mode` and `--direct_num_workers` work as with DirectRunner."""
   import apache_beam as beam
-  from apache_beam.options.pipeline_options import StandardOptions
-  options = pipeline_options(beam_args, **defaults)
+  from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+  options = PipelineOptions(list(beam_args), **defaults)
   runner = options.view_as(StandardOptions).runner
   if runner in (None, "DirectRunner", "direct", "FnApiRunner"):
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)
   return beam.Pipeline(options=options)
+
+
+def run_beam_job(build: Callable[[Any], None], beam_args: Sequence[str] = (),
+                 stats_dir: str | None = None,
+                 finish: Callable[[dict[str, int]], dict] = dict) -> dict:
+  """Builds a pipeline with `build(pipeline)`, runs it to the end, and returns its stats:
+  `finish(counters)` of every counter of the project's namespace (finish adds derived values
+  and zeros). With `stats_dir`, the stats are also written to `<stats_dir>/stats.json`.
+
+  Every Beam stage runs through here, so they all treat runners, counters and stats.json the
+  same way."""
+  from twotower.contracts import layout  # pylint: disable=import-outside-toplevel
+  if stats_dir:
+    makedirs(stats_dir)
+  pipeline = make_pipeline(beam_args)
+  build(pipeline)
+  result = pipeline.run()
+  result.wait_until_finish()
+  stats = finish(beam_counters(result))
+  if stats_dir:
+    write_json(f"{stats_dir.rstrip('/')}/{layout.STATS_FILE}", stats)
+  return stats

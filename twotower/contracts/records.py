@@ -1,26 +1,29 @@
-"""The data contracts between stages, in one place (DESIGN.md "Stages and the contracts").
+"""Records that travel between stages, and the schemas of the files that hold them.
 
-Every stage imports its record schemas, feature names, counter names and file layouts from
-here and never restates them. Change a format here and the stages stay in step.
-
-Reading order, dump to report:
-
-  dump XML  --pipelines.wikidump-->  RawPage  --pipelines.wikitext-->  Page
-  Page      --pipelines.pairs----->  pairs/<task>/<split>-*.tfrecord  (PAIR_FEATURES)
-                                      passages/*.parquet               (PASSAGE_SCHEMA)
-                                      stats.json                       (flat counters)
-  SQuAD/NQ  --pipelines.reqa------>  candidates.parquet, questions-<split>.parquet, finetune/
-  SavedModel --pipelines.embed---->  embeddings/*.parquet              (embedding_schema(d))
-  embeddings --eval.index--------->  FAISS index --eval.search--> run file (TREC or Parquet)
-  run file  --eval.evaluate------->  metrics.json (+ .md/.csv/.png)
+    RawPage  one `<page>` of a dump, as read            (pipelines.wikidump -> wikitext)
+    Page     a cleaned article: sections, links          (pipelines.wikitext -> links, passages)
+    Passage  a row of passages/*.parquet                 (pipelines.passages -> pairs, vocab, MLM,
+                                                          open-domain ReQA, embed)
+    Pair     a (query, document) pair, a tf.train.Example in pairs/<task>/*.tfrecord and
+             REQA/finetune/*.tfrecord                    (pipelines.pairs, reqa -> model.data)
+    Candidate, Question  rows of REQA/candidates.parquet and questions-<split>.parquet
+                                                         (pipelines.reqa, heldout -> eval)
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import hashlib
+from typing import Optional, Sequence
 
 import pyarrow as pa
+
+
+def stable_hash(*parts: object) -> int:
+  """A 64-bit hash of `parts` that is the same in every process (unlike `hash`): sampling,
+  splits and candidate ids depend on it, so a re-run on any runner writes the same files."""
+  key = "\x1f".join(str(p) for p in parts).encode("utf-8")
+  return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
 
 # ---------------------------------------------------------------------------------------------
 # Wikipedia pages (stage 1 -> 2).
@@ -93,7 +96,7 @@ class Page:
 
 
 # ---------------------------------------------------------------------------------------------
-# Pair pipeline outputs (stage 5).
+# Passages and pairs (stage 5).
 # ---------------------------------------------------------------------------------------------
 
 #: Pre-training tasks of the paper, and the task name of ReQA fine-tuning pairs.
@@ -102,25 +105,21 @@ REQA_TASK = "reqa"
 
 #: Splits of the pair pipeline: `heldout` pages (by a hash of the page id) never feed training.
 PAIR_SPLITS = ("train", "heldout")
-
-#: tf.train.Example features of a (query, document) pair. Bytes features hold UTF-8 text.
-PAIR_BYTES_FEATURES = ("query", "doc_title", "doc_text", "task")
-PAIR_INT64_FEATURES = ("query_page_id", "doc_page_id", "doc_passage_id")
-PAIR_FEATURES = PAIR_BYTES_FEATURES + PAIR_INT64_FEATURES
+TRAIN, HELDOUT = PAIR_SPLITS
 
 
-def pairs_dir(out_dir: str, task: str) -> str:
-  return f"{out_dir}/pairs/{task}"
+def is_heldout(page_id: int, heldout_percent: float) -> bool:
+  """A page is held out when a stable hash of its id falls under `heldout_percent` %."""
+  return stable_hash("heldout", page_id) % 10_000 < heldout_percent * 100
 
 
-def pairs_prefix(out_dir: str, task: str, split: str) -> str:
-  """Shards are `<prefix>-SSSSS-of-NNNNN.tfrecord`."""
-  return f"{pairs_dir(out_dir, task)}/{split}"
+def pair_split(query_page_id: int, doc_page_id: int, heldout_percent: float) -> str:
+  """A pair is held out when *either* of its pages is: a WLP pair joins two pages, and a
+  held-out page must never feed training, through its query or through its document."""
+  if is_heldout(query_page_id, heldout_percent) or is_heldout(doc_page_id, heldout_percent):
+    return HELDOUT
+  return TRAIN
 
-
-PAIRS_SUFFIX = ".tfrecord"
-
-#: Candidate pool for open-domain ReQA, text for MLM and for the vocabulary.
 PASSAGE_SCHEMA = pa.schema([
     ("page_id", pa.int64()),
     ("passage_id", pa.int64()),
@@ -131,8 +130,26 @@ PASSAGE_SCHEMA = pa.schema([
 ])
 
 
-def passages_prefix(out_dir: str) -> str:
-  return f"{out_dir}/passages/passages"
+@dataclasses.dataclass(frozen=True)
+class Passage:
+  """One row of `passages/*.parquet` (PASSAGE_SCHEMA): a paragraph, packed or cut to fit the
+  document tower, with its sentences."""
+  page_id: int
+  passage_id: int
+  title: str
+  text: str
+  sentences: tuple[str, ...]
+  is_lead: bool
+
+  def to_row(self) -> dict:
+    return {"page_id": self.page_id, "passage_id": self.passage_id, "title": self.title,
+            "text": self.text, "sentences": list(self.sentences), "is_lead": self.is_lead}
+
+  @classmethod
+  def from_row(cls, row: dict) -> "Passage":
+    return cls(int(row["page_id"]), int(row["passage_id"]), row.get("title") or "",
+               row.get("text") or "", tuple(row.get("sentences") or ()),
+               bool(row.get("is_lead")))
 
 
 def passage_uid(page_id: int, passage_id: int) -> int:
@@ -142,7 +159,33 @@ def passage_uid(page_id: int, passage_id: int) -> int:
   return (int(page_id) << 20) | int(passage_id)
 
 
-STATS_FILE = "stats.json"
+#: tf.train.Example features of a (query, document) pair. Bytes features hold UTF-8 text.
+PAIR_BYTES_FEATURES = ("query", "doc_title", "doc_text", "task")
+PAIR_INT64_FEATURES = ("query_page_id", "doc_page_id", "doc_passage_id")
+PAIR_FEATURES = PAIR_BYTES_FEATURES + PAIR_INT64_FEATURES
+#: Optional list features of a fine-tuning pair with mined hard negatives (one entry per
+#: negative document; `twotower hardneg`): title, text and candidate id.
+HARD_NEGATIVE_BYTES_FEATURES = ("neg_doc_title", "neg_doc_text")
+HARD_NEGATIVE_INT64_FEATURES = ("neg_doc_id",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  """One (query, document) pair: the fields of PAIR_FEATURES.
+
+  ICT / BFS / WLP pairs name the document by (doc_page_id, doc_passage_id); ReQA fine-tuning
+  pairs use (passage id, candidate id). Training masks in-batch "negatives" that are the same
+  document. `hard_negatives` are (title, text, candidate id) of mined negative documents.
+  """
+  task: str
+  query: str
+  doc_title: str
+  doc_text: str
+  query_page_id: int
+  doc_page_id: int
+  doc_passage_id: int
+  hard_negatives: tuple[tuple[str, str, int], ...] = ()
+
 
 # ---------------------------------------------------------------------------------------------
 # ReQA (stage 7).
@@ -165,11 +208,43 @@ QUESTION_SCHEMA = pa.schema([
 #: ReQA splits: `all` questions, then per train ratio r: `train-r`, `validation-r`, `test-r`
 #: (e.g. `questions-test-5.parquet` is the 95 % test side of the 5 %/95 % split).
 REQA_RATIOS = (1, 5, 10, 80)
-CANDIDATES_FILE = "candidates.parquet"
+#: Where a candidate comes from (CANDIDATE_SCHEMA `source`).
+CANDIDATE_SOURCES = ("squad", "nq", "wikipedia", "wikipedia-heldout")
 
 
-def questions_file(split: str) -> str:
-  return f"questions-{split}.parquet"
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """A row of candidates.parquet: a (sentence, passage) pair with its title."""
+  candidate_id: int
+  sentence: str
+  passage: str
+  title: str
+  source: str
+
+  def to_row(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+  """A row of questions-<split>.parquet: a question and its gold (sentence, passage)
+  candidates."""
+  question_id: str
+  question: str
+  gold_candidate_ids: tuple[int, ...]
+
+  def to_row(self) -> dict:
+    return {"question_id": self.question_id, "question": self.question,
+            "gold_candidate_ids": list(self.gold_candidate_ids)}
+
+  @classmethod
+  def from_row(cls, row: dict) -> "Question":
+    return cls(row["question_id"], row["question"], tuple(row["gold_candidate_ids"] or ()))
+
+
+def reqa_split_names(ratios: Sequence[int] = REQA_RATIOS) -> list[str]:
+  """`all`, then train-r, validation-r, test-r for each ratio."""
+  return ["all"] + [f"{side}-{r}" for r in ratios for side in ("train", "validation", "test")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +272,6 @@ RUN_SCHEMA = pa.schema([
 ])
 
 DEFAULT_KS = (1, 5, 10, 50, 100)
-METRICS_FILE = "metrics.json"
 
 
 def metrics_record(system: str, split: str, questions: int, candidates: int,
@@ -205,3 +279,12 @@ def metrics_record(system: str, split: str, questions: int, candidates: int,
   """One entry of metrics.json: recalls as fractions in [0, 1], keys "R@k" and "MRR"."""
   return {"system": system, "split": split, "questions": int(questions),
           "candidates": int(candidates), "metrics": {k: float(v) for k, v in metrics.items()}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary.
+# ---------------------------------------------------------------------------------------------
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+#: The reserved tokens a vocabulary file starts with, [PAD] first (id 0 is padding).
+RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)

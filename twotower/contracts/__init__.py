@@ -1,0 +1,31 @@
+"""The data contracts between stages, in one place (DESIGN.md "Stages and the contracts").
+
+Every stage imports its records, schemas, file layouts, codecs, counter names and reserved
+tokens from here and never restates them. Change a format here and the stages stay in step.
+
+  records   what travels: RawPage, Page, Passage, Pair, Candidate, Question; their Parquet
+            schemas; the held-out split; the SavedModel signatures; metrics records
+  layout    where each stage writes each file (pairs/, passages/, finetune/, export/, ...)
+  codecs    one encoder and one decoder per file format (pair TFRecords, Parquet rows)
+  counters  every Beam counter, i.e. every key of a stage's stats.json
+
+Reading order, dump to report:
+
+  dump XML  --pipelines.wikidump-->  RawPage  --pipelines.wikitext-->  Page
+  Page      --pipelines.pairs----->  pairs/<task>/<split>-*.tfrecord  (Pair, codecs.encode_pair)
+                                      passages/*.parquet               (Passage)
+                                      stats.json, config.json
+  SQuAD/NQ  --pipelines.reqa------>  candidates.parquet, questions-<split>.parquet, finetune/
+  SavedModel --pipelines.embed---->  embeddings-*.parquet              (embedding_schema(d))
+  embeddings --eval.index--------->  FAISS index --eval.search--> run file (TREC or Parquet)
+  run file  --eval.evaluate------->  metrics.json (+ .md/.csv/.png)
+
+`from twotower import contracts` gives records and layouts as `contracts.Pair`,
+`contracts.pairs_prefix(...)`; codecs and counters as `contracts.codecs.encode_pair`,
+`contracts.counters.PAGES_READ`.
+"""
+
+from twotower.contracts import codecs
+from twotower.contracts import counters
+from twotower.contracts.layout import *  # noqa: F401,F403
+from twotower.contracts.records import *  # noqa: F401,F403

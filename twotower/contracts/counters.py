@@ -1,0 +1,160 @@
+"""Every Beam counter of the project, by stage: the keys of each stage's stats.json.
+
+stats.json is flat (`{"counter_name": int, ...}`) and holds exactly the counters of
+NAMESPACE, plus a few derived values (means, shares) that the stage adds. Stages increment
+counters only through the names defined here, so that a reader of stats.json (a user, a
+test, the experiment's tables) and the stage that writes it cannot drift apart.
+
+Accounting that must balance (tests check it on every dump):
+  pages_read = pages_kept + pages_redirect + sum(pages_skipped_<reason>)
+  links_total = links_resolved + links_unresolved + links_redirect_loop
+"""
+
+from __future__ import annotations
+
+import enum
+
+#: The namespace of every counter the project defines.
+NAMESPACE = "twotower"
+
+# ---------------------------------------------------------------------------------------------
+# twotower pairs: dump reading (pipelines.wikidump), parsing (wikitext), links, passages, pairs.
+# ---------------------------------------------------------------------------------------------
+
+DUMP_FILES_READ = "dump_files_read"
+DUMP_FILES_UNREADABLE = "dump_files_unreadable"
+DUMP_FILES_TRUNCATED = "dump_files_truncated"
+DUMP_XML_ERRORS = "dump_xml_errors"
+PAGES_READ = "pages_read"
+PAGES_KEPT = "pages_kept"
+PAGES_REDIRECT = "pages_redirect"
+
+
+class PageSkip(enum.StrEnum):
+  """Why a page that was read is not kept; counted as `pages_skipped_<reason>`."""
+  # pipelines.wikidump: the <page> element cannot become a RawPage.
+  MISSING_ID = "missing_id"
+  BAD_ID = "bad_id"
+  MISSING_NS = "missing_ns"
+  BAD_NS = "bad_ns"
+  MISSING_TITLE = "missing_title"
+  NO_TEXT = "no_text"
+  INVALID_UTF8 = "invalid_utf8"
+  # pipelines.wikitext: not an article, or nothing left after cleaning.
+  NAMESPACE = "namespace"
+  UNKNOWN_NAMESPACE = "unknown_namespace"
+  BAD_REDIRECT = "bad_redirect"
+  TOO_LARGE = "too_large"
+  PARSE_ERROR = "parse_error"
+  EMPTY = "empty"
+  # pipelines.links: a second page with a title already kept.
+  DUPLICATE_TITLE = "duplicate_title"
+
+
+PAGES_SKIPPED_PREFIX = "pages_skipped_"
+
+
+def pages_skipped(reason: PageSkip) -> str:
+  return f"{PAGES_SKIPPED_PREFIX}{PageSkip(reason).value}"
+
+
+LINKS_TOTAL = "links_total"
+LINKS_RESOLVED = "links_resolved"
+LINKS_UNRESOLVED = "links_unresolved"
+LINKS_REDIRECT_LOOP = "links_redirect_loop"
+LINKS_REDIRECT_TOO_DEEP = "links_redirect_too_deep"
+LINKS_REDIRECT_DANGLING = "links_redirect_dangling"
+LINKS_VIA_REDIRECT = "links_via_redirect"
+LINKS_SELF = "links_self"
+LINKS_DUPLICATE = "links_duplicate"
+LINKS_RESOLVED_PERCENT = "links_resolved_percent"  # derived
+
+PASSAGES = "passages"
+PASSAGES_LEAD = "passages_lead"
+PASSAGES_PACKED = "passages_packed"
+SENTENCES = "sentences"
+PARAGRAPHS_CUT = "paragraphs_cut"
+PAGES_WITHOUT_PASSAGES = "pages_without_passages"
+
+
+def pairs(task: str, split: str = "") -> str:
+  """Pairs of a task (`pairs_ict`), or of a task in a split other than train
+  (`pairs_ict_heldout`)."""
+  return f"pairs_{task}_{split}" if split else f"pairs_{task}"
+
+
+def query_tokens(task: str) -> str:
+  """Estimated word pieces of the queries of a task, summed (Table 1)."""
+  return f"query_tokens_{task}"
+
+
+def doc_tokens(task: str) -> str:
+  return f"doc_tokens_{task}"
+
+
+def mean_query_tokens(task: str) -> str:  # derived
+  return f"mean_{query_tokens(task)}"
+
+
+def mean_doc_tokens(task: str) -> str:  # derived
+  return f"mean_{doc_tokens(task)}"
+
+
+#: Counters the pairs' stats.json always holds, 0 when nothing incremented them (Beam reports
+#: only counters that were touched).
+PAIRS_ALWAYS = (PAGES_READ, PAGES_KEPT, PAGES_REDIRECT, LINKS_TOTAL, LINKS_RESOLVED,
+                LINKS_UNRESOLVED, LINKS_REDIRECT_LOOP, LINKS_VIA_REDIRECT, LINKS_SELF,
+                PASSAGES, SENTENCES)
+
+# ---------------------------------------------------------------------------------------------
+# twotower reqa (pipelines.squad, nq, reqa).
+# ---------------------------------------------------------------------------------------------
+
+ARTICLES_SKIPPED_MISSING_FIELD = "articles_skipped_missing_field"
+PARAGRAPHS_READ = "paragraphs_read"
+PARAGRAPHS_USED = "paragraphs_used"
+PARAGRAPHS_SKIPPED_EMPTY = "paragraphs_skipped_empty"
+PARAGRAPHS_SKIPPED_MISSING_FIELD = "paragraphs_skipped_missing_field"
+PARAGRAPHS_WITHOUT_QUESTIONS = "paragraphs_without_questions"
+QUESTIONS = "questions"
+QUESTION_GROUPS = "question_groups"
+QUESTIONS_SKIPPED_MALFORMED = "questions_skipped_malformed"
+QUESTIONS_SKIPPED_MISSING_FIELD = "questions_skipped_missing_field"
+QUESTIONS_SKIPPED_UNANSWERABLE = "questions_skipped_unanswerable"
+QUESTIONS_SKIPPED_NO_ANSWER = "questions_skipped_no_answer"
+QUESTIONS_SKIPPED_NO_VALID_ANSWER = "questions_skipped_no_valid_answer"
+QUESTIONS_SKIPPED_EMPTY_PASSAGE = "questions_skipped_empty_passage"
+QUESTIONS_SKIPPED_DUPLICATE_ID = "questions_skipped_duplicate_id"
+ANSWERS_START_FIXED = "answers_start_fixed"
+ANSWERS_BETWEEN_SENTENCES = "answers_between_sentences"
+ANSWERS_SKIPPED_TEXT_NOT_FOUND = "answers_skipped_text_not_found"
+ANSWERS_SKIPPED_OUTSIDE_SENTENCES = "answers_skipped_outside_sentences"
+CANDIDATES = "candidates"
+CANDIDATES_EXTRA = "candidates_extra"
+CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE = "candidates_extra_skipped_reqa_passage"
+GOLD_CANDIDATES = "gold_candidates"
+REQA_QA_INPUTS = "reqa_qa_inputs"
+NQ_RECORDS_READ = "nq_records_read"
+NQ_SKIPPED_MALFORMED = "nq_skipped_malformed"
+NQ_SKIPPED_MALFORMED_JSON = "nq_skipped_malformed_json"
+NQ_SKIPPED_MISSING_FIELD = "nq_skipped_missing_field"
+NQ_SKIPPED_NO_LONG_ANSWER = "nq_skipped_no_long_answer"
+NQ_SKIPPED_NOT_ONE_SHORT_ANSWER = "nq_skipped_not_one_short_answer"
+NQ_SKIPPED_BAD_OFFSETS = "nq_skipped_bad_offsets"
+NQ_SKIPPED_NOT_PARAGRAPH = "nq_skipped_not_paragraph"
+NQ_SKIPPED_EMPTY_ANSWER = "nq_skipped_empty_answer"
+
+
+def questions_in(split: str) -> str:
+  """Questions written to a ReQA split (`questions_test_5`)."""
+  return f"questions_{split.replace('-', '_')}"
+
+
+# ---------------------------------------------------------------------------------------------
+# twotower embed (pipelines.embed).
+# ---------------------------------------------------------------------------------------------
+
+EMBED_ROWS_READ = "embed_rows_read"
+EMBED_ROWS_EMBEDDED = "embed_rows_embedded"
+EMBED_ROWS_SKIPPED_EMPTY = "embed_rows_skipped_empty"
+EMBED_ROWS_SKIPPED_BAD_ID = "embed_rows_skipped_bad_id"  # missing, or out of passage_uid range

@@ -1,0 +1,139 @@
+"""Where every stage writes what (DESIGN "Stages and the contracts"): one function or constant
+per file layout, so that no stage spells another's paths.
+
+    PAIRS_OUT/   pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord, passages/passages-*.parquet,
+                 stats.json, config.json (the pair pipeline's settings: the held-out share)
+    REQA_OUT/    candidates.parquet, questions-<split>.parquet,
+                 finetune/<split>-SSSSS-of-NNNNN.tfrecord, stats.json
+    RUN_DIR/     config.yaml, checkpoints/, logs/, history.csv,
+                 export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
+    EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
+    BM25_OUT/    run.trec, metrics.{json,md,csv,png}
+"""
+
+from __future__ import annotations
+
+STATS_FILE = "stats.json"
+METRICS_FILE = "metrics.json"
+
+# Pair pipeline.
+PAIRS_SUFFIX = ".tfrecord"
+#: The pair pipeline's resolved settings (JSON), next to stats.json: readers of passages/
+#: find the held-out share there.
+PAIRS_CONFIG_FILE = "config.json"
+
+
+def _join(directory: str, *parts: str) -> str:
+  return "/".join([directory.rstrip("/"), *parts])
+
+
+def pairs_dir(out_dir: str, task: str) -> str:
+  return _join(out_dir, "pairs", task)
+
+
+def pairs_prefix(out_dir: str, task: str, split: str) -> str:
+  """Shards are `<prefix>-SSSSS-of-NNNNN.tfrecord`."""
+  return _join(pairs_dir(out_dir, task), split)
+
+
+def pairs_pattern(out_dir: str, task: str, split: str) -> str:
+  return f"{pairs_prefix(out_dir, task, split)}-*{PAIRS_SUFFIX}"
+
+
+def passages_dir(out_dir: str) -> str:
+  return _join(out_dir, "passages")
+
+
+def passages_prefix(out_dir: str) -> str:
+  return _join(passages_dir(out_dir), "passages")
+
+
+def passages_pattern(path: str) -> str:
+  """Parquet shards of passages: `path` is a pair pipeline output dir, its passages/ dir, a
+  file or a glob."""
+  if path.endswith(".parquet") or any(c in path for c in "*?["):
+    return path
+  stripped = path.rstrip("/")
+  if stripped.endswith("/passages") or stripped == "passages":
+    return f"{stripped}/*.parquet"
+  return f"{passages_dir(stripped)}/*.parquet"
+
+
+# ReQA.
+CANDIDATES_FILE = "candidates.parquet"
+
+
+def questions_file(split: str) -> str:
+  return f"questions-{split}.parquet"
+
+
+def candidates_path(reqa_dir: str) -> str:
+  return _join(reqa_dir, CANDIDATES_FILE)
+
+
+def questions_path(reqa_dir: str, split: str) -> str:
+  return _join(reqa_dir, questions_file(split))
+
+
+def finetune_prefix(reqa_dir: str, split: str) -> str:
+  """Fine-tuning pairs of a ReQA split (`train-5`, `validation-5`): `<prefix>-SSSSS-of-NNNNN
+  .tfrecord`."""
+  return _join(reqa_dir, "finetune", split)
+
+
+def finetune_pattern(reqa_dir: str, split: str) -> str:
+  return f"{finetune_prefix(reqa_dir, split)}-*{PAIRS_SUFFIX}"
+
+
+def hard_negatives_prefix(reqa_dir: str, split: str, k: int) -> str:
+  """Fine-tuning pairs of a split with k mined hard negatives each, next to the plain ones:
+  `finetune/<split>-hn<k>-SSSSS-of-NNNNN.tfrecord`."""
+  return f"{finetune_prefix(reqa_dir, split)}-hn{k}"
+
+
+def hard_negatives_pattern(reqa_dir: str, split: str, k: int) -> str:
+  return f"{hard_negatives_prefix(reqa_dir, split, k)}-*{PAIRS_SUFFIX}"
+
+
+# Training runs.
+RUN_CONFIG_FILE = "config.yaml"
+CHECKPOINT_DIR = "checkpoints"
+LOG_DIR = "logs"
+HISTORY_FILE = "history.csv"
+EXPORT_DIR = "export"
+SAVED_MODEL_DIR = "saved_model"
+KERAS_FILE = "two_tower.keras"
+VOCAB_FILE = "vocab.txt"
+
+
+def export_dir(run_dir: str) -> str:
+  return _join(run_dir, EXPORT_DIR)
+
+
+def saved_model_path(run_dir: str) -> str:
+  """The SavedModel with the string signatures of a training run (`twotower embed --model`)."""
+  return _join(export_dir(run_dir), SAVED_MODEL_DIR)
+
+
+def checkpoint_dir(run_dir: str) -> str:
+  return _join(run_dir, CHECKPOINT_DIR)
+
+
+# Embeddings.
+EMBEDDINGS_PREFIX = "embeddings"
+EMBEDDINGS_SUFFIX = ".parquet"
+
+
+def embeddings_prefix(out_dir: str) -> str:
+  return _join(out_dir, EMBEDDINGS_PREFIX)
+
+
+def embeddings_pattern(out_dir: str) -> str:
+  return f"{out_dir.rstrip('/')}/*{EMBEDDINGS_SUFFIX}"
+
+
+# Runs.
+#: The run file `twotower bm25 --out DIR` writes (TREC).
+BM25_RUN_FILE = "run.trec"
+#: The run file of a dense system (Parquet, contracts.RUN_SCHEMA).
+DENSE_RUN_FILE = "run.parquet"
