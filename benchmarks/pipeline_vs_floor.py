@@ -56,13 +56,14 @@ def floor(dump: str) -> tuple[float, float, int, int]:
 def pipeline(dump: str, out: str, beam_args: list[str],
              profile: bool) -> tuple[float, float, dict]:
   """(wall seconds, CPU seconds of this process, stats) of `twotower pairs` in-process."""
+  from twotower.commands import pairs as pairs_cmd
   from twotower.pipelines import pairs
-  config, extra = pairs.parse_args(["--dump", dump, "--out", out, *beam_args])
+  config = pairs_cmd.parse(["--dump", dump, "--out", out, *beam_args])
   profiler = cProfile.Profile() if profile else None
   start, cpu = time.perf_counter(), time.process_time()
   if profiler:
     profiler.enable()
-  stats = pairs.run_pipeline(config, extra)
+  stats = pairs.run(config)
   if profiler:
     profiler.disable()
   seconds, cpu = time.perf_counter() - start, time.process_time() - cpu

@@ -108,7 +108,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
   from twotower.eval import bm25 as bm25_stage
   from twotower.eval import heldout
   from twotower.model import pretrain as pretrain_stage
-  from twotower.pipelines import pairs as pairs_stage
+  from twotower.commands import pairs as pairs_stage
   from twotower.pipelines import vocab as vocab_stage
 
   out = config.out
@@ -120,7 +120,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
 
   # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
   # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
-  progress.stage("pairs (Beam)", lambda: pairs_stage.run(
+  progress.stage("pairs (Beam)", lambda: pairs_stage.main(
       ["--dump", config.dump, "--out", pairs_dir, "--heldout_percent",
        str(config.heldout_percent), "--max_doc_tokens", "128", "--ict_per_page", "100",
        "--bfs_per_page", "40", "--wlp_per_page", "20"]))

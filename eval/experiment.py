@@ -161,12 +161,12 @@ class Context:
 
 
 def _pairs(cell: grid.Cell, ctx: Context, out: str) -> dict:
-  from twotower.pipelines import pairs
+  from twotower.commands import pairs as pairs_cmd
   p = cell.params
   dump = p["dump"]
   if p.get("squad_text"):
     dump += "," + squad_articles_dump(p["squad_text"], os.path.join(out, "squad-articles.xml"))
-  pairs.run(["--dump", dump, "--out", out, "--heldout_percent", str(p["heldout_percent"])]
+  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", str(p["heldout_percent"])]
             + list(p["flags"]) + list(ctx.beam_flags))
   return {"stats": tio.read_json(os.path.join(out, contracts.STATS_FILE))}
 

@@ -13,17 +13,16 @@ to `heldout` when *either* of its pages is held out (a WLP pair joins two pages)
 (whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
 document text without its title.
 
-Any flag this stage does not know is a Beam pipeline option (`--runner`,
-`--direct_running_mode=multi_processing`, `--direct_num_workers`, Dataflow options ...).
+`run(PairsConfig)` is the typed entry point; `twotower pairs` (twotower.commands.pairs) is
+its flag parser, and passes every flag it does not know as a Beam pipeline option
+(`--runner`, `--direct_running_mode=multi_processing`, `--direct_num_workers`, Dataflow...).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import sys
-from typing import Iterable
 
 import apache_beam as beam
 
@@ -127,6 +126,7 @@ class PairsConfig:
   max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
   heldout_percent: float = 5.0
   num_shards: int = 0  # 0: the runner decides
+  beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 
 def build(pipeline: beam.Pipeline, config: PairsConfig) -> None:
@@ -181,6 +181,7 @@ def finish_stats(counters: dict[str, int]) -> dict:
 
 
 def summary_table(stats: dict, out: str) -> str:
+  """The command's result: page accounting, links, and the Table 1 columns per task."""
   skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
   lines = [f"pages read {stats.get('pages_read', 0)}: kept {stats.get('pages_kept', 0)}, "
            f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}",
@@ -199,89 +200,18 @@ def summary_table(stats: dict, out: str) -> str:
   return "\n".join(lines)
 
 
-def run_pipeline(config: PairsConfig, beam_args: list[str]) -> dict:
-  """Runs the job, writes stats.json, returns the stats."""
-  tio.makedirs(config.out)
-  pipeline = tio.make_pipeline(beam_args)
-  build(pipeline, config)
-  result = pipeline.run()
-  result.wait_until_finish()
-  stats = finish_stats(tio.beam_counters(result))
-  tio.write_json(f"{config.out.rstrip('/')}/{contracts.STATS_FILE}", stats)
-  return stats
-
-
-def parse_args(argv: Iterable[str] | None) -> tuple[PairsConfig, list[str]]:
-  p = argparse.ArgumentParser(
-      prog="twotower pairs", description=__doc__.split("\n\n")[0],
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--dump", required=True,
-                 help="pages-articles*.xml[.bz2|.gz] glob (comma-separated globs ok; any Beam "
-                      "filesystem, e.g. gs://)")
-  p.add_argument("--out", required=True, help="output directory")
-  pc, pp = passages_lib.PassageConfig(), PairConfig()
-  p.add_argument("--splitter", default=pc.splitter,
-                 help="sentence splitter: spacy, spacy-xx, spacy:<installed pipeline>, reqa")
-  p.add_argument("--max_doc_tokens", type=int, default=pc.max_doc_tokens,
-                 help="document tower length in word pieces; a passage fits it with its title")
-  p.add_argument("--max_passage_tokens", type=int, default=pc.max_passage_tokens,
-                 help="fixed passage budget in estimated word pieces (words x 1.3); 0 = "
-                      "max_doc_tokens - 3 - title")
-  p.add_argument("--min_passage_tokens", type=int, default=pc.min_passage_tokens,
-                 help="pack consecutive paragraphs of a section while the passage is shorter")
-  p.add_argument("--ict_per_page", type=int, default=pp.ict_per_page,
-                 help="ICT pairs per page (one per sampled passage)")
-  p.add_argument("--bfs_per_page", type=int, default=pp.bfs_per_page, help="BFS pairs per page")
-  p.add_argument("--wlp_per_page", type=int, default=pp.wlp_per_page,
-                 help="WLP pairs per linked-to page (one per sampled inlinking page)")
-  p.add_argument("--ict_keep_prob", type=float, default=pp.ict_keep_prob,
-                 help="probability that an ICT document keeps its query sentence")
-  p.add_argument("--min_query_words", type=int, default=pp.min_query_words,
-                 help="shortest query sentence, in whitespace words")
-  p.add_argument("--min_doc_words", type=int, default=pp.min_doc_words,
-                 help="shortest document text, in whitespace words")
-  p.add_argument("--max_redirect_hops", type=int, default=links_lib.DEFAULT_MAX_HOPS,
-                 help="longest redirect chain followed")
-  p.add_argument("--heldout_percent", type=float, default=5.0,
-                 help="percent of pages held out (by a stable hash of the page id); a pair "
-                      "with a held-out query or document page goes to the heldout split")
-  p.add_argument("--num_shards", type=int, default=0,
-                 help="shards per output (pairs per task and split, passages); 0 = runner's "
-                      "choice")
-  args, beam_args = p.parse_known_args(None if argv is None else list(argv))
-  for name in ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"):
-    if getattr(args, name) < 0:
-      p.error(f"--{name} must be >= 0, got {getattr(args, name)}")
-  if not 0 <= args.heldout_percent <= 100:
-    p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
-  if not 0 <= args.ict_keep_prob <= 1:
-    p.error(f"--ict_keep_prob must be in [0, 1], got {args.ict_keep_prob}")
-  config = PairsConfig(
-      dump=args.dump, out=args.out,
-      passages=passages_lib.PassageConfig(
-          splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
-          max_passage_tokens=args.max_passage_tokens,
-          min_passage_tokens=args.min_passage_tokens),
-      pairs=PairConfig(ict_per_page=args.ict_per_page, bfs_per_page=args.bfs_per_page,
-                       wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
-                       min_query_words=args.min_query_words,
-                       min_doc_words=args.min_doc_words),
-      max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
-      num_shards=args.num_shards)
-  return config, beam_args
-
-
-def run(argv: list[str] | None = None) -> None:
-  config, beam_args = parse_args(argv)
-  settings = {k: v for k, v in dataclasses.asdict(config).items()}
-  settings["beam_args"] = " ".join(beam_args) or "(none: DirectRunner)"
-  tio.log_settings("twotower pairs", settings)
+def run(config: PairsConfig) -> dict:
+  """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
+  that readers of passages/ know the held-out share); returns the stats."""
+  tio.log_settings("twotower pairs", dataclasses.asdict(config))
   tio.match_files(config.dump)  # a clear error now rather than an empty run
-  stats = run_pipeline(config, beam_args)
-  print(summary_table(stats, config.out))
+  tio.makedirs(config.out)
+  tio.write_json(f"{config.out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
+                 dataclasses.asdict(config))
+  return tio.run_beam_job(lambda pipeline: build(pipeline, config), config.beam_args,
+                          stats_dir=config.out, finish=finish_stats)
 
 
 if __name__ == "__main__":
   from twotower import cli
-  cli.setup_logging()
-  run(sys.argv[1:])
+  sys.exit(cli.run_stage("pairs"))

@@ -18,9 +18,9 @@ def test_every_contract_stage_is_registered():
 
 
 @pytest.mark.parametrize("stage", sorted(cli.COMMANDS))
-def test_every_stage_module_has_run(stage):
+def test_every_stage_command_has_main(stage):
   module = importlib.import_module(cli.COMMANDS[stage][0])
-  assert callable(module.run)
+  assert callable(module.main)
 
 
 def test_unknown_stage_is_a_usage_error(capsys):

@@ -167,8 +167,8 @@ def test_launch_script_command_is_accepted_by_the_stage_and_dataflow(name, stage
   cmd = _stage_command(name, "--num_shards=64")
   assert cmd[0] == stage
   if stage == "pairs":
-    from twotower.pipelines import pairs
-    config, beam_args = pairs.parse_args(cmd[1:])
+    from twotower.commands import pairs as pairs_cmd
+    config = pairs_cmd.parse(cmd[1:]); beam_args = list(config.beam_args)
     assert (config.dump, config.out, config.num_shards) == (
         SCRIPTS[name]["DUMP"], "gs://my-bucket/runs/pairs", 64)
   elif stage == "reqa":
@@ -229,6 +229,7 @@ def test_worker_image_pins_the_project_beam_version():
 
 
 def test_flex_template_spec_matches_the_pairs_flags():
+  from twotower.commands import pairs as pairs_cmd
   from twotower.pipelines import pairs
   spec = json.loads((DATAFLOW / "flex_template" / "metadata.json").read_text())
   params = {p["name"]: p for p in spec["parameters"]}
@@ -241,7 +242,7 @@ def test_flex_template_spec_matches_the_pairs_flags():
     for regex in p.get("regexes", []):
       assert re.match(regex, value), (name, regex, value)
     argv.append(f"--{name}={value}")
-  config, beam_args = pairs.parse_args(argv)  # every parameter is a `twotower pairs` flag
+  config = pairs_cmd.parse(argv); beam_args = list(config.beam_args)  # every parameter is a `twotower pairs` flag
   assert beam_args == []
   assert (config.dump, config.out, config.heldout_percent, config.num_shards) == (
       "gs://my-bucket/x", "gs://my-bucket/y", 2.5, 64)

@@ -10,7 +10,7 @@ import pytest
 from twotower import contracts
 from twotower.eval import heldout
 
-from twotower.pipelines import pairs
+from twotower.commands import pairs as pairs_cmd
 from wikidump_fixtures import many_pages, write_dump
 
 HELDOUT_PERCENT = 40.0
@@ -20,7 +20,7 @@ HELDOUT_PERCENT = 40.0
 def benchmark(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("heldout")
   dump = write_dump(tmp / "many-pages-articles.xml.bz2", many_pages(30))
-  pairs.run(["--dump", str(dump), "--out", str(tmp / "pairs"), "--ict_per_page", "20",
+  pairs_cmd.main(["--dump", str(dump), "--out", str(tmp / "pairs"), "--ict_per_page", "20",
              "--heldout_percent", str(HELDOUT_PERCENT)])
   counts = heldout.build_heldout_benchmark(str(tmp / "pairs"), str(tmp / "bench"),
                                            HELDOUT_PERCENT)
@@ -51,6 +51,6 @@ def test_each_question_has_one_gold_that_no_longer_contains_it(benchmark):
 
 def test_no_heldout_pairs_is_a_clear_error(tmp_path):
   dump = write_dump(tmp_path / "few-pages-articles.xml", many_pages(6))
-  pairs.run(["--dump", str(dump), "--out", str(tmp_path / "pairs"), "--heldout_percent", "0"])
+  pairs_cmd.main(["--dump", str(dump), "--out", str(tmp_path / "pairs"), "--heldout_percent", "0"])
   with pytest.raises(ValueError, match="no held-out ict pairs"):
     heldout.build_heldout_benchmark(str(tmp_path / "pairs"), str(tmp_path / "bench"), 0.0)

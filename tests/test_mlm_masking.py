@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from twotower.model import config, data
 from twotower.model.tokenizer import Tokenizer
-from twotower.pipelines import pairs, vocab
+from twotower.commands import pairs as pairs_cmd
+from twotower.pipelines import vocab
 from wikidump_fixtures import BODY, LEAD, DumpPage, write_dump
 
 LENGTHS = (32, 64, 128, 288, 512)
@@ -28,7 +29,7 @@ def long_article(page_id: int, title: str) -> DumpPage:
 
 def pipeline_pairs(dump: str, out: str) -> tuple[list[str], str]:
   """Pair shards and a vocabulary, as `twotower pairs` and `twotower vocab` write them."""
-  pairs.run(["--dump", dump, "--out", out, "--heldout_percent", "0", "--max_doc_tokens",
+  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", "0", "--max_doc_tokens",
              "1024", "--min_passage_tokens", "600", "--ict_per_page", "8"])
   vocab_path = f"{out}/vocab.txt"
   vocab.run(["--passages", out, "--out", vocab_path, "--vocab_size", "2000"])

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import contracts
-from twotower.pipelines import pairs
+from twotower.commands import pairs as pairs_cmd
 from wikidump_fixtures import DumpPage, article, many_pages, write_dump
 
 #: One page per case. Links cover: a lower-case first letter, an underscore, a #fragment, a
@@ -64,7 +64,7 @@ def read_passages(out: str):
 
 
 def run_pairs(dump, out, *flags) -> dict:
-  pairs.run(["--dump", str(dump), "--out", str(out), *flags])
+  pairs_cmd.main(["--dump", str(dump), "--out", str(out), *flags])
   return json.loads((out / contracts.STATS_FILE).read_text())
 
 

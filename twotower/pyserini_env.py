@@ -11,7 +11,9 @@ the options `pyserini.setup.configure_classpath` adds. Two things stand in the w
    uses that module as an optional SIMD speed-up, so the option is filtered out: we wrap
    `jnius_config.add_options` (which Pyserini looks up at call time) and drop it from options
    already registered.
-3. **The OpenAI placeholder.** Importing `pyserini.search` imports its encoders, whose OpenAI
+3. **Quiet Java logging.** Unless `--verbose`, log4j2 (Anserini) and java.util.logging
+   (Lucene) are pointed at the WARN-level configurations in `twotower/java_logging/`.
+4. **The OpenAI placeholder.** Importing `pyserini.search` imports its encoders, whose OpenAI
    client refuses to construct without `OPENAI_API_KEY`; nothing here calls OpenAI, so a
    placeholder is set *in this process only*, when the variable is unset.
 
@@ -72,6 +74,24 @@ def filter_jvm_options() -> list[str]:
   return jnius_config.get_options()
 
 
+def quiet_java_logging() -> list[str]:
+  """Adds the JVM options that set Java's logging to warnings, unless the command runs with
+  --verbose or the JVM already runs; returns the options added."""
+  import importlib.resources  # pylint: disable=import-outside-toplevel
+  import jnius_config  # pylint: disable=import-outside-toplevel
+  from twotower import logs  # pylint: disable=import-outside-toplevel
+  if logs.is_verbose() or getattr(jnius_config, "vm_running", False):
+    return []
+  files = importlib.resources.files("twotower") / "java_logging"
+  options = [f"-Dlog4j2.configurationFile={files / 'log4j2.properties'}",
+             f"-Djava.util.logging.config.file={files / 'logging.properties'}"]
+  current = jnius_config.get_options()
+  added = [o for o in options if o not in current]
+  if added:
+    jnius_config.add_options(*added)
+  return added
+
+
 def set_openai_placeholder() -> None:
   """Sets OPENAI_API_KEY to a placeholder in this process when it is unset."""
   if not os.environ.get("OPENAI_API_KEY"):
@@ -83,6 +103,7 @@ def apply() -> None:
   configure_java()
   set_openai_placeholder()
   filter_jvm_options()
+  quiet_java_logging()
 
 
 def import_lucene_searcher() -> Any:

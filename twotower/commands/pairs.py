@@ -1,0 +1,78 @@
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump -> ICT / BFS / WLP pairs, passages,
+stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline option)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterable
+
+from twotower.commands import flags
+from twotower.pipelines import links, pairs, passages
+from twotower.pipelines.pair_tasks import PairConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = flags.parser("pairs", pairs.__doc__)
+  p.add_argument("--dump", required=True,
+                 help="pages-articles*.xml[.bz2|.gz] glob (comma-separated globs ok; any Beam "
+                      "filesystem, e.g. gs://)")
+  p.add_argument("--out", required=True, help="output directory")
+  pc, pp = passages.PassageConfig(), PairConfig()
+  p.add_argument("--splitter", default=pc.splitter,
+                 help="sentence splitter: spacy, spacy-xx, spacy:<installed pipeline>, reqa")
+  p.add_argument("--max_doc_tokens", type=int, default=pc.max_doc_tokens,
+                 help="document tower length in word pieces; a passage fits it with its title")
+  p.add_argument("--max_passage_tokens", type=int, default=pc.max_passage_tokens,
+                 help="fixed passage budget in estimated word pieces (words x 1.3); 0 = "
+                      "max_doc_tokens - 3 - title")
+  p.add_argument("--min_passage_tokens", type=int, default=pc.min_passage_tokens,
+                 help="pack consecutive paragraphs of a section while the passage is shorter")
+  p.add_argument("--ict_per_page", type=int, default=pp.ict_per_page,
+                 help="ICT pairs per page (one per sampled passage)")
+  p.add_argument("--bfs_per_page", type=int, default=pp.bfs_per_page, help="BFS pairs per page")
+  p.add_argument("--wlp_per_page", type=int, default=pp.wlp_per_page,
+                 help="WLP pairs per linked-to page (one per sampled inlinking page)")
+  p.add_argument("--ict_keep_prob", type=float, default=pp.ict_keep_prob,
+                 help="probability that an ICT document keeps its query sentence (ORQA's "
+                      "variant; the paper removes it)")
+  p.add_argument("--min_query_words", type=int, default=pp.min_query_words,
+                 help="shortest query sentence, in whitespace words")
+  p.add_argument("--min_doc_words", type=int, default=pp.min_doc_words,
+                 help="shortest document text, in whitespace words")
+  p.add_argument("--max_redirect_hops", type=int, default=links.DEFAULT_MAX_HOPS,
+                 help="longest redirect chain followed")
+  p.add_argument("--heldout_percent", type=float, default=5.0,
+                 help="percent of pages held out (by a stable hash of the page id); a pair "
+                      "with a held-out query or document page goes to the heldout split")
+  p.add_argument("--num_shards", type=int, default=0,
+                 help="shards per output (pairs per task and split, passages); 0 = runner's "
+                      "choice")
+  return p
+
+
+def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
+  p = build_parser()
+  args, beam_args = flags.parse_with_beam(p, argv)
+  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"))
+  if not 0 <= args.heldout_percent <= 100:
+    p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
+  if not 0 <= args.ict_keep_prob <= 1:
+    p.error(f"--ict_keep_prob must be in [0, 1], got {args.ict_keep_prob}")
+  return pairs.PairsConfig(
+      dump=args.dump, out=args.out,
+      passages=passages.PassageConfig(
+          splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
+          max_passage_tokens=args.max_passage_tokens,
+          min_passage_tokens=args.min_passage_tokens),
+      pairs=PairConfig(ict_per_page=args.ict_per_page, bfs_per_page=args.bfs_per_page,
+                       wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
+                       min_query_words=args.min_query_words,
+                       min_doc_words=args.min_doc_words),
+      max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
+      num_shards=args.num_shards, beam_args=beam_args)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+  config = parse(argv)
+  stats = pairs.run(config)
+  print(pairs.summary_table(stats, config.out))
