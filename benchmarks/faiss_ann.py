@@ -311,9 +311,9 @@ def rss(key):
     if line.startswith(key):
       return int(line.split()[1])  # KiB
 import apache_beam.io.filesystems, faiss, pyarrow.parquet
-from twotower.eval import index
+from twotower.commands import index
 print('RSS baseline', rss('VmRSS:'), flush=True)
-index.run(sys.argv[1:])
+index.main(sys.argv[1:])
 print('RSS peak', rss('VmHWM:'), flush=True)
 """
 

@@ -5,20 +5,20 @@
 
 Several runs (and splits, and gold conventions) go into one table and one plot. Every record
 says which gold convention it used (`gold`: `pair` is the paper's, `sentence` is ReQA's; see
-eval.metrics).
+eval.metrics). `evaluate_run_file` is what every other stage (bm25, the dense path, fusion,
+the experiment) calls to score a run: one Recall@k for the whole project.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
-from typing import Iterable, Sequence
-
-import pyarrow.parquet as pq
+import sys
+from typing import Mapping, Sequence
 
 from twotower import contracts
+from twotower.contracts import codecs
 from twotower.eval import metrics as metrics_lib
 from twotower.eval import report
 from twotower.eval import runs as runs_lib
@@ -30,35 +30,19 @@ logger = logging.getLogger(__name__)
 class ReqaSplit:
   """What evaluation needs of a ReQA directory for one split."""
   split: str
-  questions: tuple[metrics_lib.GoldQuestion, ...]
-  sentence_of: dict[int, str]  # candidate id -> sentence (the `sentence` convention)
+  questions: tuple[contracts.Question, ...]
+  sentence_of: Mapping[int, str]  # candidate id -> sentence (the `sentence` convention)
   candidates: int
 
 
-def read_candidate_sentences(reqa_dir: str) -> dict[int, str]:
-  path = f"{reqa_dir.rstrip('/')}/{contracts.CANDIDATES_FILE}"
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path}: no candidates (is {reqa_dir} a `twotower reqa` output?)")
-  table = pq.read_table(path, columns=["candidate_id", "sentence"])
-  return dict(zip(table.column("candidate_id").to_pylist(), table.column("sentence").to_pylist()))
-
-
-def read_questions(reqa_dir: str, split: str) -> tuple[metrics_lib.GoldQuestion, ...]:
-  path = f"{reqa_dir.rstrip('/')}/{contracts.questions_file(split)}"
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path}: no such split {split!r}")
-  rows = pq.read_table(path).to_pylist()
-  return tuple(metrics_lib.GoldQuestion(r["question_id"], r["question"],
-                                        tuple(r["gold_candidate_ids"])) for r in rows)
-
-
 def load_splits(reqa_dir: str, splits: Sequence[str]) -> list[ReqaSplit]:
-  sentence_of = read_candidate_sentences(reqa_dir)
-  return [ReqaSplit(s, read_questions(reqa_dir, s), sentence_of, len(sentence_of))
+  rows = codecs.read_candidates(reqa_dir, columns=["candidate_id", "sentence"])
+  sentence_of = {r["candidate_id"]: r["sentence"] for r in rows}
+  return [ReqaSplit(s, codecs.read_questions(reqa_dir, s), sentence_of, len(sentence_of))
           for s in splits]
 
 
-def evaluate(run: dict[str, Sequence[int]], system: str, splits: Sequence[ReqaSplit],
+def evaluate(run: Mapping[str, Sequence[int]], system: str, splits: Sequence[ReqaSplit],
              golds: Sequence[str] = ("pair",),
              ks: Sequence[int] = contracts.DEFAULT_KS) -> list[dict]:
   """Metrics records (contracts.metrics_record + `gold`) of one run, per split and gold."""
@@ -71,51 +55,59 @@ def evaluate(run: dict[str, Sequence[int]], system: str, splits: Sequence[ReqaSp
   return records
 
 
-def _csv(value: str) -> list[str]:
-  return [v.strip() for v in value.split(",") if v.strip()]
+def evaluate_run_file(path: str, system: str, splits: Sequence[ReqaSplit],
+                      golds: Sequence[str] = ("pair",),
+                      ks: Sequence[int] = contracts.DEFAULT_KS) -> list[dict]:
+  """`evaluate` of a run file (TREC or Parquet, eval.runs)."""
+  return evaluate(runs_lib.ids_only(runs_lib.read_run(path)), system, splits, golds, ks)
 
 
-def parse_args(argv: Iterable[str] | None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="twotower evaluate", description=__doc__.split("\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--reqa", required=True, help="a `twotower reqa` output directory")
-  p.add_argument("--run", required=True, nargs="+", help="run files (TREC or .parquet)")
-  p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--names", nargs="+", help="system names, one per run (default: file names)")
-  p.add_argument("--split", default="all", help="split(s), comma-separated, e.g. all,test-5")
-  p.add_argument("--gold", default="pair", help="gold convention(s), comma-separated: "
-                 "pair (the paper's (sentence, passage)), sentence (ReQA's sentence text)")
-  p.add_argument("--ks", default=",".join(map(str, contracts.DEFAULT_KS)),
-                 help="recall cut-offs, comma-separated")
-  p.add_argument("--stem", default="metrics", help="output file stem")
-  args = p.parse_args(None if argv is None else list(argv))
-  if args.names and len(args.names) != len(args.run):
-    p.error(f"--names has {len(args.names)} names for {len(args.run)} runs")
-  bad = [g for g in _csv(args.gold) if g not in metrics_lib.GOLD_CONVENTIONS]
-  if bad:
-    p.error(f"unknown --gold {bad}; choose from {metrics_lib.GOLD_CONVENTIONS}")
-  return args
+@dataclasses.dataclass(frozen=True)
+class EvaluateConfig:
+  """Flags of `twotower evaluate`."""
+  reqa: str
+  runs: tuple[str, ...]
+  out: str
+  names: tuple[str, ...] = ()          # one per run; default: the run files' names
+  splits: tuple[str, ...] = ("all",)
+  golds: tuple[str, ...] = ("pair",)   # eval.metrics.GOLD_CONVENTIONS
+  ks: tuple[int, ...] = contracts.DEFAULT_KS
+  stem: str = "metrics"
+
+  def __post_init__(self):
+    if self.names and len(self.names) != len(self.runs):
+      raise ValueError(f"{len(self.names)} names for {len(self.runs)} runs")
+    bad = [g for g in self.golds if g not in metrics_lib.GOLD_CONVENTIONS]
+    if bad:
+      raise ValueError(f"unknown gold convention {bad}; choose from "
+                       f"{metrics_lib.GOLD_CONVENTIONS}")
 
 
 def system_name(path: str) -> str:
+  """A run file's system name: its stem, or its directory's name for `run.*`."""
   stem = os.path.splitext(os.path.basename(path))[0]
   parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
   return parent if stem == "run" and parent else stem
 
 
-def run(argv: list[str] | None = None) -> None:
-  args = parse_args(argv)
-  names = args.names or [system_name(r) for r in args.run]
-  splits = load_splits(args.reqa, _csv(args.split))
-  ks = [int(k) for k in _csv(args.ks)]
+@dataclasses.dataclass(frozen=True)
+class EvaluateResult:
+  records: list[dict]
+  paths: dict[str, str]   # suffix -> written file
+
+
+def run(config: EvaluateConfig) -> EvaluateResult:
+  """Scores every run on every split and gold convention; writes `<stem>.json/.md/.csv/.png`
+  under `out`."""
+  names = config.names or tuple(system_name(r) for r in config.runs)
+  splits = load_splits(config.reqa, config.splits)
   records: list[dict] = []
-  for name, path in zip(names, args.run):
+  for name, path in zip(names, config.runs):
     logger.info("evaluating %s (%s)", name, path)
-    records += evaluate(runs_lib.ids_only(runs_lib.read_run(path)), name, splits,
-                        _csv(args.gold), ks)
-  paths = report.write_report(records, args.out, args.stem)
-  print(report.markdown_table(records) + "\nwritten: " + ", ".join(paths.values()))
+    records += evaluate_run_file(path, name, splits, config.golds, config.ks)
+  return EvaluateResult(records, report.write_report(records, config.out, config.stem))
 
 
 if __name__ == "__main__":
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("evaluate"))

@@ -17,25 +17,17 @@ ranks the whole index, so its MRR can only be higher by the tail beyond the dept
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from twotower import contracts
+from twotower.contracts import Question
 
 logger = logging.getLogger(__name__)
 
 GOLD_CONVENTIONS = ("pair", "sentence")
-
-
-@dataclasses.dataclass(frozen=True)
-class GoldQuestion:
-  """A question of a ReQA split (a row of questions-<split>.parquet)."""
-  question_id: str
-  question: str
-  gold_candidate_ids: tuple[int, ...]
 
 
 def first_hit_rank(ranked: Sequence[int], is_gold) -> int:
@@ -59,7 +51,7 @@ def summarize(ranks: Iterable[int], ks: Sequence[int] = contracts.DEFAULT_KS) ->
   return out
 
 
-def question_ranks(run: Mapping[str, Sequence[int]], questions: Sequence[GoldQuestion],
+def question_ranks(run: Mapping[str, Sequence[int]], questions: Sequence[Question],
                    gold: str = "pair",
                    sentence_of: Mapping[int, str] | None = None) -> list[int]:
   """First-hit ranks, one per evaluated unit (question id for `pair`, unique question string
@@ -87,7 +79,7 @@ def question_ranks(run: Mapping[str, Sequence[int]], questions: Sequence[GoldQue
   return list(best.values())
 
 
-def evaluate_run(run: Mapping[str, Sequence[int]], questions: Sequence[GoldQuestion],
+def evaluate_run(run: Mapping[str, Sequence[int]], questions: Sequence[Question],
                  gold: str = "pair", sentence_of: Mapping[int, str] | None = None,
                  ks: Sequence[int] = contracts.DEFAULT_KS) -> tuple[dict[str, float], int]:
   """(metrics, number of evaluated units) of `run` on `questions` under `gold`."""

@@ -5,12 +5,16 @@ index's Recall@k against the exact flat inner-product search and of both queries
   twotower search --index run/index.faiss --queries run/q_emb --out run/run.parquet \
       --k 100 --nprobe 32 --reference run/embeddings
   twotower search --index 'run/index-*-of-00004.faiss' ...   # served as faiss.IndexShards
+
+`run(SearchJob) -> SearchResult` is the typed entry point (twotower.commands.search parses
+the flags).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -25,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 def to_run(qids: Sequence[str], scores: np.ndarray, ids: np.ndarray) -> runs.Run:
   """Search results -> eval.runs.Run; FAISS's -1 fillers (fewer hits than k) dropped."""
-  run: runs.Run = {}
+  run_: runs.Run = {}
   for qid, s, i in zip(qids, scores, ids):
     keep = i >= 0
-    run[str(qid)] = runs.Ranked(tuple(int(x) for x in i[keep]), tuple(float(x) for x in s[keep]))
-  return run
+    run_[str(qid)] = runs.Ranked(tuple(int(x) for x in i[keep]),
+                                 tuple(float(x) for x in s[keep]))
+  return run_
 
 
 def compare_to_flat(ids: np.ndarray, seconds: float, queries: np.ndarray,
@@ -46,56 +51,58 @@ def compare_to_flat(ids: np.ndarray, seconds: float, queries: np.ndarray,
   }
 
 
-def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="twotower search", description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--index", required=True,
-                 help="index file, or a glob / comma list of index shards (IndexShards)")
-  p.add_argument("--queries", required=True, help="query embeddings directory (string ids)")
-  p.add_argument("--out", required=True, help="run file: *.parquet (RUN_SCHEMA) or TREC")
-  p.add_argument("--k", type=int, default=100, help="candidates per question")
-  p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query")
-  p.add_argument("--ef_search", type=int, default=None, help="HNSW search beam width")
-  p.add_argument("--batch_size", type=int, default=4096, help="queries per FAISS call")
-  p.add_argument("--threads", type=int, default=0, help="FAISS OpenMP threads (0: all)")
-  p.add_argument("--mmap", action="store_true", help="memory-map the index file(s)")
-  p.add_argument("--tag", default="twotower", help="TREC run tag")
-  p.add_argument("--reference", default=None,
-                 help="document embeddings the index was built from: report Recall@k "
-                      "against exact flat inner-product search and queries/s")
-  p.add_argument("--report", default=None,
-                 help="where to write that report (default: OUT + '.report.json')")
-  return p
+@dataclasses.dataclass(frozen=True)
+class SearchJob:
+  """Flags of `twotower search`."""
+  index: str                        # index file, or a glob / comma list of index shards
+  queries: str                      # query embeddings directory (string ids)
+  out: str                          # run file: *.parquet (contracts.RUN_SCHEMA) or TREC
+  k: int = 100
+  nprobe: Optional[int] = None      # IVF lists visited per query
+  ef_search: Optional[int] = None   # HNSW search beam width
+  batch_size: int = 4096            # queries per FAISS call
+  threads: int = 0                  # FAISS OpenMP threads (0: all)
+  mmap: bool = False
+  tag: str = "twotower"             # TREC run tag
+  reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
+  report: Optional[str] = None      # where that report goes (default OUT.report.json)
 
 
-def run(argv: Optional[list[str]] = None) -> None:
-  import faiss
-  args = _parser().parse_args(argv)
-  if args.threads:
-    faiss.omp_set_num_threads(args.threads)
-  index = faiss_index.load_index(args.index, mmap=args.mmap)
-  faiss_index.set_search_params(index, args.nprobe, args.ef_search)
-  qids, queries = faiss_index.read_embeddings(args.queries)
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+  run_file: str
+  queries: int
+  seconds: float
+  report: Optional[dict] = None     # with `reference`: recall vs flat, queries/s
+
+
+def run(job: SearchJob) -> SearchResult:
+  import faiss  # pylint: disable=import-outside-toplevel
+  if job.threads:
+    faiss.omp_set_num_threads(job.threads)
+  index = faiss_index.load_index(job.index, mmap=job.mmap)
+  faiss_index.set_search_params(index, job.nprobe, job.ef_search)
+  qids, queries = faiss_index.read_embeddings(job.queries)
   if queries.shape[1] != index.d:
-    raise ValueError(f"{args.queries}: query dim {queries.shape[1]} != index dim {index.d}")
-  tio.log_settings("search", {"index": args.index, "vectors": index.ntotal,
-                              "queries": len(qids), "k": args.k, "nprobe": args.nprobe,
-                              "ef_search": args.ef_search, "out": args.out})
-  scores, ids, seconds = faiss_index.search(index, queries, args.k, args.batch_size,
+    raise ValueError(f"{job.queries}: query dim {queries.shape[1]} != index dim {index.d}")
+  tio.log_settings("search", {"index": job.index, "vectors": index.ntotal,
+                              "queries": len(qids), "k": job.k, "nprobe": job.nprobe,
+                              "ef_search": job.ef_search, "out": job.out})
+  scores, ids, seconds = faiss_index.search(index, queries, job.k, job.batch_size,
                                             progress=True)
-  runs.write_run(args.out, to_run(qids, scores, ids), tag=args.tag)
+  runs.write_run(job.out, to_run(qids, scores, ids), tag=job.tag)
   logger.info("search: %d queries in %.2f s (%.0f queries/s) -> %s", len(qids), seconds,
-              len(qids) / max(seconds, 1e-9), args.out)
-  if args.reference:
+              len(qids) / max(seconds, 1e-9), job.out)
+  report = None
+  if job.reference:
     report = compare_to_flat(ids, seconds, queries,
-                             faiss_index.embedding_files(args.reference), args.k)
-    report.update({"index": args.index, "nprobe": args.nprobe, "ef_search": args.ef_search,
-                   "k": args.k})
-    tio.write_json(args.report or f"{args.out}.report.json", report)
-    recalls = "  ".join(f"{key} {v:.4f}" for key, v in report["recall_vs_flat"].items())
-    print(f"vs flat: {recalls}  |  {report['qps']:.0f} q/s vs flat {report['flat_qps']:.0f} "
-          f"q/s ({report['qps'] / report['flat_qps']:.1f}x)")
+                             faiss_index.embedding_files(job.reference), job.k)
+    report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
+                   "k": job.k})
+    tio.write_json(job.report or f"{job.out}.report.json", report)
+  return SearchResult(job.out, len(qids), seconds, report)
 
 
 if __name__ == "__main__":
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("search"))

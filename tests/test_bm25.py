@@ -9,6 +9,7 @@ import pytest
 
 from twotower import contracts
 from twotower import texts
+from twotower.commands import bm25 as bm25_cmd
 from twotower.eval import bm25, evaluate
 from twotower.eval import metrics as metrics_lib
 from twotower.eval import runs as runs_lib
@@ -42,7 +43,7 @@ def tiny_reqa(tmp_path_factory):
 @pytest.mark.parametrize("doc_text", texts.DOC_TEXT_MODES)
 def test_bm25_end_to_end(tiny_reqa, doc_text):
   out = tiny_reqa / f"out-{doc_text}"
-  bm25.run([f"--reqa={tiny_reqa / 'reqa'}", f"--out={out}", f"--doc_text={doc_text}",
+  bm25_cmd.main([f"--reqa={tiny_reqa / 'reqa'}", f"--out={out}", f"--doc_text={doc_text}",
             "--split=all", "--threads=2", "--hits=10"])
   records = json.loads((out / contracts.METRICS_FILE).read_text())
   assert [(r["system"], r["split"], r["gold"]) for r in records] == [

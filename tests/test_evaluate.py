@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import contracts
+from twotower.commands import evaluate as evaluate_cmd
 from twotower.eval import evaluate, report, runs
 from twotower.eval.runs import Ranked
 
@@ -44,7 +45,7 @@ def test_evaluate_writes_md_csv_json_png_for_several_systems(tmp_path):
                                             "q2": Ranked((11,), (1.0,))})
   runs.write_run(str(tmp_path / "b.parquet"), {"q1": Ranked((13,), (1.0,)),
                                                "q2": Ranked((13, 11), (2.0, 1.0))})
-  evaluate.run(["--reqa", str(tmp_path / "reqa"), "--run", str(tmp_path / "a.trec"),
+  evaluate_cmd.main(["--reqa", str(tmp_path / "reqa"), "--run", str(tmp_path / "a.trec"),
                 str(tmp_path / "b.parquet"), "--names", "A", "B", "--split", "all,test-5",
                 "--gold", "pair,sentence", "--ks", "1,2", "--out", str(tmp_path / "out")])
   records = json.loads((tmp_path / "out" / "metrics.json").read_text())

@@ -150,9 +150,9 @@ def test_memory_estimate_ivfpq_is_small():
 
 @pytest.mark.parametrize("suffix", [".parquet", ".trec"])
 def test_index_and_search_cli_write_the_run_file(corpus, tmp_path, suffix):
-  from twotower.eval import index as index_cli
+  from twotower.commands import index as index_cli
+  from twotower.commands import search as search_cli
   from twotower.eval import runs
-  from twotower.eval import search as search_cli
   q_dir = tmp_path / "q_emb"
   q_dir.mkdir()
   qids = [f"q{i}" for i in range(len(corpus["q"]))]
@@ -160,10 +160,10 @@ def test_index_and_search_cli_write_the_run_file(corpus, tmp_path, suffix):
   pq.write_table(pa.Table.from_arrays([pa.array(qids), emb],
                                       schema=contracts.embedding_schema(D, pa.string())),
                  q_dir / "embeddings-00000-of-00001.parquet")
-  index_cli.run(["--embeddings", corpus["dir"], "--out", str(tmp_path / "hnsw.faiss"),
+  index_cli.main(["--embeddings", corpus["dir"], "--out", str(tmp_path / "hnsw.faiss"),
                  "--type", "hnsw", "--hnsw_m", "16", "--num_index_shards", "2"])
   out = str(tmp_path / f"run{suffix}")
-  search_cli.run(["--index", str(tmp_path / "hnsw-*-of-00002.faiss"), "--queries", str(q_dir),
+  search_cli.main(["--index", str(tmp_path / "hnsw-*-of-00002.faiss"), "--queries", str(q_dir),
                   "--out", out, "--k", "10", "--ef_search", "64", "--reference", corpus["dir"]])
   run = runs.read_run(out)
   _, ref_ids = _exact(corpus, 10)

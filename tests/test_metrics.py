@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twotower.eval import metrics
-from twotower.eval.metrics import GoldQuestion
+from twotower.contracts import Question as GoldQuestion
 
 # Candidates 1..6; 1 and 4 share the sentence "S" (in two passages), 2 is "T".
 SENTENCE_OF = {1: "S", 2: "T", 3: "U", 4: "S", 5: "V", 6: "W"}

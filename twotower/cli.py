@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("twotower.commands.search",
                "search a FAISS index with query embeddings -> run file"),
     "bm25": ("twotower.commands.bm25", "Pyserini BM25 over ReQA candidates -> run file, metrics"),
+    "fuse": ("twotower.commands.fuse", "hybrid of two runs (interpolation or RRF) -> run file"),
     "evaluate": ("twotower.commands.evaluate",
                  "Recall@k / MRR of run files -> md, csv, json, png"),
     "curves": ("twotower.commands.curves", "training curves of runs (history.csv) -> PNG"),

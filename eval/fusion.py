@@ -1,0 +1,160 @@
+"""`twotower fuse`: one ranking from two runs (a sparse and a dense one), as Pyserini's hybrid
+runs do.
+
+    twotower fuse --reqa reqa/squad --run bm25/run.trec dense/run.parquet \
+        --method interpolate --weight auto --tune_split validation-5 --out hybrid/run.trec
+
+Methods:
+  * ``interpolate``: per query, each run's scores are min-max normalised to [0, 1] (BM25
+    scores and inner products live on different scales), then
+    ``score = weight * a + (1 - weight) * b``. A candidate that one run did not retrieve gets
+    0 from that run (the bottom of its list), as Pyserini's hybrid gives it the run's minimum.
+  * ``rrf``: reciprocal-rank fusion (Cormack et al. 2009), ``score = sum 1 / (k + rank)``
+    with k = 60; no weight, no tuning.
+
+The interpolation weight is a hyper-parameter: `--weight auto` picks it on a validation split
+(`validation-<ratio>`, the 10 % of the train side the paper holds out "for hyper-parameter
+tuning"), by Recall@k, from a grid of weights; a test split is refused for tuning. The fused
+list keeps the top `depth` candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+from typing import Mapping, Optional, Sequence
+
+from twotower import io as tio
+from twotower.eval import evaluate as evaluate_lib
+from twotower.eval import runs as runs_lib
+from twotower.eval.runs import Ranked, Run
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("interpolate", "rrf")
+RRF_K = 60
+#: Weights tried by `--weight auto` (weight of the first run).
+WEIGHT_GRID = tuple(round(0.05 * i, 2) for i in range(21))
+
+
+def _normalised(ranked: Ranked) -> dict[int, float]:
+  """Candidate -> min-max normalised score of one query's list (all 1.0 when flat)."""
+  if not ranked.candidate_ids:
+    return {}
+  lo, hi = min(ranked.scores), max(ranked.scores)
+  span = hi - lo
+  return {c: (s - lo) / span if span > 0 else 1.0
+          for c, s in zip(ranked.candidate_ids, ranked.scores)}
+
+
+def _top(scores: Mapping[int, float], depth: int) -> Ranked:
+  """Best first; ties broken by candidate id so that the order is deterministic."""
+  order = sorted(scores.items(), key=lambda cs: (-cs[1], cs[0]))[:depth]
+  return Ranked(tuple(c for c, _ in order), tuple(s for _, s in order))
+
+
+def interpolate(a: Run, b: Run, weight: float, depth: int = 100) -> Run:
+  """`weight * norm(a) + (1 - weight) * norm(b)` per query, over the union of candidates."""
+  if not 0.0 <= weight <= 1.0:
+    raise ValueError(f"interpolation weight {weight} is not in [0, 1]")
+  fused: Run = {}
+  for qid in sorted(set(a) | set(b)):
+    na = _normalised(a.get(qid, Ranked((), ())))
+    nb = _normalised(b.get(qid, Ranked((), ())))
+    fused[qid] = _top({c: weight * na.get(c, 0.0) + (1 - weight) * nb.get(c, 0.0)
+                       for c in set(na) | set(nb)}, depth)
+  return fused
+
+
+def rrf(runs: Sequence[Run], k: int = RRF_K, depth: int = 100) -> Run:
+  """Reciprocal-rank fusion: `sum over runs of 1 / (k + rank)` (rank from 1)."""
+  fused: Run = {}
+  for qid in sorted(set().union(*runs)):
+    scores: dict[int, float] = {}
+    for run_ in runs:
+      for rank, c in enumerate(run_.get(qid, Ranked((), ())).candidate_ids, start=1):
+        scores[c] = scores.get(c, 0.0) + 1.0 / (k + rank)
+    fused[qid] = _top(scores, depth)
+  return fused
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+  """The weight chosen on a validation split, and the metric at every weight tried."""
+  split: str
+  metric: str
+  weight: float
+  by_weight: tuple[tuple[float, float], ...]  # (weight, metric)
+
+
+def tune_weight(a: Run, b: Run, split: evaluate_lib.ReqaSplit, metric: str = "R@100",
+                weights: Sequence[float] = WEIGHT_GRID, depth: int = 100) -> Tuning:
+  """The interpolation weight that maximises `metric` on `split` (a validation split; ties
+  go to the weight nearest 0.5, then the smaller). Test splits are refused: a weight chosen
+  on the test side would make the hybrid's test numbers optimistic."""
+  if not split.split.startswith("validation"):
+    raise ValueError(f"tuning the fusion weight on {split.split!r}: only a validation split "
+                     "may choose hyper-parameters")
+  table = []
+  for w in weights:
+    (record,) = evaluate_lib.evaluate(runs_lib.ids_only(interpolate(a, b, w, depth)), "tune",
+                                      [split], ("pair",))
+    table.append((float(w), record["metrics"][metric]))
+  best = max(table, key=lambda wm: (wm[1], -abs(wm[0] - 0.5), -wm[0]))
+  return Tuning(split.split, metric, best[0], tuple(table))
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseConfig:
+  """Flags of `twotower fuse`."""
+  runs: tuple[str, str]              # the two run files (e.g. BM25, dense)
+  out: str                           # fused run file (TREC or .parquet)
+  method: str = "interpolate"        # METHODS
+  weight: Optional[float] = None     # weight of the first run; None: tune on `tune_split`
+  reqa: str = ""                     # ReQA dir, needed to tune
+  tune_split: str = ""               # e.g. validation-5
+  tune_metric: str = "R@100"
+  depth: int = 100
+  rrf_k: int = RRF_K
+  tag: str = "fused"
+
+  def __post_init__(self):
+    if self.method not in METHODS:
+      raise ValueError(f"unknown fusion method {self.method!r}; expected one of {METHODS}")
+    if len(self.runs) != 2:
+      raise ValueError(f"fusion takes two runs, got {len(self.runs)}")
+    if self.method == "interpolate" and self.weight is None and not (self.reqa and
+                                                                      self.tune_split):
+      raise ValueError("--weight auto needs --reqa and --tune_split (a validation split)")
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseResult:
+  run_file: str
+  method: str
+  weight: Optional[float]
+  tuning: Optional[Tuning]
+
+
+def run(config: FuseConfig) -> FuseResult:
+  """Reads both runs, fuses them (tuning the weight first when asked), writes the run."""
+  tio.log_settings("fuse", dataclasses.asdict(config))
+  a, b = (runs_lib.read_run(path) for path in config.runs)
+  tuning, weight = None, config.weight
+  if config.method == "rrf":
+    fused = rrf([a, b], config.rrf_k, config.depth)
+  else:
+    if weight is None:
+      (split,) = evaluate_lib.load_splits(config.reqa, [config.tune_split])
+      tuning = tune_weight(a, b, split, config.tune_metric, depth=config.depth)
+      weight = tuning.weight
+      logger.info("fusion weight %.2f chosen on %s by %s", weight, tuning.split, tuning.metric)
+    fused = interpolate(a, b, weight, config.depth)
+  runs_lib.write_run(config.out, fused, tag=config.tag)
+  return FuseResult(config.out, config.method, weight, tuning)
+
+
+if __name__ == "__main__":
+  from twotower import cli
+  sys.exit(cli.run_stage("fuse"))
