@@ -1,6 +1,6 @@
-"""`twotower experiment`: the plan (pure, eval.grid), the tables, and the real grid end to end
-on a tiny dump + tiny SQuAD file (BM25 + ICT, one ratio, tiny preset), run twice: the second
-run trains nothing."""
+"""`twotower experiment`: grids as data, the plan (pure), the tables, one state per cell, and
+the real grid end to end on a tiny dump + tiny SQuAD file, run twice: the second run trains
+nothing."""
 
 from __future__ import annotations
 
@@ -9,131 +9,165 @@ import os
 
 import pytest
 
+from twotower.commands import experiment as experiment_cmd
 from twotower.eval import experiment
-from twotower.eval import grid
+from twotower.eval.experiment import execute, grid, plan, render
 from wikidump_fixtures import DumpPage, write_dump
 
-SLICE = "../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2"
+INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",
+                     squad="squad.json")
 
 # ---------------------------------------------------------------------------------------------
-# Planning (no TensorFlow).
+# Grids and plans (no TensorFlow).
 # ---------------------------------------------------------------------------------------------
 
 
-def full_config(**kw) -> grid.GridConfig:
-  base = dict(preset="cpu-small", dump=SLICE, squad="squad.json",
-              ratio_seeds=((5, (0, 1, 2)),))
-  base.update(kw)
-  return grid.GridConfig(**base)
+def test_every_shipped_grid_loads_and_plans_in_dependency_order():
+  for name in grid.grid_names():
+    spec = grid.load(name)
+    the_plan, entries = plan.plan(spec, INPUTS)
+    seen = set()
+    for cell in the_plan:
+      assert set(cell.deps.values()) <= seen, cell.name
+      seen.add(cell.name)
+    assert entries and all(e.cell in seen for e in entries)
 
 
-def test_full_grid_pretrains_each_system_once_and_fine_tunes_every_ratio_and_seed():
-  plan, entries = grid.plan(full_config())
-  kinds = {k: len(plan.of_kind(k)) for k in grid.KINDS}
-  # 6 pre-trained systems (BoW-MLP+ICT+BFS+WLP, MLM, ICT, BFS, WLP, ICT+BFS+WLP) + 2
-  # Table 5 sizes.
-  assert kinds["pretrain"] == 8
-  # 8 dense systems x (4 ratios + 2 more seeds at 5 %) + 2 Table 5 sizes at 1 %.
-  assert kinds["finetune"] == 8 * 6 + 2
-  # ... each evaluated once, plus ICT+BFS+WLP at 1 % on the open-domain candidates.
-  assert kinds["eval"] == 8 * 6 + 2 + 1
-  assert kinds["bm25"] == 2 and kinds["reqa"] == 2 and kinds["pairs"] == 1
-  ict = [c for c in plan.of_kind("finetune") if c.params["system"] == "ict"]
-  assert {c.deps[-1] for c in ict} == {"pretrain/ict/cpu-small"}  # one checkpoint, reused
-  nossl = [c for c in plan.of_kind("finetune") if c.params["system"] == "no-ssl"]
-  assert all(plan[d].kind != "pretrain" for c in nossl for d in c.deps)
-  seeds = sorted(e.seed for e in entries if e.table == 3 and e.row == "ict" and e.ratio == 5)
+def test_cpu_small_table5_is_the_papers_design():
+  """Rows 1-3 single tasks on the small towers, rows 4-9 on the deep ones (No-SSL, MLM, ICT,
+  ICT+BFS+WLP at d 128, then ICT+BFS+WLP at d 256 and 512), at all four ratios."""
+  spec = grid.load("cpu-small")
+  (t5,) = [t for t in spec.tables if t.id == "5"]
+  assert t5.ratios == (1, 5, 10, 80) and t5.layout == "r100"
+  assert [(r.system, r.variant) for r in t5.rows] == [
+      ("ict", "base"), ("bfs", "base"), ("wlp", "base"), ("no-ssl", "l4-d128"),
+      ("mlm", "l4-d128"), ("ict", "l4-d128"), ("ict+bfs+wlp", "l4-d128"),
+      ("ict+bfs+wlp", "l4-d256"), ("ict+bfs+wlp", "l4-d512")]
+  cfgs = {v: grid.pretrain_config(spec, spec.systems["ict+bfs+wlp"], spec.variants[v], 0)
+          for v in ("base", "l4-d128", "l4-d256", "l4-d512")}
+  assert [(c.model.num_layers, c.model.embedding_dim) for c in cfgs.values()] == [
+      (2, 128), (4, 128), (4, 256), (4, 512)]
+
+
+def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
+  spec = grid.load("cpu-small")
+  the_plan, entries = plan.plan(spec, INPUTS)
+  pretrains = {c.name for c in the_plan.of_kind("pretrain")}
+  # A seed is the whole chain: three pre-trainings of ICT at 5 %, one elsewhere.
+  assert {"pretrain/ict/base/s0", "pretrain/ict/base/s1", "pretrain/ict/base/s2"} <= pretrains
+  # Rows that differ in fine-tuning only reuse a pre-training.
+  hn = the_plan["finetune/squad/ict+bfs+wlp-hn/base/r5/s1"]
+  assert hn.deps["init"] == "pretrain/ict+bfs+wlp/base/s1"
+  assert hn.deps["hardneg"] == "hardneg/squad/k1" and hn.params["hard_negatives"] == 1
+  # No pre-training for the untrained baselines; BoW-MLP sized like the grid's towers.
+  for name in ("no-ssl", "bow-mlp"):
+    cell = the_plan[f"finetune/squad/{name}/base/r80/s0"]
+    assert "init" not in cell.deps
+  bow = the_plan["finetune/squad/bow-mlp/base/r80/s0"].params["config"]["model"]
+  assert (bow["encoder"], bow["query_len"], bow["doc_len"], bow["embedding_dim"]) == (
+      "bow_mlp", 32, 128, 128)
+  # The large-batch row sees as many examples as the batch-64 row.
+  small = the_plan["pretrain/ict+bfs+wlp/base/s0"].params["config"]
+  large = the_plan["pretrain/ict+bfs+wlp-large/base/s0"].params["config"]
+  assert large["data"]["batch_size"] == 1024 and large["trainer"]["grad_cache_chunk"] == 64
+  assert (large["trainer"]["steps"] * 1024 == small["trainer"]["steps"] * 64)
+  # The hybrid fuses BM25 with a dense row and tunes on the ratio's validation split.
+  fuse = the_plan["fuse/squad/hybrid/base/r10/s0"]
+  assert fuse.deps["first"] == "bm25/squad"
+  assert fuse.deps["second"] == "eval/squad/ict+bfs+wlp-large-hn/base/r10/s0"
+  assert fuse.params["tune_split"] == "validation-10"
+  # Table 6 reads the open-domain ReQA directory, fine-tuned models of the closed one.
+  open_eval = the_plan["eval/squad-open/ict/base/r1/s0"]
+  assert open_eval.deps["reqa"] == "reqa/squad-open"
+  assert open_eval.deps["model"] == "finetune/squad/ict/base/r1/s0"
+  seeds = sorted(e.seed for e in entries if e.table == "3" and e.system == "mlm"
+                 and e.ratio == 5)
   assert seeds == [0, 1, 2]
-  assert {e.split for e in entries if e.table == 3 and e.ratio == 80} == {"test-80"}
-  # Table 5 rows are the ablation sizes; Table 6 reads the open-domain ReQA directory.
-  assert {e.row for e in entries if e.table == 5} == {"L2 / d128", "L4 / d128", "L4 / d512"}
-  open_cells = {plan[e.cell].deps[-1] for e in entries if e.table == 6 and e.row != "bm25"}
-  assert open_cells == {"reqa/squad-open10000"}
-  # Plan order respects dependencies.
-  seen = set()
-  for cell in plan:
-    assert set(cell.deps) <= seen, cell.name
-    seen.add(cell.name)
 
 
-def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
-  """The paper's MLP row has no pre-training (issue 11); the pre-trained BoW-MLP is another
-  system under its own name."""
-  plan, _ = grid.plan(full_config(systems=("bow-mlp", "bow-mlp-ict+bfs+wlp")))
-  untrained = [c for c in plan.of_kind("finetune") if c.params["system"] == "bow-mlp"]
-  assert untrained and all(plan[d].kind != "pretrain" for c in untrained for d in c.deps)
-  assert all(c.params["config"] == "bow-mlp" for c in untrained)
-  pretrained = [c for c in plan.of_kind("pretrain")
-                if c.params["system"] == "bow-mlp-ict+bfs+wlp"]
-  assert [c.params["tasks"] for c in pretrained] == ["ict,bfs,wlp"]
-  assert grid.SYSTEMS_BY_NAME["bow-mlp"].pretraining == "No pre-training"
-
-
-def test_cell_keys_are_stable_and_follow_parameter_changes_downstream():
-  a, _ = grid.plan(full_config())
-  b, _ = grid.plan(full_config())
-  c, _ = grid.plan(full_config(pretrain_steps=100))
-  name = "finetune/squad/ict/cpu-small/r5/s0"
+def test_cell_keys_follow_every_setting_downstream(tmp_path):
+  spec = grid.load("tiny")
+  a, _ = plan.plan(spec, INPUTS)
+  b, _ = plan.plan(grid.load("tiny"), INPUTS)
+  longer = grid.GridSpec(**{**spec.__dict__, "pretrain_steps": 11})
+  c, _ = plan.plan(longer, INPUTS)
+  name = "finetune/squad/ict/base/r80/s0"
   assert a[name].key == b[name].key
-  assert a["pretrain/ict/cpu-small"].key != c["pretrain/ict/cpu-small"].key
-  assert a[name].key != c[name].key            # a new checkpoint means a new fine-tuning
-  assert a["finetune/squad/no-ssl/cpu-small/r5/s0"].key == \
-      c["finetune/squad/no-ssl/cpu-small/r5/s0"].key  # No-SSL does not pre-train
-  assert a[name].dirname.startswith("finetune/squad_ict_cpu-small_r5_s0-")
+  assert a["pretrain/ict/base/s0"].key != c["pretrain/ict/base/s0"].key
+  assert a[name].key != c[name].key         # a new checkpoint means a new fine-tuning
+  assert a["bm25/squad"].key == c["bm25/squad"].key
+  assert a[name].dirname.startswith("finetune/squad_ict_base_r80_s0-")
 
 
-def test_plan_rejects_unknown_systems_ratios_and_missing_qa_data():
-  with pytest.raises(ValueError, match="unknown system"):
-    grid.plan(full_config(systems=("bm25", "dpr")))
-  with pytest.raises(ValueError, match="ReQA splits"):
-    grid.plan(full_config(ratios=(2,)))
-  with pytest.raises(ValueError, match="no QA data"):
-    grid.plan(full_config(squad=""))
+def test_bad_grids_are_named_errors(tmp_path):
+  bad = tmp_path / "bad.yaml"
+  bad.write_text("model: tiny\nsystems: {ict: {tasks: [ict]}}\n"
+                 "tables: [{id: '3', title: t, ratios: [80], rows: [dpr]}]\n")
+  with pytest.raises(ValueError, match="row 'dpr' is not a system"):
+    grid.load(str(bad))
+  bad.write_text("model: tiny\nsystems: {ict: {tasks: [ict], colour: red}}\n")
+  with pytest.raises(ValueError, match="unknown field"):
+    grid.load(str(bad))
+  with pytest.raises(ValueError, match="neither a file nor a grid"):
+    grid.load("no-such-grid")
 
 
 def _record(split, r1, r100):
-  return {"system": "x", "split": split, "questions": 10, "candidates": 50, "gold": "pair",
-          "metrics": {"R@1": r1, "R@5": r1, "R@10": r1, "R@50": r100, "R@100": r100,
-                      "MRR": r1}}
+  return {"system": "x", "split": split, "questions": 10, "candidates": 99, "gold": "pair",
+          "metrics": {"R@1": r1, "R@5": r1, "R@10": r1, "R@50": r100, "R@100": r100}}
 
 
-def test_aggregate_gives_mean_and_std_over_seeds_in_the_paper_layout():
-  entries = [grid.Entry(3, "squad", "ict", 5, s, f"eval/{s}", "test-5") for s in (0, 1, 2)]
-  entries.append(grid.Entry(3, "squad", "bm25", 5, 0, "bm25/squad", "test-5"))
+def test_aggregate_and_tables_in_the_papers_layouts():
+  spec = grid.load("cpu-small")
+  e = lambda table, system, variant, seed, cell: plan.Entry(  # noqa: E731
+      table, "squad", system, variant, 5, seed, cell, "test-5")
+  entries = [e("3", "ict", "base", s, f"eval/{s}") for s in (0, 1, 2)]
+  entries += [e("3", "bm25", "base", 0, "bm25"), e("5", "ict", "l4-d128", 0, "eval/l4")]
   values = {("eval/0", "test-5"): _record("test-5", 0.1, 0.5),
             ("eval/1", "test-5"): _record("test-5", 0.2, 0.6),
             ("eval/2", "test-5"): _record("test-5", 0.3, 0.7),
-            ("bm25/squad", "test-5"): _record("test-5", 0.4, 0.8)}
-  aggs = {a.row: a for a in grid.aggregate(entries, values)}
-  assert aggs["ict"].seeds == (0, 1, 2)
-  assert aggs["ict"].mean["R@1"] == pytest.approx(0.2)
-  assert aggs["ict"].std["R@1"] == pytest.approx((2 / 300) ** 0.5)   # population std
-  cfg = full_config(systems=("bm25", "ict"))
-  rows, header, cells = grid.table_rows_and_headers(3, cfg)
-  md = grid.markdown_table(list(aggs.values()), rows, [5], header, cells)
-  lines = md.splitlines()
-  assert lines[0] == ("| Encoder | Pre-training | 5%/95% R@1 | R@5 | R@10 | R@50 | R@100 |")
+            ("bm25", "test-5"): _record("test-5", 0.4, 0.8),
+            ("eval/l4", "test-5"): _record("test-5", 0.2, 0.9)}
+  aggs = render.aggregate(entries, values)
+  ict = next(a for a in aggs if a.system == "ict" and a.table == "3")
+  assert ict.seeds == (0, 1, 2) and ict.mean["R@1"] == pytest.approx(0.2)
+  assert ict.std["R@1"] == pytest.approx((2 / 300) ** 0.5)   # population std
+  t3 = next(t for t in spec.tables if t.id == "3")
+  lines = render.markdown_table(spec, grid.Table("3", "t", t3.rows, (5,)),
+                                [a for a in aggs if a.table == "3"]).splitlines()
+  assert lines[0] == "| Encoder | Pre-training | 5%/95% R@1 | R@5 | R@10 | R@50 | R@100 |"
   assert lines[2] == "| BM25 | - | 40.00 | 40.00 | 40.00 | 80.00 | 80.00 |"
   assert lines[3].startswith("| Transformer | ICT | 20.00 ± 8.16 | ")
+  t5 = next(t for t in spec.tables if t.id == "5")
+  lines = render.markdown_table(spec, grid.Table("5", "t", t5.rows, (5,), layout="r100"),
+                                [a for a in aggs if a.table == "5"]).splitlines()
+  assert lines[0] == "| # | Model | Pre-training | R@100 5% |"
+  assert lines[2] == "| 6 | L4 / d128 | ICT | 90.00 |"
 
 
-def test_dry_run_prints_the_plan_and_an_estimate(tmp_path, capsys):
-  experiment.run(["--preset", "cpu-small", "--out", str(tmp_path / "w"), "--dump", SLICE,
-                  "--squad", "squad.json", "--ratio_seeds", "5=0,1,2", "--dry_run"])
+def test_states_are_read_from_the_cells_files(tmp_path):
+  """One state per cell, on disk: a failed cell and the cells that need it read the same in
+  every README, whenever it is written."""
+  the_plan, _ = plan.plan(grid.load("tiny"), INPUTS)
+  work = str(tmp_path)
+  pairs = the_plan["pairs/wiki"]
+  os.makedirs(execute.cell_dir(work, pairs))
+  with open(os.path.join(execute.cell_dir(work, pairs), execute.FAILED_FILE), "w") as f:
+    f.write("{}")
+  states = execute.states(work, the_plan)
+  assert states["pairs/wiki"] == "failed"
+  assert states["vocab/wiki"] == states["pretrain/ict/base/s0"] == "blocked"
+  assert states["reqa/squad"] == "todo"   # needs no pair pipeline output
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+  experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
+                       INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("115 cells (1 pairs, 1 vocab, 2 reqa, 2 bm25, 8 pretrain, 50 finetune, "
-                        "51 eval); rough estimate of what is left on 2 cores: ")
-  assert "todo  pretrain pretrain/ict+bfs+wlp/cpu-small-l4-d512" in out
-  assert not (tmp_path / "w").exists()  # a dry run writes nothing
-
-
-def test_bow_mlp_is_sized_like_the_grid_preset():
-  args = experiment.model_config_args({"config": "bow-mlp", "preset": "cpu-small", "sets": []})
-  cfg = experiment.resolved_config({"config": "bow-mlp", "preset": "cpu-small", "sets": []})
-  assert args[:2] == ["--config", "bow-mlp"]
-  assert cfg["model"]["encoder"] == "bow_mlp"
-  assert (cfg["model"]["query_len"], cfg["model"]["doc_len"], cfg["model"]["embedding_dim"],
-          cfg["data"]["batch_size"]) == (32, 128, 128, 64)
+  assert out.startswith("8 cells (1 pairs, 1 vocab, 1 reqa, 1 bm25, 1 pretrain, 1 finetune, "
+                        "1 eval, 1 fuse); rough estimate")
+  assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
+  assert not (tmp_path / "w").exists()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,55 +226,45 @@ def tiny_squad(path) -> str:
 
 
 def _cell_log(work) -> list[dict]:
-  with open(os.path.join(work, experiment.CELL_LOG), encoding="utf-8") as f:
+  with open(os.path.join(work, execute.CELL_LOG), encoding="utf-8") as f:
     return [json.loads(line) for line in f]
 
 
 @pytest.mark.slow
 def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   work, results = tmp_path / "work", tmp_path / "results"
-  argv = ["--preset", "tiny", "--out", str(work), "--results_dir", str(results),
-          "--dump", tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2"),
-          "--squad", tiny_squad(tmp_path / "squad.json"), "--systems", "bm25,ict",
-          "--ratios", "80", "--tables", "3", "--pretrain_steps", "10", "--finetune_steps", "10",
-          "--pretrain_text_from_squad", "--pairs_flags", "--ict_per_page 16 --min_query_words 3",
-          "--vocab_size", "400"]
-  experiment.run(argv)
-  first = _cell_log(work)
-  ran = {e["cell"] for e in first if e["status"] == "ran"}
-  assert ran == {"pairs/wiki", "vocab/wiki", "reqa/squad", "bm25/squad", "pretrain/ict/tiny",
-                 "finetune/squad/ict/tiny/r80/s0", "eval/squad/ict/tiny/r80/s0"}
+  config = experiment_cmd.parse([
+      "--grid", "tiny", "--out", str(work), "--results_dir", str(results),
+      "--dump", tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2"),
+      "--squad", tiny_squad(tmp_path / "squad.json"), "--progress", "none"])
+  first = experiment.run(config)
+  assert set(first.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "bm25/squad",
+                            "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
+                            "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0"}
+  assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
-  assert "| BM25 | - |" in md and "| Transformer | ICT |" in md
+  assert "| BM25 | - |" in md and "| Transformer | ICT |" in md and "| BM25 + Transformer |" in md
   assert "80%/20% R@1" in md
-  for png in ("table3-squad-r80.png",):
-    assert (results / png).read_bytes()[:4] == b"\x89PNG"
+  assert (results / "table3-squad-r80.png").read_bytes()[:4] == b"\x89PNG"
   data = json.loads((results / "results.json").read_text())
-  assert {a["row"] for a in data["aggregates"]} == {"bm25", "ict"}
+  assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "hybrid"}
   for a in data["aggregates"]:
-    values = list(a["mean"].values())
-    assert all(0.0 <= v <= 1.0 for v in values)
+    assert all(0.0 <= v <= 1.0 for v in a["mean"].values())
     assert a["mean"]["R@1"] <= a["mean"]["R@10"] <= a["mean"]["R@100"]
     assert a["questions"] > 0 and a["candidates"] > 0
-  bm25 = next(a for a in data["aggregates"] if a["row"] == "bm25")
+  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25")
   assert bm25["mean"]["R@100"] > 0.5        # BM25 finds these lexical questions
-  csv = (results / "results.csv").read_text().splitlines()
-  assert csv[0].startswith("table,dataset,row,ratio,seeds") and len(csv) == 3
+  fuse = execute.read_done(execute.cell_dir(str(work), plan.plan(
+      experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0][
+          "fuse/squad/hybrid/base/r80/s0"]))
+  assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
   readme = (results / "README.md").read_text()
-  assert "twotower experiment --preset tiny" in readme
+  assert "twotower experiment --grid tiny" in readme
+  assert "8 of 8 cells done, 0 failed, 0 blocked, 0 to do" in readme
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
-  assert "`pretrain/ict/tiny` | done |" in readme
-  # The pair pipeline read the SQuAD articles too (page ids above the dump's).
-  stats = json.loads(next((work / "pairs").iterdir()).joinpath("done.json").read_text())["stats"]
-  assert stats["dump_files_read"] == 2
 
-  done_before = {e["cell"]: os.path.getmtime(work / e["dir"] / experiment.DONE_FILE)
-                 for e in first if e["status"] == "ran"}
-  experiment.run(argv)
-  second = _cell_log(work)[len(first):]
-  assert {e["status"] for e in second} == {"skipped"}
-  assert {e["cell"] for e in second} == ran
-  for e in second:   # nothing rewrote a finished cell
-    assert os.path.getmtime(work / e["dir"] / experiment.DONE_FILE) == done_before[e["cell"]]
+  second = experiment.run(config)
+  assert second.ran == ()
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 8:]} == {"skipped"}

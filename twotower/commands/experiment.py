@@ -1,10 +1,65 @@
-"""`twotower experiment` (transitional: delegates to twotower.eval.experiment.run(argv) until its typed API lands)."""
+"""`twotower experiment --grid NAME --out DIR --dump GLOB --squad FILE`: the paper's grid of
+systems x ratios x seeds (Tables 3-6) and the rows beyond it, resumable cell by cell (the
+flags of eval.experiment)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Iterable
+
+from twotower.commands import flags
+from twotower.eval import experiment
+from twotower.eval.experiment import grid
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = flags.parser("experiment", experiment.__doc__)
+  p.add_argument("--grid", "--preset", required=True,
+                 help=f"grid definition: one of {', '.join(grid.grid_names())}, or a YAML file")
+  p.add_argument("--out", required=True, help="work dir: data, checkpoints, embeddings, runs")
+  p.add_argument("--dump", required=True, help="Wikipedia pages-articles dump glob")
+  p.add_argument("--squad", default="", help="SQuAD v1.1/v2.0 JSON (ReQA SQuAD)")
+  p.add_argument("--nq", default="", help="Natural Questions simplified jsonl[.gz]")
+  p.add_argument("--results_dir", default="",
+                 help="tables and README (default docs/results/<grid>)")
+  p.add_argument("--ratios", default="", help="only these train ratios (%%), e.g. 5,80")
+  p.add_argument("--tables", default="", help="only these tables, e.g. 3,5")
+  p.add_argument("--systems", default="", help="only these rows, e.g. bm25,ict")
+  p.add_argument("--beam_flags", default="",
+                 help="Beam pipeline flags of the pairs / reqa / embed stages, one string")
+  p.add_argument("--keep_embeddings", action="store_true",
+                 help="keep candidate embeddings and FAISS indexes of eval cells")
+  p.add_argument("--dry_run", action="store_true",
+                 help="print the cell plan with a rough time estimate; run nothing")
+  p.add_argument("--progress", choices=("bar", "epoch", "none"), default="bar",
+                 help="training progress: a bar per training cell, a line per checkpoint, "
+                      "or nothing")
+  return p
+
+
+def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
+  import shlex  # pylint: disable=import-outside-toplevel
+  argv = list(argv or ())
+  args = build_parser().parse_args(argv)
+  return experiment.ExperimentConfig(
+      grid=args.grid, out=args.out, dump=args.dump, squad=args.squad, nq=args.nq,
+      results_dir=args.results_dir, ratios=flags.ints(args.ratios) or None,
+      tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
+      beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
+      dry_run=args.dry_run, progress=args.progress,
+      command=tuple(a for a in argv if a not in ("-v", "--verbose")))
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  from twotower.eval.experiment import run  # pylint: disable=import-outside-toplevel
-  run(None if argv is None else [a for a in argv if a not in ("-v", "--verbose")])
+  config = parse(argv)
+  result = experiment.run(config)
+  if config.dry_run:
+    print(result.plan)
+    return
+  bad = sorted(n for n, s in result.states.items() if s in ("failed", "blocked"))
+  done = sum(1 for s in result.states.values() if s == "done")
+  print(f"experiment: {len(result.ran)} cells ran now, {done} of {len(result.states)} done, "
+        f"{len(bad)} failed or blocked; results in {result.results_dir}/README.md")
+  if bad:
+    raise RuntimeError(f"{len(bad)} cells failed or were blocked: {', '.join(bad[:5])}"
+                       f"{' ...' if len(bad) > 5 else ''} (see {config.out}/cells.jsonl)")

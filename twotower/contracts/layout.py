@@ -137,3 +137,5 @@ def embeddings_pattern(out_dir: str) -> str:
 BM25_RUN_FILE = "run.trec"
 #: The run file of a dense system (Parquet, contracts.RUN_SCHEMA).
 DENSE_RUN_FILE = "run.parquet"
+#: The run file of a hybrid (`twotower fuse` in the experiment; TREC).
+FUSED_RUN_FILE = "run.trec"

@@ -1,0 +1,88 @@
+"""`twotower experiment`: the paper's tables (3-6) and our rows beyond it, from one resumable
+command, on any QA data and dump.
+
+    twotower experiment --grid cpu-small --out runs/grid \
+        --dump data/enwiki-slice-pages-articles.xml.bz2 --squad train-subset-v1.1.json
+
+Split by concern:
+
+  grid      the grid definition as data: grids/<name>.yaml -> GridSpec (rows, sizes, tables,
+            ratios, seeds, steps)
+  plan      GridSpec -> cells (pairs, vocab, reqa, hardneg, bm25, pretrain, finetune, eval,
+            fuse) in dependency order + the table entries that read them (pure)
+  cells     one executor per cell kind: typed stage configs in, results out
+  execute   runs the cells once each, resumably; one state per cell, on disk
+  render    tables in the paper's layout, CSV / JSON / PNG, and the README
+
+`run(ExperimentConfig)` ties them together; `twotower.commands.experiment` parses flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Optional
+
+from twotower import io as tio
+from twotower import logs
+from twotower.eval.experiment import execute, grid, plan as plan_lib, render
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """What `twotower experiment` runs."""
+  grid: str                                     # a grid name (grids/<name>.yaml) or a file
+  out: str                                      # work directory: data, checkpoints, runs
+  dump: str                                     # Wikipedia dump glob (pre-training text)
+  squad: str = ""                               # SQuAD JSON (Tables 3, 5, 6 on SQuAD)
+  nq: str = ""                                  # Natural Questions (the paper's Tables 4-6)
+  results_dir: str = ""                         # default docs/results/<grid>
+  ratios: Optional[tuple[int, ...]] = None      # narrow the grid (None: the grid's)
+  tables: Optional[tuple[str, ...]] = None
+  systems: Optional[tuple[str, ...]] = None
+  beam_args: tuple[str, ...] = ()
+  keep_embeddings: bool = False
+  dry_run: bool = False
+  progress: str = "bar"
+  command: tuple[str, ...] = ()                 # how it was invoked (for the README)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentResult:
+  plan: str                     # the plan, a line per cell, with its estimate
+  ran: tuple[str, ...]          # cells that ran now
+  states: dict[str, str]        # every cell's state after the run
+  results_dir: str
+
+
+def load_spec(config: ExperimentConfig) -> grid.GridSpec:
+  spec = grid.load(config.grid)
+  return grid.restrict(spec, ratios=config.ratios, tables=config.tables,
+                       systems=config.systems)
+
+
+def run(config: ExperimentConfig) -> ExperimentResult:
+  spec = load_spec(config)
+  the_plan, entries = plan_lib.plan(spec, plan_lib.Inputs(config.dump, config.squad,
+                                                         config.nq))
+  work = os.path.abspath(config.out)
+  states = execute.states(work, the_plan)
+  text, _ = plan_lib.describe(the_plan, [n for n, s in states.items() if s == "done"])
+  results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
+  if config.dry_run:
+    return ExperimentResult(text, (), states, results_dir)
+  tio.makedirs(work)
+  logs.progress(text.splitlines()[0])
+
+  def refresh() -> None:
+    sections = render.write_tables(spec, the_plan, entries, work, results_dir)
+    render.write_readme(spec, the_plan, work, config.command, results_dir, sections)
+
+  ran = execute.run_cells(the_plan, work, beam_args=config.beam_args,
+                          keep_embeddings=config.keep_embeddings, progress=config.progress,
+                          on_result=refresh)
+  refresh()
+  return ExperimentResult(text, tuple(ran), execute.states(work, the_plan), results_dir)

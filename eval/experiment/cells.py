@@ -1,0 +1,154 @@
+"""What each kind of cell does: build the stage's typed config from the cell's parameters and
+its dependencies' directories, call the stage's `run(config)`, and return what `done.json`
+keeps (stats, metrics records, run files). No argv, no re-reading of what a call returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import Callable, Mapping
+
+from twotower import contracts
+from twotower.eval.experiment.plan import Cell
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """Where cells live and how the Beam stages run."""
+  work: str
+  dirs: Mapping[str, str]               # cell name -> its directory
+  done: Callable[[str], dict]           # cell name -> its done.json record
+  beam_args: tuple[str, ...] = ()
+  keep_embeddings: bool = False
+  progress: str = "bar"                 # training progress: "bar", "epoch", "none"
+
+  def dep(self, cell: Cell, role: str) -> str:
+    return self.dirs[cell.deps[role]]
+
+
+def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.pipelines import pairs, pair_tasks, passages, squad_dump
+  p = cell.params
+  dump = p["dump"]
+  if p["squad_text"]:
+    dump += "," + squad_dump.write_squad_articles_dump(
+        p["squad_text"], os.path.join(out, "squad-articles.xml"))
+  stats = pairs.run(pairs.PairsConfig(
+      dump=dump, out=out, heldout_percent=p["heldout_percent"],
+      pairs=pair_tasks.PairConfig(**p["pairs"]),
+      passages=passages.PassageConfig(**p["passages"]), beam_args=ctx.beam_args))
+  return {"stats": stats}
+
+
+def _vocab(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.pipelines import vocab
+  result = vocab.run(vocab.VocabConfig(passages=ctx.dep(cell, "pairs"),
+                                       out=os.path.join(out, contracts.VOCAB_FILE),
+                                       vocab_size=cell.params["vocab_size"]))
+  return {"vocab": dataclasses.asdict(result)}
+
+
+def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.pipelines import reqa
+  p = cell.params
+  extra = {}
+  if p["open_candidates"]:
+    extra = {"extra_passages": ctx.dep(cell, "pairs"), "extra_candidates": p["open_candidates"]}
+  stats = reqa.run(reqa.ReqaConfig(out=out, doc_text=p["doc_text"], beam_args=ctx.beam_args,
+                                   **{p["source"]: p["path"]}, **extra))
+  return {"stats": stats}
+
+
+def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.pipelines import hardneg
+  p = cell.params
+  stats = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p["k"],
+                                            ratios=tuple(p["ratios"]),
+                                            doc_text=p["doc_text"], work=out))
+  return {"stats": stats}
+
+
+def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.eval import bm25
+  p = cell.params
+  records = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out,
+                                     doc_text=p["doc_text"], splits=tuple(p["splits"]),
+                                     golds=("pair", "sentence"), system=p["system"],
+                                     keep_index=False))
+  return {"records": records, "run_file": os.path.join(out, contracts.BM25_RUN_FILE)}
+
+
+def _vocab_file(cell: Cell, ctx: Context) -> str:
+  return os.path.join(ctx.dep(cell, "vocab"), contracts.VOCAB_FILE)
+
+
+def _clear_keras() -> None:
+  import keras  # pylint: disable=import-outside-toplevel
+  keras.backend.clear_session()
+
+
+def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.model import config as config_lib
+  from twotower.model import pretrain
+  cfg = config_lib.from_dict(cell.params["config"])
+  pairs_dir = ctx.dep(cell, "pairs")
+  mlm = cfg.data.tasks == ("mlm",)
+  _clear_keras()
+  result = pretrain.run(pretrain.PretrainJob(
+      config=cfg, out=out, vocab=_vocab_file(cell, ctx), export=False,
+      progress=ctx.progress, pairs=None if mlm else pairs_dir,
+      passages=contracts.passages_dir(pairs_dir) if mlm else None))
+  return {"history": result.history, "seconds_training": result.seconds}
+
+
+def _finetune(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.model import config as config_lib
+  from twotower.model import finetune
+  p = cell.params
+  _clear_keras()
+  result = finetune.run(finetune.FinetuneJob(
+      config=config_lib.from_dict(p["config"]), out=out, vocab=_vocab_file(cell, ctx),
+      init=ctx.dep(cell, "init") if "init" in cell.deps else "none",
+      reqa=ctx.dep(cell, "reqa"), split=str(p["ratio"]), doc_text=p["doc_text"],
+      validation_recall=False, hard_negatives=p["hard_negatives"], progress=ctx.progress))
+  return {"history": result.history, "seconds_training": result.seconds}
+
+
+def _eval(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.eval import dense
+  p = cell.params
+  result = dense.run(dense.DenseConfig(
+      model=contracts.saved_model_path(ctx.dep(cell, "model")), reqa=ctx.dep(cell, "reqa"),
+      work=out, splits=tuple(p["splits"]), system=p["system"], golds=("pair", "sentence"),
+      doc_text=p["doc_text"], keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args))
+  return {"records": result.records, "run_file": result.run_file}
+
+
+def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.eval import evaluate, fusion
+  p = cell.params
+  runs = tuple(ctx.done(cell.deps[role])["run_file"] for role in ("first", "second"))
+  run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
+  result = fusion.run(fusion.FuseConfig(runs=runs, out=run_file, method=p["method"],
+                                        reqa=ctx.dep(cell, "reqa"),
+                                        tune_split=p["tune_split"], tag=p["system"]))
+  splits = evaluate.load_splits(ctx.dep(cell, "reqa"), p["splits"])
+  records = evaluate.evaluate_run_file(run_file, p["system"], splits, ("pair", "sentence"))
+  tuning = dataclasses.asdict(result.tuning) if result.tuning else None
+  return {"records": records, "run_file": run_file, "weight": result.weight,
+          "tuning": tuning}
+
+
+EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
+    "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "hardneg": _hardneg, "bm25": _bm25,
+    "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse}
+#: Cells that resume by themselves (training checkpoints); others restart from scratch.
+RESUMABLE = ("pretrain", "finetune")
+
+
+def clean(cell: Cell, out: str) -> None:
+  """A partial output of a killed cell that cannot resume is removed before it reruns."""
+  if cell.kind not in RESUMABLE and os.path.exists(out):
+    shutil.rmtree(out)

@@ -1,0 +1,143 @@
+"""Running a plan: cells in order, each once, resumable, with one status per cell.
+
+A finished cell writes `<dir>/done.json` atomically (its record: wall and CPU seconds, the
+executor's result); a failed one writes `<dir>/failed.json` (the error). The state of a cell
+is read from those files alone (`state_of`), so a README rendered in the middle of a run,
+after it, or by another process says the same thing. `<work>/cells.jsonl` logs every cell
+that ran, failed or was skipped.
+
+A failed cell does not stop the grid: cells that need it are `blocked`, the others go on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import resource
+import time
+from typing import Callable, Optional
+
+from twotower import io as tio
+from twotower import logs
+from twotower.eval.experiment import cells as cells_lib
+from twotower.eval.experiment.plan import Cell, Plan, format_seconds
+
+logger = logging.getLogger(__name__)
+
+DONE_FILE = "done.json"
+FAILED_FILE = "failed.json"
+CELL_LOG = "cells.jsonl"
+STATES = ("done", "failed", "blocked", "todo")
+
+
+def cell_dir(work: str, cell: Cell) -> str:
+  return os.path.join(work, cell.dirname)
+
+
+def read_done(directory: str) -> Optional[dict]:
+  path = os.path.join(directory, DONE_FILE)
+  return tio.read_json(path) if os.path.exists(path) else None
+
+
+def state_of(work: str, cell: Cell) -> str:
+  """"done" or "failed" from the cell's files; "todo" otherwise (blocked is decided while
+  running, from the states of the cell's dependencies)."""
+  directory = cell_dir(work, cell)
+  if os.path.exists(os.path.join(directory, DONE_FILE)):
+    return "done"
+  if os.path.exists(os.path.join(directory, FAILED_FILE)):
+    return "failed"
+  return "todo"
+
+
+def states(work: str, plan: Plan) -> dict[str, str]:
+  """Every cell's state, blocked included (a cell not done whose dependency failed or is
+  blocked)."""
+  out: dict[str, str] = {}
+  for cell in plan:
+    state = state_of(work, cell)
+    if state == "todo" and any(out.get(d) in ("failed", "blocked") for d in cell.deps.values()):
+      state = "blocked"
+    out[cell.name] = state
+  return out
+
+
+def _now() -> str:
+  return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _cpu_seconds() -> float:
+  """CPU time of this process and its finished children (Beam workers, the JVM)."""
+  own = resource.getrusage(resource.RUSAGE_SELF)
+  children = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _log(work: str, entry: dict) -> None:
+  with open(os.path.join(work, CELL_LOG), "a", encoding="utf-8") as f:
+    f.write(json.dumps({"time": _now(), **entry}, sort_keys=True) + "\n")
+
+
+def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
+              keep_embeddings: bool = False, progress: str = "bar",
+              on_result: Callable[[], None] = lambda: None) -> list[str]:
+  """Runs every cell that is not done, in plan order; returns the names of the cells that
+  ran now. `on_result` is called after each result cell (tables refresh as the grid goes)."""
+  dirs = {cell.name: cell_dir(work, cell) for cell in plan}
+
+  def done_record(name: str) -> dict:
+    record = read_done(dirs[name])
+    if record is None:
+      raise RuntimeError(f"cell {name} has no {DONE_FILE}")
+    return record
+
+  ctx = cells_lib.Context(work=work, dirs=dirs, done=done_record, beam_args=beam_args,
+                          keep_embeddings=keep_embeddings, progress=progress)
+  current = states(work, plan)
+  ran: list[str] = []
+  total = len(plan)
+  for i, cell in enumerate(plan, start=1):
+    out = dirs[cell.name]
+    if current[cell.name] == "done":
+      _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "skipped"})
+      continue
+    blocked = [d for d in cell.deps.values() if current[d] in ("failed", "blocked")]
+    if blocked:
+      current[cell.name] = "blocked"
+      logger.warning("[%d/%d] %s: blocked by %s", i, total, cell.name, ", ".join(blocked))
+      continue
+    cells_lib.clean(cell, out)
+    tio.makedirs(out)
+    logs.progress("[%d/%d] %s ...", i, total, cell.name)
+    started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
+    try:
+      result = cells_lib.EXECUTORS[cell.kind](cell, ctx, out)
+    except Exception as e:  # pylint: disable=broad-except  (one cell must not end the grid)
+      seconds = time.perf_counter() - wall0
+      current[cell.name] = "failed"
+      logger.exception("[%d/%d] %s failed after %.0f s", i, total, cell.name, seconds)
+      logs.progress("[%d/%d] %s FAILED: %s", i, total, cell.name, e)
+      tio.write_json(os.path.join(out, FAILED_FILE),
+                     {"cell": cell.name, "error": f"{type(e).__name__}: {e}",
+                      "finished": _now(), "seconds": round(seconds, 1)})
+      _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "failed",
+                  "seconds": round(seconds, 1), "error": str(e)})
+      continue
+    seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+    if os.path.exists(os.path.join(out, FAILED_FILE)):
+      os.remove(os.path.join(out, FAILED_FILE))
+    tio.write_json(os.path.join(out, DONE_FILE),
+                   {"cell": cell.name, "kind": cell.kind, "key": cell.key,
+                    "params": dict(cell.params), "deps": dict(cell.deps), "started": started,
+                    "finished": _now(), "seconds": round(seconds, 1),
+                    "cpu_seconds": round(cpu, 1), **result})
+    current[cell.name] = "done"
+    ran.append(cell.name)
+    _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
+                "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)})
+    logs.progress("[%d/%d] %s done in %s", i, total, cell.name, format_seconds(seconds))
+    if cell.kind in ("bm25", "eval", "fuse"):
+      on_result()
+  return ran

@@ -1,0 +1,327 @@
+"""A grid definition, as data: `eval/experiment/grids/<name>.yaml` -> `GridSpec`.
+
+A grid names its systems (rows), model sizes (variants), tables (which rows at which ratios),
+seeds, step counts and data settings. `twotower experiment --grid cpu-small` reads
+`grids/cpu-small.yaml`; a path to a YAML file works too. Adding a row or a table is an edit
+of the YAML, not of Python. Planning (eval.experiment.plan) turns a GridSpec into cells.
+
+    systems:                       # rows; each has a table label (encoder, pre-training)
+      ict:  {encoder: Transformer, pretraining: ICT, tasks: [ict]}
+      hybrid: {kind: hybrid, encoder: Hybrid, pretraining: ..., fuse: [bm25, ict]}
+    variants:                      # model sizes: the grid's preset plus `--set` overrides
+      l4-d256: {label: L4 / d256, set: [model.num_layers=4, model.embedding_dim=256]}
+    tables:
+      - {id: "3", title: ..., rows: [bm25, ict], ratios: [1, 5, 10, 80]}
+      - {id: "5", layout: r100, rows: [{system: ict, variant: l4-d256}], ratios: [1, 5]}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import os
+from typing import Any, Mapping, Optional
+
+import yaml
+
+from twotower import contracts
+
+SYSTEM_KINDS = ("dense", "bm25", "hybrid")
+TABLE_LAYOUTS = ("recall", "r100")
+BASE_VARIANT = "base"
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A model size: the grid's preset plus `section.field=value` overrides."""
+  name: str
+  label: str
+  overrides: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class System:
+  """A row: how its model is pre-trained and fine-tuned (or BM25, or a hybrid of two rows).
+
+  Attributes:
+    name: the row's key, e.g. "ict+bfs+wlp".
+    encoder, pretraining: the table's leading columns.
+    kind: "dense" (two towers), "bm25", or "hybrid" (fusion of two rows' runs).
+    tasks: pre-training tasks ("ict", "bfs", "wlp"; or "mlm"); () = no pre-training.
+    model: a model preset used instead of the grid's (BoW-MLP), sized like the variant.
+    pretrain_overrides / finetune_overrides: config overrides of each phase.
+    pretrain_batch: a pre-training batch other than the preset's; the steps shrink so that
+      as many examples are seen (the large-batch row).
+    pretrained_as: reuse another row's pre-training (rows that differ in fine-tuning only).
+    hard_negatives: BM25 hard negatives per fine-tuning question.
+    fuse: (first, second) rows of a hybrid; fusion: its method.
+    note: a line for the README (what the row is, where it departs from the paper).
+  """
+  name: str
+  encoder: str
+  pretraining: str
+  kind: str = "dense"
+  tasks: tuple[str, ...] = ()
+  model: str = ""
+  pretrain_overrides: tuple[str, ...] = ()
+  finetune_overrides: tuple[str, ...] = ()
+  pretrain_batch: int = 0
+  pretrained_as: str = ""
+  hard_negatives: int = 0
+  fuse: tuple[str, ...] = ()
+  fusion: str = "interpolate"
+  note: str = ""
+
+  @property
+  def pretrained(self) -> bool:
+    return bool(self.tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  system: str
+  variant: str = BASE_VARIANT
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """Rows x ratios. `layout` "recall": R@1..R@100 per ratio (Tables 3, 4, 6); "r100": one
+  R@100 column per ratio (Table 5). `open_domain`: candidates + the open-domain pool."""
+  id: str
+  title: str
+  rows: tuple[Row, ...]
+  ratios: tuple[int, ...]
+  layout: str = "recall"
+  open_domain: bool = False
+  all_seeds: bool = True   # False: seed 0 only (ablations)
+  note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  """The data every cell shares."""
+  pairs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # PairConfig fields
+  passages: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # PassageConfig
+  heldout_percent: float = 5.0
+  vocab_size: int = 8000
+  pretrain_text_from_squad: bool = False
+  doc_text: str = "sentence+passage"
+  open_candidates: int = -1   # -1: every (sentence, passage) of the pre-training dumps
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+  name: str
+  description: str
+  model: str                                   # the grid's model preset
+  data: DataSpec
+  pretrain_steps: int                          # 0: the preset's trainer.steps
+  finetune_steps: Mapping[int, int]            # per ratio; a missing ratio: the preset's
+  ratios: tuple[int, ...]
+  seeds: Mapping[int, tuple[int, ...]]         # per ratio; key 0 = every other ratio
+  variants: Mapping[str, Variant]
+  systems: Mapping[str, System]
+  tables: tuple[Table, ...]
+
+  def seeds_for(self, ratio: int) -> tuple[int, ...]:
+    return tuple(self.seeds.get(ratio, self.seeds.get(0, (0,))))
+
+  def finetune_steps_for(self, ratio: int) -> int:
+    return int(self.finetune_steps.get(ratio, 0))
+
+  def pretraining_of(self, system: System) -> System:
+    """The row whose pre-training `system` reuses (itself unless `pretrained_as`)."""
+    return self.systems[system.pretrained_as] if system.pretrained_as else system
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading.
+# ---------------------------------------------------------------------------------------------
+
+
+def grid_names() -> list[str]:
+  files = importlib.resources.files("twotower.eval.experiment") / "grids"
+  return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read(name_or_path: str) -> tuple[str, str]:
+  if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
+    with open(name_or_path, encoding="utf-8") as f:
+      return os.path.splitext(os.path.basename(name_or_path))[0], f.read()
+  resource = importlib.resources.files("twotower.eval.experiment") / "grids" / \
+      f"{name_or_path}.yaml"
+  if not resource.is_file():
+    raise ValueError(f"--grid {name_or_path!r} is neither a file nor a grid; grids: "
+                     f"{', '.join(grid_names())}")
+  return name_or_path, resource.read_text(encoding="utf-8")
+
+
+def _tuple(value) -> tuple:
+  if value is None:
+    return ()
+  return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _fields(cls, raw: Mapping[str, Any], where: str) -> dict:
+  known = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(raw) - known)
+  if unknown:
+    raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+  return dict(raw)
+
+
+def _system(name: str, raw: Mapping[str, Any], where: str) -> System:
+  raw = dict(raw or {})
+  raw.setdefault("encoder", name)
+  raw.setdefault("pretraining", "-")
+  for key in ("tasks", "pretrain_overrides", "finetune_overrides", "fuse"):
+    raw[key] = _tuple(raw.get(key))
+  system = System(name=name, **_fields(System, raw, f"{where}: system {name!r}"))
+  if system.kind not in SYSTEM_KINDS:
+    raise ValueError(f"{where}: system {name!r} kind {system.kind!r}; expected one of "
+                     f"{SYSTEM_KINDS}")
+  return system
+
+
+def _table(raw: Mapping[str, Any], where: str) -> Table:
+  raw = dict(raw)
+  rows = []
+  for item in raw.pop("rows", ()):
+    rows.append(Row(item) if isinstance(item, str) else Row(**item))
+  raw["ratios"] = tuple(int(r) for r in _tuple(raw.get("ratios")))
+  raw["id"] = str(raw.get("id", ""))
+  table = Table(rows=tuple(rows), **_fields(Table, raw, f"{where}: table"))
+  if table.layout not in TABLE_LAYOUTS:
+    raise ValueError(f"{where}: table {table.id} layout {table.layout!r}; expected one of "
+                     f"{TABLE_LAYOUTS}")
+  return table
+
+
+def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
+  """A GridSpec from the YAML's mapping; every reference is checked."""
+  where = f"grid {name}"
+  variants = {BASE_VARIANT: Variant(BASE_VARIANT, raw.get("model", ""))}
+  for vname, v in (raw.get("variants") or {}).items():
+    v = dict(v or {})
+    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")))
+  systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
+  tables = tuple(_table(t, where) for t in raw.get("tables") or ())
+  seeds_raw = raw.get("seeds") or {"default": [0]}
+  seeds = {(0 if k == "default" else int(k)): tuple(int(s) for s in _tuple(v))
+           for k, v in seeds_raw.items()}
+  training = raw.get("training") or {}
+  spec = GridSpec(
+      name=name, description=str(raw.get("description", "")).strip(),
+      model=str(raw.get("model", "")),
+      data=DataSpec(**_fields(DataSpec, raw.get("data") or {}, f"{where}: data")),
+      pretrain_steps=int(training.get("pretrain_steps", 0)),
+      finetune_steps={int(k): int(v) for k, v in (training.get("finetune_steps") or {}).items()},
+      ratios=tuple(int(r) for r in _tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
+      seeds=seeds, variants=variants, systems=systems, tables=tables)
+  check(spec)
+  return spec
+
+
+def load(name_or_path: str) -> GridSpec:
+  name, text = _read(name_or_path)
+  raw = yaml.safe_load(text) or {}
+  if not isinstance(raw, dict):
+    raise ValueError(f"grid {name}: expected a mapping at the top level")
+  return parse(name, raw)
+
+
+def check(spec: GridSpec) -> None:
+  """Every row, variant, reused pre-training and fused row exists; ratios are ReQA's."""
+  where = f"grid {spec.name}"
+  if not spec.model:
+    raise ValueError(f"{where}: no `model` preset")
+  bad = [r for r in spec.ratios if r not in contracts.REQA_RATIOS]
+  if bad:
+    raise ValueError(f"{where}: ratios {bad}; ReQA splits exist for {contracts.REQA_RATIOS}")
+  for s in spec.systems.values():
+    refs = list(s.fuse) + ([s.pretrained_as] if s.pretrained_as else [])
+    missing = [r for r in refs if r not in spec.systems]
+    if missing:
+      raise ValueError(f"{where}: system {s.name!r} refers to unknown system(s) {missing}")
+    if s.kind == "hybrid" and len(s.fuse) != 2:
+      raise ValueError(f"{where}: hybrid {s.name!r} needs `fuse: [first, second]`")
+  for t in spec.tables:
+    for row in t.rows:
+      if row.system not in spec.systems:
+        raise ValueError(f"{where}: table {t.id} row {row.system!r} is not a system")
+      if row.variant not in spec.variants:
+        raise ValueError(f"{where}: table {t.id} variant {row.variant!r} is not a variant")
+    extra = [r for r in t.ratios if r not in spec.ratios]
+    if extra:
+      raise ValueError(f"{where}: table {t.id} ratios {extra} are not in the grid's ratios")
+
+
+def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,
+             tables: Optional[tuple[str, ...]] = None,
+             systems: Optional[tuple[str, ...]] = None) -> GridSpec:
+  """The same grid on fewer ratios, tables or rows (command-line narrowing)."""
+  keep_ratios = tuple(r for r in spec.ratios if ratios is None or r in ratios)
+  out = []
+  for t in spec.tables:
+    if tables is not None and t.id not in tables:
+      continue
+    rows = tuple(r for r in t.rows if systems is None or r.system in systems)
+    t_ratios = tuple(r for r in t.ratios if r in keep_ratios)
+    if rows and t_ratios:
+      out.append(dataclasses.replace(t, rows=rows, ratios=t_ratios))
+  return dataclasses.replace(spec, ratios=keep_ratios, tables=tuple(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Model configs of a row (pure: model.config needs no TensorFlow).
+# ---------------------------------------------------------------------------------------------
+
+
+def _sized_like(grid_model: str, variant: Variant) -> list[str]:
+  """Overrides that size another preset (BoW-MLP) like the grid's variant: same lengths,
+  embedding dimension, batches and steps (the paper's BoW-MLP has the Transformer's d)."""
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  c = config_lib.load(grid_model, variant.overrides)
+  return [f"model.query_len={c.model.query_len}", f"model.doc_len={c.model.doc_len}",
+          f"model.embedding_dim={c.model.embedding_dim}",
+          f"data.batch_size={c.data.batch_size}", f"trainer.steps={c.trainer.steps}",
+          f"trainer.checkpoint_every={c.trainer.checkpoint_every}",
+          f"trainer.eval_steps={c.trainer.eval_steps}",
+          f"trainer.finetune_batch_size={c.trainer.finetune_batch_size}",
+          f"trainer.finetune_steps={c.trainer.finetune_steps}"]
+
+
+def model_overrides(spec: GridSpec, system: System, variant: Variant,
+                    phase: str) -> tuple[str, tuple[str, ...]]:
+  """(preset, overrides) of a row's model for "pretrain" or "finetune"."""
+  phase_overrides = (system.pretrain_overrides if phase == "pretrain"
+                     else system.finetune_overrides)
+  if system.model:
+    return system.model, tuple(_sized_like(spec.model, variant)) + phase_overrides
+  return spec.model, variant.overrides + phase_overrides
+
+
+def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int):
+  """The PretrainConfig of a row's pre-training: tasks, batch, steps (scaled for a larger
+  batch so that as many examples are seen), seed."""
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  preset, overrides = model_overrides(spec, system, variant, "pretrain")
+  cfg = config_lib.load(preset, overrides)
+  steps = spec.pretrain_steps or cfg.trainer.steps
+  data: dict[str, Any] = {"tasks": tuple(system.tasks)}
+  trainer: dict[str, Any] = {"seed": seed}
+  if system.pretrain_batch:
+    examples = steps * cfg.data.batch_size
+    steps = max(1, examples // system.pretrain_batch)
+    data["batch_size"] = system.pretrain_batch
+    trainer["checkpoint_every"] = max(1, min(cfg.trainer.checkpoint_every, steps))
+  trainer["steps"] = steps
+  return config_lib.replace(cfg, data=data, trainer=trainer)
+
+
+def finetune_config(spec: GridSpec, system: System, variant: Variant, ratio: int, seed: int):
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  preset, overrides = model_overrides(spec, system, variant, "finetune")
+  cfg = config_lib.load(preset, overrides)
+  steps = spec.finetune_steps_for(ratio) or cfg.trainer.finetune_steps
+  return config_lib.replace(cfg, trainer={"seed": seed, "finetune_steps": steps})

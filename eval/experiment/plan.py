@@ -1,0 +1,289 @@
+"""A GridSpec -> the cells that compute it, in dependency order, and the table entries that
+read their results. Pure planning: no TensorFlow, no Beam.
+
+A *cell* is one resumable unit of work with a done-marker:
+
+    pairs     the pair pipeline on the dump (+ the SQuAD articles' text, optionally)
+    vocab     the WordPiece vocabulary of the training passages
+    reqa      a ReQA directory (closed, or open domain: + the pre-training passages)
+    hardneg   BM25 hard negatives of a ReQA directory's fine-tuning pairs (every ratio)
+    bm25      BM25 over one ReQA directory: one run, every split scored
+    pretrain  one row's pre-training for one model size and seed (shared by every ratio, and
+              by rows that differ in fine-tuning only)
+    finetune  one row x size x ratio x seed
+    eval      embed + flat search + Recall@k of one fine-tuned model on one ReQA directory
+    fuse      a hybrid of two rows' runs, its weight tuned on the ratio's validation split
+
+Each cell's parameters hold everything it depends on: a training cell holds its resolved
+model config (`PretrainConfig.to_dict()`), so changing a preset, a step count or a seed plans
+new cells. A cell's directory ends with a hash of its parameters and its dependencies'
+hashes: a finished cell is reused only when nothing it depends on changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+from twotower.eval.experiment import grid as grid_lib
+from twotower.eval.experiment.grid import GridSpec, System, Variant
+
+KINDS = ("pairs", "vocab", "reqa", "hardneg", "bm25", "pretrain", "finetune", "eval", "fuse")
+#: Cells whose results are table entries.
+RESULT_KINDS = ("bm25", "eval", "fuse")
+
+
+def _slug(text: str) -> str:
+  return "".join(c if c.isalnum() or c in "-_.+" else "-" for c in text).strip("-")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One resumable unit of work.
+
+  Attributes:
+    kind: one of KINDS.
+    name: readable unique name, e.g. "finetune/squad/ict/base/r5/s0".
+    params: JSON-able parameters: what the cell's executor needs besides its dependencies'
+      directories.
+    deps: the cells whose outputs this one reads, by role ({"reqa": "reqa/squad", ...}).
+    key: hash of params and of the dependencies' keys.
+  """
+  kind: str
+  name: str
+  params: Mapping[str, Any]
+  deps: Mapping[str, str]
+  key: str
+
+  @property
+  def dirname(self) -> str:
+    """Directory under the work dir: `<kind>/<slug of the rest of the name>-<key[:10]>`."""
+    rest = self.name.split("/", 1)[1] if "/" in self.name else self.name
+    return f"{self.kind}/{_slug(rest.replace('/', '_'))}-{self.key[:10]}"
+
+
+class Plan:
+  """Cells in dependency order, de-duplicated by name (one pre-training feeds several rows
+  and tables; one BM25 run feeds every ratio)."""
+
+  def __init__(self):
+    self.cells: dict[str, Cell] = {}
+
+  def add(self, kind: str, name: str, params: Mapping[str, Any],
+          deps: Optional[Mapping[str, str]] = None) -> str:
+    deps = dict(deps or {})
+    for d in deps.values():
+      if d not in self.cells:
+        raise ValueError(f"cell {name!r} depends on unknown cell {d!r}")
+    payload = json.dumps({"kind": kind, "params": params,
+                          "deps": {role: self.cells[d].key for role, d in deps.items()}},
+                         sort_keys=True)
+    key = hashlib.sha256(payload.encode("utf-8")).hexdigest()
+    previous = self.cells.get(name)
+    if previous is not None and previous.key != key:
+      raise ValueError(f"cell {name!r} planned twice with different parameters")
+    self.cells.setdefault(name, Cell(kind, name, dict(params), deps, key))
+    return name
+
+  def __iter__(self):
+    return iter(self.cells.values())
+
+  def __len__(self):
+    return len(self.cells)
+
+  def __getitem__(self, name: str) -> Cell:
+    return self.cells[name]
+
+  def of_kind(self, kind: str) -> list[Cell]:
+    return [c for c in self.cells.values() if c.kind == kind]
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """Where one table cell's numbers come from: a result cell and a split."""
+  table: str
+  dataset: str
+  system: str
+  variant: str
+  ratio: int
+  seed: int
+  cell: str
+  split: str
+
+  @property
+  def row(self) -> tuple[str, str]:
+    return (self.system, self.variant)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+  """The data a grid runs on (command-line paths)."""
+  dump: str
+  squad: str = ""
+  nq: str = ""
+
+  def datasets(self) -> list[tuple[str, str]]:
+    """(dataset name, path) of each QA dataset given."""
+    return [(name, path) for name, path in (("squad", self.squad), ("nq", self.nq)) if path]
+
+
+def eval_splits(ratio: int) -> list[str]:
+  """The splits an evaluation scores: validation (tuning) and test (tables)."""
+  return [f"validation-{ratio}", f"test-{ratio}"]
+
+
+def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
+  """Every cell the grid's tables need, in order, and the entries that read their results."""
+  if not inputs.datasets():
+    raise ValueError("no QA data: give --squad FILE (and/or --nq FILE)")
+  p = Plan()
+  entries: list[Entry] = []
+  data = spec.data
+  pairs = p.add("pairs", "pairs/wiki", {
+      "dump": inputs.dump, "squad_text": inputs.squad if data.pretrain_text_from_squad else "",
+      "pairs": dict(data.pairs), "passages": dict(data.passages),
+      "heldout_percent": data.heldout_percent})
+  vocab = p.add("vocab", "vocab/wiki", {"vocab_size": data.vocab_size}, {"pairs": pairs})
+  all_ratios = sorted({r for t in spec.tables for r in t.ratios})
+
+  def pretrain(system: System, variant: Variant, seed: int) -> Optional[str]:
+    source = spec.pretraining_of(system)
+    if not source.pretrained:
+      return None
+    cfg = grid_lib.pretrain_config(spec, source, variant, seed)
+    return p.add("pretrain", f"pretrain/{source.name}/{variant.name}/s{seed}",
+                 {"system": source.name, "variant": variant.name, "seed": seed,
+                  "config": cfg.to_dict()}, {"pairs": pairs, "vocab": vocab})
+
+  def hardneg(reqa: str, k: int) -> str:
+    return p.add("hardneg", f"hardneg/{p[reqa].name.split('/', 1)[1]}/k{k}",
+                 {"k": k, "ratios": all_ratios, "doc_text": data.doc_text}, {"reqa": reqa})
+
+  def finetune(system: System, variant: Variant, reqa: str, dataset: str, ratio: int,
+               seed: int) -> str:
+    deps = {"vocab": vocab, "reqa": reqa}
+    init = pretrain(system, variant, seed)
+    if init:
+      deps["init"] = init
+    if system.hard_negatives:
+      deps["hardneg"] = hardneg(reqa, system.hard_negatives)
+    cfg = grid_lib.finetune_config(spec, system, variant, ratio, seed)
+    return p.add("finetune",
+                 f"finetune/{dataset}/{system.name}/{variant.name}/r{ratio}/s{seed}",
+                 {"system": system.name, "variant": variant.name, "ratio": ratio, "seed": seed,
+                  "config": cfg.to_dict(), "hard_negatives": system.hard_negatives,
+                  "doc_text": data.doc_text}, deps)
+
+  def bm25(reqa: str) -> str:
+    splits = [s for r in all_ratios for s in eval_splits(r)]
+    return p.add("bm25", f"bm25/{p[reqa].name.split('/', 1)[1]}",
+                 {"system": "bm25", "splits": splits, "doc_text": data.doc_text},
+                 {"reqa": reqa})
+
+  def result(system: System, variant: Variant, reqa: str, train_reqa: str, dataset: str,
+             ratio: int, seed: int) -> str:
+    """The cell whose run scores `system` on `reqa` at `ratio` / `seed`."""
+    if system.kind == "bm25":
+      return bm25(reqa)
+    tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
+    if system.kind == "hybrid":
+      first, second = (result(spec.systems[n], variant, reqa, train_reqa, dataset, ratio, seed)
+                       for n in system.fuse)
+      return p.add("fuse", f"fuse/{tag}",
+                   {"system": system.name, "method": system.fusion, "ratio": ratio,
+                    "seed": seed, "splits": eval_splits(ratio),
+                    "tune_split": f"validation-{ratio}"},
+                   {"first": first, "second": second, "reqa": reqa})
+    model = finetune(system, variant, train_reqa, dataset, ratio, seed)
+    return p.add("eval", f"eval/{tag}",
+                 {"system": system.name, "variant": variant.name, "ratio": ratio, "seed": seed,
+                  "splits": eval_splits(ratio), "doc_text": data.doc_text},
+                 {"model": model, "reqa": reqa})
+
+  for dataset, path in inputs.datasets():
+    reqa = p.add("reqa", f"reqa/{dataset}", {"source": dataset, "path": path,
+                                             "doc_text": data.doc_text,
+                                             "open_candidates": 0})
+    open_reqa = None
+    for table in spec.tables:
+      target = reqa
+      if table.open_domain:
+        if open_reqa is None:
+          open_reqa = p.add("reqa", f"reqa/{dataset}-open",
+                            {"source": dataset, "path": path, "doc_text": data.doc_text,
+                             "open_candidates": data.open_candidates}, {"pairs": pairs})
+        target = open_reqa
+      for ratio in table.ratios:
+        for row in table.rows:
+          system, variant = spec.systems[row.system], spec.variants[row.variant]
+          seeds = spec.seeds_for(ratio) if table.all_seeds else (0,)
+          if system.kind == "bm25":
+            seeds = (0,)  # deterministic: one run serves every seed
+          for seed in seeds:
+            cell = result(system, variant, target, reqa, dataset, ratio, seed)
+            entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
+                                 cell, f"test-{ratio}"))
+  return p, entries
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time estimate (for --dry_run): rough, calibrated on this 2-core machine.
+# ---------------------------------------------------------------------------------------------
+
+#: Seconds per training example per unit of (q+d) x L x H^2, and fixed costs per cell.
+_EXAMPLE_COST = 2.6e-10
+_BOW_EXAMPLE = 1.5e-3
+_TRAIN_OVERHEAD, _EVAL_OVERHEAD = 30.0, 45.0
+#: Documents embedded per second per unit of d x L x H^2 (forward only, about a third of a
+#: training example's cost, one tower).
+_CANDIDATES = 11_000
+
+
+def example_seconds(model: Mapping[str, Any]) -> float:
+  if model.get("encoder") == "bow_mlp":
+    return _BOW_EXAMPLE
+  return _EXAMPLE_COST * (model["query_len"] + model["doc_len"]) * max(model["num_layers"], 1) \
+      * model["hidden_dim"] ** 2
+
+
+def estimate_seconds(cell: Cell, plan_: Plan) -> float:
+  """A rough wall time of one cell on 2 cores."""
+  fixed = {"pairs": 60.0, "vocab": 30.0, "reqa": 60.0, "hardneg": 60.0, "bm25": 40.0,
+           "fuse": 10.0}
+  if cell.kind in fixed:
+    return fixed[cell.kind]
+  if cell.kind == "eval":
+    cfg = plan_[cell.deps["model"]].params["config"]
+    return _EVAL_OVERHEAD + _CANDIDATES * example_seconds(cfg["model"]) / 3
+  cfg = cell.params["config"]
+  if cell.kind == "pretrain":
+    examples = cfg["trainer"]["steps"] * cfg["data"]["batch_size"]
+  else:
+    examples = cfg["trainer"]["finetune_steps"] * cfg["trainer"]["finetune_batch_size"]
+  return _TRAIN_OVERHEAD + examples * example_seconds(cfg["model"])
+
+
+def format_seconds(seconds: float) -> str:
+  if seconds < 90:
+    return f"{seconds:.0f} s"
+  if seconds < 5400:
+    return f"{seconds / 60:.0f} min"
+  return f"{seconds / 3600:.1f} h"
+
+
+def describe(plan_: Plan, done: Sequence[str] = ()) -> tuple[str, float]:
+  """One line per cell with its state and estimate, a header line; the seconds left."""
+  done = set(done)
+  lines, remaining = [], 0.0
+  for cell in plan_:
+    seconds = estimate_seconds(cell, plan_)
+    if cell.name not in done:
+      remaining += seconds
+    lines.append(f"  {'done' if cell.name in done else 'todo'}  {cell.kind:<8} "
+                 f"{cell.name:<58} ~{format_seconds(seconds)}")
+  counts = {k: len(plan_.of_kind(k)) for k in KINDS if plan_.of_kind(k)}
+  head = (f"{len(plan_)} cells ({', '.join(f'{v} {k}' for k, v in counts.items())}); rough "
+          f"estimate of what is left on 2 cores: {format_seconds(remaining)}")
+  return "\n".join([head] + lines), remaining

@@ -1,0 +1,240 @@
+"""Results of a grid: tables in the paper's layout (Markdown), CSV, JSON, recall@k plots (PNG)
+and a README with the command, the machine, package versions, seeds, steps and time.
+
+Everything is derived from the cells' `done.json` records and states (eval.experiment.execute)
+each time it is written, so the files are the same whether written mid-run or after.
+Recalls are in percent; `mean ± std` over seeds where a row has several (population std).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import math
+import os
+import platform
+import shlex
+from typing import Iterable, Mapping, Optional, Sequence
+
+from twotower import contracts
+from twotower import io as tio
+from twotower.eval import report
+from twotower.eval.experiment import execute
+from twotower.eval.experiment.grid import GridSpec, Table
+from twotower.eval.experiment.plan import Entry, Plan, format_seconds
+
+RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
+PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
+            "spacy", "numpy", "pyarrow")
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+  """Mean and (population) standard deviation over seeds of one row x ratio of a table."""
+  table: str
+  dataset: str
+  system: str
+  variant: str
+  ratio: int
+  seeds: tuple[int, ...]
+  mean: Mapping[str, float]
+  std: Mapping[str, float]
+  questions: int
+  candidates: int
+
+
+def collect(plan: Plan, work: str, gold: str = "pair") -> dict[tuple[str, str], dict]:
+  """{(result cell, split): metrics record under `gold`} of every finished result cell."""
+  values = {}
+  for cell in plan:
+    if cell.kind not in ("bm25", "eval", "fuse"):
+      continue
+    for record in (execute.read_done(execute.cell_dir(work, cell)) or {}).get("records", []):
+      if record.get("gold", "pair") == gold:
+        values[(cell.name, record["split"])] = record
+  return values
+
+
+def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
+              ) -> list[Aggregate]:
+  """Entries grouped by (table, dataset, row, ratio), metrics averaged over their seeds;
+  entries without a result yet are left out."""
+  groups: dict[tuple, dict[int, dict]] = {}
+  for e in entries:
+    record = values.get((e.cell, e.split))
+    if record is not None:
+      groups.setdefault((e.table, e.dataset, e.system, e.variant, e.ratio), {})[e.seed] = record
+  out = []
+  for (table, dataset, system, variant, ratio), by_seed in groups.items():
+    records = [by_seed[s] for s in sorted(by_seed)]
+    mean, std = {}, {}
+    for name in records[0]["metrics"]:
+      xs = [r["metrics"][name] for r in records if name in r["metrics"]]
+      mu = sum(xs) / len(xs)
+      mean[name], std[name] = mu, math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
+    out.append(Aggregate(table, dataset, system, variant, ratio, tuple(sorted(by_seed)), mean,
+                         std, records[0]["questions"], records[0]["candidates"]))
+  return out
+
+
+def ratio_label(ratio: int) -> str:
+  return f"{ratio}%/{100 - ratio}%"
+
+
+def cell_text(agg: Optional[Aggregate], metric: str) -> str:
+  if agg is None or metric not in agg.mean:
+    return ""
+  text = f"{100 * agg.mean[metric]:.2f}"
+  if len(agg.seeds) > 1:
+    text += f" ± {100 * agg.std[metric]:.2f}"
+  return text
+
+
+def markdown_table(spec: GridSpec, table: Table, aggs: Sequence[Aggregate]) -> str:
+  """The table in the paper's layout: leading columns naming the row, then per ratio
+  R@1..R@100 ("recall") or R@100 alone ("r100"). Rows without any result are left out."""
+  by = {(a.system, a.variant, a.ratio): a for a in aggs}
+  metrics = RECALLS if table.layout == "recall" else ("R@100",)
+  lead = ["Encoder", "Pre-training"] if table.layout == "recall" else \
+      ["#", "Model", "Pre-training"]
+  head = list(lead)
+  for ratio in table.ratios:
+    if table.layout == "recall":
+      head += [f"{ratio_label(ratio)} {metrics[0]}"] + list(metrics[1:])
+    else:
+      head.append(f"R@100 {ratio}%")
+  lines = ["| " + " | ".join(head) + " |",
+           "|" + "|".join(["---"] * len(lead) + ["---:"] * (len(head) - len(lead))) + "|"]
+  for index, row in enumerate(table.rows, start=1):
+    if not any((row.system, row.variant, r) in by for r in table.ratios):
+      continue
+    system = spec.systems[row.system]
+    cells = ([system.encoder, system.pretraining] if table.layout == "recall" else
+             [str(index), spec.variants[row.variant].label, system.pretraining])
+    for ratio in table.ratios:
+      cells += [cell_text(by.get((row.system, row.variant, ratio)), m) for m in metrics]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
+                 results_dir: str) -> list[str]:
+  """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
+  results.json; returns the Markdown sections for the README."""
+  values = collect(plan, work)
+  aggs = aggregate(entries, values)
+  sections, kept = [], []
+  for table in spec.tables:
+    for dataset in sorted({e.dataset for e in entries if e.table == table.id}):
+      these = [a for a in aggs if a.table == table.id and a.dataset == dataset]
+      if not these:
+        continue
+      title = (f"{table.title} ({dataset}, {max(a.candidates for a in these):,} "
+               f"candidates)")
+      text = f"### {title}\n\n{markdown_table(spec, table, these)}"
+      if table.note:
+        text += f"\n{table.note.strip()}\n"
+      stem = f"table{table.id}-{dataset}"
+      tio.write_text(os.path.join(results_dir, f"{stem}.md"), text)
+      sections.append(text)
+      kept += these
+      if table.layout == "recall":
+        for ratio in table.ratios:
+          records = [{"system": a.system if a.variant == "base" else f"{a.system} ({a.variant})",
+                      "split": f"test-{ratio}", "metrics": dict(a.mean)}
+                     for a in these if a.ratio == ratio]
+          if records:
+            report.plot_recall(records, os.path.join(results_dir, f"{stem}-r{ratio}.png"),
+                               f"{title}, {ratio_label(ratio)}: Recall@k")
+  _write_csv(kept, os.path.join(results_dir, "results.csv"))
+  tio.write_json(os.path.join(results_dir, "results.json"),
+                 {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],
+                  "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
+                               for e in entries if (e.cell, e.split) in values]})
+  return sections
+
+
+def _write_csv(aggs: Iterable[Aggregate], path: str) -> None:
+  metrics = RECALLS + ("MRR",)
+  head = (["table", "dataset", "system", "variant", "ratio", "seeds", "questions",
+           "candidates"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")])
+  lines = [",".join(head)]
+  for a in aggs:
+    lines.append(",".join([a.table, a.dataset, a.system, a.variant, str(a.ratio),
+                           " ".join(map(str, a.seeds)), str(a.questions), str(a.candidates)]
+                          + [f"{d.get(m, float('nan')):.4f}" for m in metrics
+                             for d in (a.mean, a.std)]))
+  tio.write_text(path, "\n".join(lines) + "\n")
+
+
+def machine() -> dict[str, str]:
+  """CPU model, cores and RAM (from /proc), OS and Python."""
+  info = {"cores": str(os.cpu_count()), "python": platform.python_version(),
+          "os": platform.platform()}
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      models = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
+    info["cpu"] = models[0] if models else platform.processor()
+    with open("/proc/meminfo", encoding="utf-8") as f:
+      kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal"))
+    info["ram"] = f"{kib / 2**20:.1f} GiB"
+  except (OSError, StopIteration, ValueError):
+    info.setdefault("cpu", platform.processor())
+  return info
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
+  versions = {}
+  for name in names:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = "not installed"
+  return versions
+
+
+def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
+                 results_dir: str, sections: Sequence[str]) -> str:
+  """README.md: command, what the grid is, results, machine, packages, cells and time."""
+  state = execute.states(work, plan)
+  done = {c.name: execute.read_done(execute.cell_dir(work, c)) for c in plan}
+  seeds = "; ".join(f"{'other ratios' if r == 0 else f'{r} %'}: {list(s)}"
+                    for r, s in sorted(spec.seeds.items(), key=lambda rs: rs[0] or 1000))
+  steps = ", ".join(f"{r} %: {spec.finetune_steps_for(r) or 'preset'}" for r in spec.ratios)
+  lines = [f"# Experiment grid `{spec.name}`", "",
+           "Written by `twotower experiment` (eval/experiment/). Recalls in percent on the test "
+           "side of each train/test split; gold convention `pair` (the paper's: the exact "
+           "(sentence, passage) candidate); `mean ± std` over seeds (population std) where "
+           "there are several. `results.json` holds every seed's record; the cells' "
+           "`done.json` also hold ReQA's `sentence` convention.", "",
+           spec.description, "", "## Command", "", "```",
+           "twotower experiment " + shlex.join(list(command)), "```", "",
+           f"Work directory: `{work}`. Model preset: `{spec.model}`. Pre-training steps: "
+           f"{spec.pretrain_steps or 'preset'}; fine-tuning steps per ratio: {steps}. Seeds "
+           f"(a seed is the whole training chain: pre-training and fine-tuning): {seeds}.", ""]
+  notes = [f"* `{s.name}`: {s.note.strip()}" for s in spec.systems.values() if s.note]
+  if notes:
+    lines += ["Rows:", ""] + notes + [""]
+  lines += ["## Results", ""] + (list(sections) or ["(no finished evaluations yet)", ""])
+  m = machine()
+  lines += ["## Machine and packages", "",
+            f"{m.get('cpu', '?')}, {m['cores']} cores, {m.get('ram', '?')} RAM; {m['os']}; "
+            f"Python {m['python']}.", "", "| package | version |", "|---|---|"]
+  lines += [f"| {k} | {v} |" for k, v in package_versions().items()]
+  wall = sum((d or {}).get("seconds", 0.0) for d in done.values())
+  cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
+  counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
+  lines += ["", "## Cells", "",
+            f"{counts['done']} of {len(plan)} cells done, {counts['failed']} failed, "
+            f"{counts['blocked']} blocked, {counts['todo']} to do. Finished cells took "
+            f"{format_seconds(wall)} wall and {format_seconds(cpu)} CPU time.", "",
+            "| cell | state | wall | CPU | finished |", "|---|---|---:|---:|---|"]
+  for cell in plan:
+    d = done[cell.name] or {}
+    lines.append(f"| `{cell.name}` | {state[cell.name]} | "
+                 f"{format_seconds(d['seconds']) if d else ''} | "
+                 f"{format_seconds(d.get('cpu_seconds', 0)) if d else ''} | "
+                 f"{d.get('finished', '')} |")
+  text = "\n".join(lines) + "\n"
+  tio.write_text(os.path.join(results_dir, "README.md"), text)
+  return text
