@@ -164,8 +164,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("8 cells (1 pairs, 1 vocab, 1 reqa, 1 bm25, 1 pretrain, 1 finetune, "
-                        "1 eval, 1 fuse); rough estimate")
+  assert out.startswith("9 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 bm25, 1 pretrain, "
+                        "1 finetune, 1 eval, 1 fuse); rough estimate")
   assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
   assert not (tmp_path / "w").exists()
 
@@ -238,7 +238,8 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
       "--dump", tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2"),
       "--squad", tiny_squad(tmp_path / "squad.json"), "--progress", "none"])
   first = experiment.run(config)
-  assert set(first.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "bm25/squad",
+  assert set(first.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "datastats/squad",
+                            "bm25/squad",
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
                             "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0"}
   assert set(first.states.values()) == {"done"}
@@ -261,10 +262,11 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "8 of 8 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "9 of 9 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "| ICT |" in (results / "tables1-2.md").read_text()
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
 
   second = experiment.run(config)
   assert second.ran == ()
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 8:]} == {"skipped"}
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 9:]} == {"skipped"}

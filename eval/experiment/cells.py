@@ -61,6 +61,13 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
   return {"stats": stats}
 
 
+def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.eval import data_stats
+  vocab = _vocab_file(cell, ctx)
+  return {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
+          "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab, cell.params["doc_text"])}
+
+
 def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import hardneg
   p = cell.params
@@ -142,7 +149,8 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
-    "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "hardneg": _hardneg, "bm25": _bm25,
+    "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "datastats": _datastats,
+    "hardneg": _hardneg, "bm25": _bm25,
     "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse}
 #: Cells that resume by themselves (training checkpoints); others restart from scratch.
 RESUMABLE = ("pretrain", "finetune")

@@ -6,6 +6,7 @@ A *cell* is one resumable unit of work with a done-marker:
     pairs     the pair pipeline on the dump (+ the SQuAD articles' text, optionally)
     vocab     the WordPiece vocabulary of the training passages
     reqa      a ReQA directory (closed, or open domain: + the pre-training passages)
+    datastats the paper's Tables 1 and 2 for the pairs and a ReQA directory (word pieces)
     hardneg   BM25 hard negatives of a ReQA directory's fine-tuning pairs (every ratio)
     bm25      BM25 over one ReQA directory: one run, every split scored
     pretrain  one row's pre-training for one model size and seed (shared by every ratio, and
@@ -30,7 +31,8 @@ from typing import Any, Mapping, Optional, Sequence
 from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import GridSpec, System, Variant
 
-KINDS = ("pairs", "vocab", "reqa", "hardneg", "bm25", "pretrain", "finetune", "eval", "fuse")
+KINDS = ("pairs", "vocab", "reqa", "datastats", "hardneg", "bm25", "pretrain", "finetune",
+         "eval", "fuse")
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
 
@@ -206,6 +208,8 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
     reqa = p.add("reqa", f"reqa/{dataset}", {"source": dataset, "path": path,
                                              "doc_text": data.doc_text,
                                              "open_candidates": 0})
+    p.add("datastats", f"datastats/{dataset}", {"dataset": dataset, "doc_text": data.doc_text},
+          {"pairs": pairs, "vocab": vocab, "reqa": reqa})
     open_reqa = None
     for table in spec.tables:
       target = reqa
@@ -250,8 +254,8 @@ def example_seconds(model: Mapping[str, Any]) -> float:
 
 def estimate_seconds(cell: Cell, plan_: Plan) -> float:
   """A rough wall time of one cell on 2 cores."""
-  fixed = {"pairs": 60.0, "vocab": 30.0, "reqa": 60.0, "hardneg": 60.0, "bm25": 40.0,
-           "fuse": 10.0}
+  fixed = {"pairs": 60.0, "vocab": 30.0, "reqa": 60.0, "datastats": 20.0, "hardneg": 60.0,
+           "bm25": 40.0, "fuse": 10.0}
   if cell.kind in fixed:
     return fixed[cell.kind]
   if cell.kind == "eval":

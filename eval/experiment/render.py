@@ -124,6 +124,14 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   values = collect(plan, work)
   aggs = aggregate(entries, values)
   sections, kept = [], []
+  stats = [(c.params["dataset"], execute.read_done(execute.cell_dir(work, c)))
+           for c in plan.of_kind("datastats")]
+  stats = [(name, d) for name, d in stats if d]
+  if stats:
+    from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
+    text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats])
+    tio.write_text(os.path.join(results_dir, "tables1-2.md"), text)
+    sections.append(text)
   for table in spec.tables:
     for dataset in sorted({e.dataset for e in entries if e.table == table.id}):
       these = [a for a in aggs if a.table == table.id and a.dataset == dataset]

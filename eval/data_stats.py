@@ -1,0 +1,97 @@
+"""The paper's data tables, measured with the project's tokenizer and vocabulary:
+
+  Table 1 (pre-training tasks): per task, word pieces in all pairs (#tokens), #pairs, mean
+          query and document length in word pieces;
+  Table 2 (ReQA): #query, #candidate, #tuples (question, gold (sentence, passage)) and mean
+          query and document length.
+
+Lengths are word pieces of the model's own tokenizer (model.tokenizer.Tokenizer, the
+vocabulary the towers use), without [CLS]/[SEP] and before any truncation. A pair's document
+is its title and text (what the document tower reads, `[CLS] title [SEP] text [SEP]`); a
+ReQA candidate's is its title and `texts.candidate_doc_text` of the layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, Sequence
+
+from twotower import contracts
+from twotower import texts
+from twotower.contracts import codecs
+
+
+@dataclasses.dataclass(frozen=True)
+class Lengths:
+  count: int = 0
+  tokens: int = 0
+
+  @property
+  def mean(self) -> float:
+    return self.tokens / self.count if self.count else 0.0
+
+
+def _batches(items: Iterable[str], size: int = 1024) -> Iterator[list[str]]:
+  batch: list[str] = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def word_piece_lengths(vocab_path: str, items: Iterable[str]) -> Lengths:
+  """Word pieces of each text, summed over `items`."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  tokenizer = Tokenizer.from_file(vocab_path, 8, 8)
+  count = tokens = 0
+  for batch in _batches(items):
+    pieces = tokenizer.word_pieces(tf.constant(batch))
+    count += len(batch)
+    tokens += int(tf.reduce_sum(pieces.row_lengths()))
+  return Lengths(count, tokens)
+
+
+def table1(pairs_dir: str, vocab_path: str,
+           splits: Sequence[str] = contracts.PAIR_SPLITS) -> list[dict]:
+  """One row per pre-training task: pairs, word pieces, mean query / document length."""
+  rows = []
+  for task in contracts.PRETRAIN_TASKS:
+    pairs = [p for split in splits
+             for p in codecs.read_pairs(contracts.pairs_pattern(pairs_dir, task, split))]
+    queries = word_piece_lengths(vocab_path, (p.query for p in pairs))
+    docs = word_piece_lengths(vocab_path, (f"{p.doc_title} {p.doc_text}" for p in pairs))
+    rows.append({"task": task, "pairs": len(pairs), "tokens": queries.tokens + docs.tokens,
+                 "query_length": round(queries.mean, 2), "doc_length": round(docs.mean, 2)})
+  return rows
+
+
+def table2(reqa_dir: str, vocab_path: str, doc_text: str = texts.DEFAULT_DOC_TEXT) -> dict:
+  """One row for a ReQA directory (its `all` split)."""
+  questions = codecs.read_questions(reqa_dir, "all")
+  candidates = codecs.read_candidates(reqa_dir, ["title", "sentence", "passage"])
+  query = word_piece_lengths(vocab_path, (q.question for q in questions))
+  doc = word_piece_lengths(vocab_path, (
+      f"{c['title']} {texts.candidate_doc_text(c['sentence'], c['passage'], doc_text)}"
+      for c in candidates))
+  return {"queries": len(questions), "candidates": len(candidates),
+          "tuples": sum(len(q.gold_candidate_ids) for q in questions),
+          "query_length": round(query.mean, 2), "doc_length": round(doc.mean, 2)}
+
+
+def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]]) -> str:
+  """Both tables in the paper's columns."""
+  lines = ["### Table 1: pre-training pairs (word pieces of the grid's vocabulary)", "",
+           "| task | #tokens | #pairs | query length | document length |",
+           "|---|---:|---:|---:|---:|"]
+  lines += [f"| {r['task'].upper()} | {r['tokens']:,} | {r['pairs']:,} | "
+            f"{r['query_length']:.2f} | {r['doc_length']:.2f} |" for r in table1_rows]
+  lines += ["", "### Table 2: ReQA (word pieces of the grid's vocabulary)", "",
+            "| dataset | #query | #candidate | #tuples | query length | document length |",
+            "|---|---:|---:|---:|---:|---:|"]
+  lines += [f"| {name} | {r['queries']:,} | {r['candidates']:,} | {r['tuples']:,} | "
+            f"{r['query_length']:.2f} | {r['doc_length']:.2f} |" for name, r in table2_rows]
+  return "\n".join(lines) + "\n"
