@@ -1,9 +1,12 @@
 """The `twotower` entry point: every stage of the DESIGN contract is wired, usage errors exit 2,
-failures exit 1 with one clear stderr line."""
+failures exit 1 with one clear stderr line, and `python -m <stage module>` behaves the same."""
 
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -18,9 +21,11 @@ def test_every_contract_stage_is_registered():
 
 
 @pytest.mark.parametrize("stage", sorted(cli.COMMANDS))
-def test_every_stage_command_has_main(stage):
+def test_every_stage_has_a_command_and_a_typed_run(stage):
+  command = importlib.import_module(cli.command_module(stage))
+  assert callable(command.main) and callable(command.parse)
   module = importlib.import_module(cli.COMMANDS[stage][0])
-  assert callable(module.main)
+  assert callable(module.run)
 
 
 def test_unknown_stage_is_a_usage_error(capsys):
@@ -45,3 +50,25 @@ def test_failure_exits_1_with_one_line(tmp_path, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert code == 1
   assert err[-1].startswith("twotower pairs: error:") and "missing-" in err[-1]
+
+
+def _python_m(module: str, *args: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                        timeout=300, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+@pytest.mark.slow  # one interpreter per stage
+def test_python_m_and_the_entry_point_behave_the_same(tmp_path):
+  for stage, (module, _) in cli.COMMANDS.items():
+    done = _python_m(module, "--help")
+    assert done.returncode == 0, (stage, done.stderr[-500:])
+    assert f"usage: twotower {stage}" in done.stdout, stage
+  # A usage error and a failure: the same exit code and line both ways.
+  entry = os.path.join(os.path.dirname(sys.executable), "twotower")
+  for args, code in ((["--out", str(tmp_path)], 2),
+                     (["--dump", str(tmp_path / "none-*.xml"), "--out", str(tmp_path)], 1)):
+    a = _python_m("twotower.pipelines.pairs", *args)
+    b = subprocess.run([entry, "pairs", *args], capture_output=True, text=True, timeout=300,
+                       check=False)
+    assert a.returncode == b.returncode == code
+    assert a.stderr.strip().splitlines()[-1] == b.stderr.strip().splitlines()[-1]

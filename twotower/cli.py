@@ -1,7 +1,8 @@
 """`twotower <stage> ...`: one entry point in front of every stage.
 
 Each stage has a command module (`twotower.commands.<stage>`) whose `main(argv)` parses the
-stage's flags into its config and calls the stage's typed `run(config)`. Stages are imported
+stage's flags into its config and calls the stage's typed `run(config)` (in the stage's own
+module, COMMANDS). Stages are imported
 lazily: `twotower bm25` never pays for importing TensorFlow. `python -m <stage module>` goes
 through `run_stage` too, so both ways of running a stage behave the same.
 
@@ -18,27 +19,30 @@ from typing import Sequence
 
 from twotower import logs
 
-# stage -> (command module, one-line help). Order is the order of the pipeline.
+# stage -> (the stage's module, one-line help), in pipeline order. The stage's flags are parsed
+# by `twotower.commands.<stage>`; `python -m <the stage's module>` runs the same command.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "pairs": ("twotower.commands.pairs",
+    "pairs": ("twotower.pipelines.pairs",
               "Wikipedia dump -> ICT/BFS/WLP pairs (TFRecord), passages (Parquet), stats.json"),
-    "vocab": ("twotower.commands.vocab", "learn a WordPiece vocabulary from passages/"),
-    "reqa": ("twotower.commands.reqa",
+    "vocab": ("twotower.pipelines.vocab", "learn a WordPiece vocabulary from passages/"),
+    "reqa": ("twotower.pipelines.reqa",
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
-    "pretrain": ("twotower.commands.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
-    "finetune": ("twotower.commands.finetune", "fine-tune the towers on ReQA pairs"),
-    "embed": ("twotower.commands.embed", "Beam RunInference: texts -> embeddings/*.parquet"),
-    "index": ("twotower.commands.index", "build a FAISS index from embedding shards"),
-    "search": ("twotower.commands.search",
-               "search a FAISS index with query embeddings -> run file"),
-    "bm25": ("twotower.commands.bm25", "Pyserini BM25 over ReQA candidates -> run file, metrics"),
-    "fuse": ("twotower.commands.fuse", "hybrid of two runs (interpolation or RRF) -> run file"),
-    "evaluate": ("twotower.commands.evaluate",
-                 "Recall@k / MRR of run files -> md, csv, json, png"),
-    "curves": ("twotower.commands.curves", "training curves of runs (history.csv) -> PNG"),
-    "experiment": ("twotower.commands.experiment", "the paper's grid of systems x splits"),
-    "demo": ("twotower.commands.demo", "end-to-end demo on the embedded Wikipedia slice"),
+    "pretrain": ("twotower.model.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
+    "finetune": ("twotower.model.finetune", "fine-tune the towers on ReQA pairs"),
+    "embed": ("twotower.pipelines.embed", "Beam RunInference: texts -> embeddings/*.parquet"),
+    "index": ("twotower.eval.index", "build a FAISS index from embedding shards"),
+    "search": ("twotower.eval.search", "search a FAISS index with query embeddings -> run file"),
+    "bm25": ("twotower.eval.bm25", "Pyserini BM25 over ReQA candidates -> run file, metrics"),
+    "fuse": ("twotower.eval.fusion", "hybrid of two runs (interpolation or RRF) -> run file"),
+    "evaluate": ("twotower.eval.evaluate", "Recall@k / MRR of run files -> md, csv, json, png"),
+    "curves": ("twotower.model.curves", "training curves of runs (history.csv) -> PNG"),
+    "experiment": ("twotower.eval.experiment", "the paper's grid of systems x splits"),
+    "demo": ("twotower.eval.demo", "end-to-end demo on the embedded Wikipedia slice"),
 }
+
+
+def command_module(stage: str) -> str:
+  return f"twotower.commands.{stage}"
 
 
 def _usage() -> str:
@@ -53,7 +57,7 @@ def run_stage(stage: str, argv: Sequence[str] | None = None) -> int:
   """Runs one stage's command with quiet-by-default logging; returns the exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)
   logs.setup(verbose="--verbose" in argv or "-v" in argv)
-  module = importlib.import_module(COMMANDS[stage][0])
+  module = importlib.import_module(command_module(stage))
   try:
     module.main(argv)
   except SystemExit as e:  # argparse usage errors (2) and explicit exits pass through
