@@ -74,10 +74,10 @@ def _dense_run(model_dir: str, reqa_dir: str, split: str, work: str) -> str:
   from twotower.eval import search as search_stage
   from twotower.pipelines import embed as embed_stage
   cands, quests = os.path.join(work, "candidates"), os.path.join(work, f"questions-{split}")
-  embed_stage.run(["--model", model_dir, "--candidates",
-                   os.path.join(reqa_dir, contracts.CANDIDATES_FILE), "--out", cands])
-  embed_stage.run(["--model", model_dir, "--questions",
-                   os.path.join(reqa_dir, contracts.questions_file(split)), "--out", quests])
+  embed_stage.run(embed_stage.EmbedConfig(model=model_dir, out=cands, kind="candidates",
+                                           path=contracts.candidates_path(reqa_dir)))
+  embed_stage.run(embed_stage.EmbedConfig(model=model_dir, out=quests, kind="questions",
+                                           path=contracts.questions_path(reqa_dir, split)))
   index_path = os.path.join(work, "flat.faiss")
   index_stage.run(["--embeddings", cands, "--out", index_path, "--type", "flat"])
   run_path = os.path.join(work, f"run-{split}.parquet")
@@ -106,7 +106,7 @@ def _evaluate(reqa_dir: str, split: str, runs: Sequence[tuple[str, str]], out: s
 
 def run_demo(config: DemoConfig) -> list[dict]:
   from twotower.eval import bm25 as bm25_stage
-  from twotower.eval import heldout
+  from twotower.pipelines import heldout
   from twotower.model import pretrain as pretrain_stage
   from twotower.commands import pairs as pairs_stage
   from twotower.pipelines import vocab as vocab_stage
@@ -124,11 +124,10 @@ def run_demo(config: DemoConfig) -> list[dict]:
       ["--dump", config.dump, "--out", pairs_dir, "--heldout_percent",
        str(config.heldout_percent), "--max_doc_tokens", "128", "--ict_per_page", "100",
        "--bfs_per_page", "40", "--wlp_per_page", "20"]))
-  progress.stage("vocab", lambda: vocab_stage.run(
-      ["--passages", os.path.join(pairs_dir, "passages"), "--out", vocab,
-       "--vocab_size", str(config.vocab_size)]))
-  progress.stage("held-out benchmark", lambda: heldout.build_heldout_benchmark(
-      pairs_dir, bench, config.heldout_percent))
+  progress.stage("vocab", lambda: vocab_stage.run(vocab_stage.VocabConfig(
+      passages=pairs_dir, out=vocab, vocab_size=config.vocab_size)))
+  progress.stage("held-out benchmark", lambda: heldout.run(heldout.HeldoutConfig(
+      pairs=pairs_dir, out=bench, heldout_percent=config.heldout_percent)))
   progress.stage("bm25 (Pyserini)", lambda: bm25_stage.run(
       ["--reqa", bench, "--out", os.path.join(out, "bm25"), "--split", "all",
        "--gold", "pair"]))
@@ -156,8 +155,8 @@ def run_demo(config: DemoConfig) -> list[dict]:
   if config.squad:
     from twotower.pipelines import reqa as reqa_stage
     reqa_dir = os.path.join(out, "reqa")
-    progress.stage("reqa (Beam)", lambda: reqa_stage.run(["--squad", config.squad, "--out",
-                                                          reqa_dir]))
+    progress.stage("reqa (Beam)", lambda: reqa_stage.run(reqa_stage.ReqaConfig(
+        out=reqa_dir, squad=config.squad)))
     progress.stage("bm25 on ReQA", lambda: bm25_stage.run(
         ["--reqa", reqa_dir, "--out", os.path.join(out, "bm25-reqa"), "--split", "all",
          "--gold", "pair"]))

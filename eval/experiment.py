@@ -173,20 +173,21 @@ def _pairs(cell: grid.Cell, ctx: Context, out: str) -> dict:
 
 def _vocab(cell: grid.Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import vocab
-  vocab.run(["--passages", os.path.join(ctx.dep(cell, "pairs"), "passages"),
-             "--out", os.path.join(out, "vocab.txt"),
-             "--vocab_size", str(cell.params["vocab_size"])])
+  vocab.run(vocab.VocabConfig(passages=ctx.dep(cell, "pairs"),
+                              out=os.path.join(out, "vocab.txt"),
+                              vocab_size=cell.params["vocab_size"]))
   return {}
 
 
 def _reqa(cell: grid.Cell, ctx: Context, out: str) -> dict:
+  from twotower.commands import reqa as reqa_cmd
   from twotower.pipelines import reqa
   p = cell.params
   argv = [p["flag"], p["path"], "--out", out, "--doc_text", p["doc_text"]]
   if p.get("extra_candidates"):
     argv += ["--extra_passages", ctx.dep(cell, "pairs"),
              "--extra_candidates", str(p["extra_candidates"])]
-  reqa.run(argv + list(ctx.beam_flags))
+  reqa.run(reqa_cmd.parse(argv + list(ctx.beam_flags)))
   return {"stats": tio.read_json(os.path.join(out, contracts.STATS_FILE))}
 
 
@@ -248,17 +249,20 @@ def _eval(cell: grid.Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import index as index_stage
   from twotower.eval import runs as runs_lib
   from twotower.eval import search as search_stage
+  from twotower.commands import embed as embed_cmd
   from twotower.pipelines import embed as embed_stage
   p = cell.params
   model = os.path.join(ctx.dep(cell, "finetune"), "export", "saved_model")
   reqa_dir = ctx.dep(cell, "reqa")
   cands, quests = os.path.join(out, "candidates"), os.path.join(out, "questions")
-  embed_stage.run(["--model", model, "--out", cands, "--doc_text", p["doc_text"],
-                   "--candidates", os.path.join(reqa_dir, contracts.CANDIDATES_FILE)]
-                  + list(ctx.beam_flags))
-  embed_stage.run(["--model", model, "--out", quests,
-                   "--questions", os.path.join(reqa_dir, contracts.questions_file(p["split"]))]
-                  + list(ctx.beam_flags))
+  embed_stage.run(embed_cmd.parse(
+      ["--model", model, "--out", cands, "--doc_text", p["doc_text"],
+       "--candidates", os.path.join(reqa_dir, contracts.CANDIDATES_FILE)]
+      + list(ctx.beam_flags)))
+  embed_stage.run(embed_cmd.parse(
+      ["--model", model, "--out", quests,
+       "--questions", os.path.join(reqa_dir, contracts.questions_file(p["split"]))]
+      + list(ctx.beam_flags)))
   index_path = os.path.join(out, "flat.faiss")
   index_stage.run(["--embeddings", cands, "--out", index_path, "--type", "flat"])
   run_path = os.path.join(out, "run.parquet")

@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("twotower.commands.vocab", "learn a WordPiece vocabulary from passages/"),
     "reqa": ("twotower.commands.reqa",
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
+    "heldout": ("twotower.commands.heldout",
+                "held-out pages of a pairs output -> a ReQA-layout benchmark"),
     "pretrain": ("twotower.commands.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
     "finetune": ("twotower.commands.finetune", "fine-tune the towers on ReQA pairs"),
     "embed": ("twotower.commands.embed", "Beam RunInference: texts -> embeddings/*.parquet"),
