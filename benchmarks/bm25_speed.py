@@ -57,7 +57,7 @@ def main() -> None:
     reqa_dir = args.reqa
     if not reqa_dir:
       reqa_dir = f"{tmp}/reqa"
-      reqa.run_pipeline(reqa.ReqaConfig(out=reqa_dir, squad=args.squad, ratios=(5,)), [])
+      reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=args.squad, ratios=(5,)))
     docs = list(bm25.candidate_documents(reqa_dir, args.doc_text))
     (split,) = evaluate.load_splits(reqa_dir, ["all"])
     queries = [(q.question_id, q.question) for q in split.questions[:args.queries]]

@@ -6,9 +6,9 @@ in a loop on the same inputs: documents per second and their ratio (aim >= 0.9).
 
 Inputs: a synthetic candidates.parquet (seeded words from a 20k-word vocabulary; sentence
 ~25 words, passage ~120 words, laid out by twotower.texts.candidate_doc_text as the job does).
-Model: the stand-in BoW-MLP SavedModel (pipelines.embed_standin) unless --model names a real
-export; the stand-in is cheap per document, so Beam's per-element overhead weighs more than
-with a Transformer export (a worst case for the ratio).
+Model: the stand-in BoW-MLP SavedModel (twotower.testing.embed_standin) unless --model names a
+real export; the stand-in is cheap per document, so Beam's per-element overhead weighs more
+than with a Transformer export (a worst case for the ratio).
 
 The loop does the same work as the job without Beam: read the Parquet with pyarrow, lay out
 each row, call the `doc_encoder` signature on batches of the same size, write the embeddings
@@ -80,9 +80,10 @@ def beam_job(model: str, candidates: str, out: str, mode: str, workers: int,
              batch_size: int) -> float:
   from twotower.pipelines import embed
   t0 = time.perf_counter()
-  embed.run(["--model", model, "--out", out, "--candidates", candidates,
-             "--batch_size", str(batch_size), "--runner", "DirectRunner",
-             "--direct_running_mode", mode, "--direct_num_workers", str(workers)])
+  embed.run(embed.EmbedConfig(
+      model=model, out=out, kind="candidates", path=candidates, batch_size=batch_size,
+      beam_args=("--runner", "DirectRunner", "--direct_running_mode", mode,
+                 "--direct_num_workers", str(workers))))
   return time.perf_counter() - t0
 
 
@@ -99,7 +100,7 @@ def main(argv=None) -> None:
   with tempfile.TemporaryDirectory() as tmp:
     model = args.model
     if model is None:
-      from twotower.pipelines.embed_standin import StandinConfig, build_standin_savedmodel
+      from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel
       model = build_standin_savedmodel(os.path.join(tmp, "standin"),
                                        StandinConfig(dim=128, hidden=args.standin_hidden))
     candidates = os.path.join(tmp, contracts.CANDIDATES_FILE)

@@ -15,14 +15,18 @@ signature, so RunInference's batching (BatchElements), model sharing and metrics
 
 Document ids are int64 (candidate_id, or contracts.passage_uid(page_id, passage_id)); question
 ids are strings. Consumers of a tensorflow-text export need `import tensorflow_text` before
-loading: the handler does it.
+loading: the handler does it. Tests and benchmarks use a small stand-in SavedModel with the
+same signatures (twotower.testing.embed_standin).
+
+`run(EmbedConfig)` is the typed entry point; `twotower embed` (twotower.commands.embed) is its
+flag parser, and passes every flag it does not know as a Beam pipeline option.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
+import sys
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
@@ -33,26 +37,35 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 from twotower import contracts
 from twotower import io as tio
 from twotower import texts
-from twotower.contracts import counters
+from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
 
-#: Shards are `<out>/embeddings-SSSSS-of-NNNNN.parquet`.
-EMBEDDINGS_PREFIX = "embeddings"
-EMBEDDINGS_SUFFIX = ".parquet"
-
-COUNTER_READ = counters.EMBED_ROWS_READ
-COUNTER_EMBEDDED = counters.EMBED_ROWS_EMBEDDED
-COUNTER_SKIPPED_EMPTY = counters.EMBED_ROWS_SKIPPED_EMPTY
-COUNTER_SKIPPED_BAD_ID = counters.EMBED_ROWS_SKIPPED_BAD_ID
-
+#: What `twotower embed` reads: ReQA candidates and Wikipedia passages go through the document
+#: signature, questions through the query signature.
+KINDS = ("candidates", "passages", "questions")
 #: Input names of the two signatures, in the order ToExamples packs them.
 DOC_INPUTS = ("title", "text")
 QUERY_INPUTS = ("query",)
+#: Why a row is skipped (row_to_example) -> its counter.
+SKIP_COUNTERS = {"empty": C.EMBED_ROWS_SKIPPED_EMPTY, "bad_id": C.EMBED_ROWS_SKIPPED_BAD_ID}
 
 
-def embeddings_pattern(directory: str) -> str:
-  return f"{directory.rstrip('/')}/*{EMBEDDINGS_SUFFIX}"
+@dataclasses.dataclass(frozen=True)
+class EmbedConfig:
+  """Everything `twotower embed` needs besides Beam's own options."""
+  model: str                  # exported SavedModel directory
+  out: str                    # embeddings directory (embeddings-*.parquet, stats.json)
+  kind: str                   # one of KINDS
+  path: str                   # candidates.parquet, passages (contracts.passages_pattern), or
+                              # questions-<split>.parquet
+  doc_text: str = texts.DEFAULT_DOC_TEXT  # layout of a candidate's document text
+  batch_size: int = 256       # largest batch per SavedModel call
+  min_batch_size: int = 0     # smallest batch BatchElements forms (0: batch_size, fixed)
+  num_shards: int = 0         # output shards (0: the runner decides)
+  large_model: bool = False   # one model shared across worker processes
+  model_copies: Optional[int] = None  # exact model copies per machine
+  beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +165,7 @@ class SavedModelHandler(ModelHandler[tuple, np.ndarray, _LoadedSignature]):
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
   """What to read and how a row becomes (id, inputs) for one signature."""
-  kind: str                   # "candidates" | "passages" | "questions"
+  kind: str                   # one of KINDS
   pattern: str                # file or glob
   columns: tuple[str, ...]    # Parquet columns read
   signature: str              # contracts.DOC_SIGNATURE or QUERY_SIGNATURE
@@ -166,13 +179,13 @@ def input_spec(kind: str, path: str, doc_text: str = texts.DEFAULT_DOC_TEXT) -> 
     return InputSpec(kind, path, ("candidate_id", "sentence", "passage", "title"),
                      contracts.DOC_SIGNATURE, DOC_INPUTS, pa.int64(), doc_text)
   if kind == "passages":
-    pattern = path if path.endswith(".parquet") else f"{path.rstrip('/')}/*.parquet"
-    return InputSpec(kind, pattern, ("page_id", "passage_id", "title", "text"),
+    return InputSpec(kind, contracts.passages_pattern(path),
+                     ("page_id", "passage_id", "title", "text"),
                      contracts.DOC_SIGNATURE, DOC_INPUTS, pa.int64(), doc_text)
   if kind == "questions":
     return InputSpec(kind, path, ("question_id", "question"), contracts.QUERY_SIGNATURE,
                      QUERY_INPUTS, pa.string(), doc_text)
-  raise ValueError(f"unknown input kind {kind!r}")
+  raise ValueError(f"unknown input kind {kind!r}; expected one of {KINDS}")
 
 
 def row_to_example(spec: InputSpec, row: dict) -> tuple[Any, tuple] | str:
@@ -208,9 +221,8 @@ class _ToExamples(beam.DoFn):
 
   def __init__(self, spec: InputSpec):
     self._spec = spec
-    self._read = tio.counter(COUNTER_READ)
-    self._skipped = {"empty": tio.counter(COUNTER_SKIPPED_EMPTY),
-                     "bad_id": tio.counter(COUNTER_SKIPPED_BAD_ID)}
+    self._read = tio.counter(C.EMBED_ROWS_READ)
+    self._skipped = {reason: tio.counter(name) for reason, name in SKIP_COUNTERS.items()}
 
   def process(self, row: dict) -> Iterator[tuple[Any, tuple]]:
     self._read.inc()
@@ -229,7 +241,7 @@ class _ToTables(beam.DoFn):
 
   def __init__(self, schema: pa.Schema):
     self._schema = schema
-    self._embedded = tio.counter(COUNTER_EMBEDDED)
+    self._embedded = tio.counter(C.EMBED_ROWS_EMBEDDED)
 
   def process(self, batch: list[tuple[Any, np.ndarray]]) -> Iterator[pa.Table]:
     self._embedded.inc(len(batch))
@@ -268,68 +280,74 @@ class Embed(beam.PTransform):
 # ---------------------------------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(
-      prog="twotower embed", description=__doc__.split("\n\n")[0],
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--model", required=True, help="exported SavedModel directory")
-  p.add_argument("--out", required=True,
-                 help="embeddings directory: writes embeddings-*.parquet and stats.json")
-  src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument("--candidates", help="ReQA candidates.parquet (document signature)")
-  src.add_argument("--passages", help="passages/ directory or glob (document signature)")
-  src.add_argument("--questions", help="questions-<split>.parquet (query signature)")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
-                 help="layout of a candidate's document text (twotower.texts)")
-  p.add_argument("--batch_size", type=int, default=256,
-                 help="largest batch per SavedModel call (BatchElements max_batch_size)")
-  p.add_argument("--min_batch_size", type=int, default=None,
-                 help="smallest batch BatchElements forms (default: --batch_size, fixed batches)")
-  p.add_argument("--num_shards", type=int, default=0,
-                 help="output shards (0: the runner decides)")
-  p.add_argument("--large_model", action="store_true",
-                 help="share one model across worker processes (RunInference large_model)")
-  p.add_argument("--model_copies", type=int, default=None,
-                 help="exact number of model copies per machine (RunInference model_copies)")
-  return p
+def handler(config: EmbedConfig, spec: InputSpec) -> SavedModelHandler:
+  """The RunInference handler of `config`'s model for `spec`'s signature."""
+  return SavedModelHandler(config.model, spec.signature, spec.input_names,
+                           min_batch_size=config.min_batch_size or config.batch_size,
+                           max_batch_size=config.batch_size, large_model=config.large_model,
+                           model_copies=config.model_copies)
 
 
-def build_pipeline(pipeline: beam.Pipeline, spec: InputSpec, model: str, out: str, dim: int,
-                   handler: SavedModelHandler, num_shards: int = 0) -> None:
+def build(pipeline: beam.Pipeline, config: EmbedConfig, dim: int) -> None:
+  """Adds the whole embedding job to `pipeline`, for a model whose embeddings have `dim`
+  dimensions."""
+  spec = input_spec(config.kind, config.path, config.doc_text)
   # row dicts of the input Parquet
   rows = pipeline | "ReadRows" >> beam.io.ReadFromParquet(spec.pattern,
                                                           columns=list(spec.columns))
   # pyarrow Tables of the embedding schema
-  tables = rows | "Embed" >> Embed(spec, handler, dim)
-  tables | "WriteEmbeddings" >> beam.io.WriteToParquetBatched(
-      f"{out.rstrip('/')}/{EMBEDDINGS_PREFIX}",
+  tables = rows | "Embed" >> Embed(spec, handler(config, spec), dim)
+  _ = tables | "WriteEmbeddings" >> beam.io.WriteToParquetBatched(
+      contracts.embeddings_prefix(config.out),
       schema=contracts.embedding_schema(dim, spec.id_type),
-      file_name_suffix=EMBEDDINGS_SUFFIX, num_shards=num_shards)
+      file_name_suffix=contracts.EMBEDDINGS_SUFFIX, num_shards=config.num_shards)
 
 
-def run(argv: list[str] | None = None) -> None:
-  args, beam_args = _parser().parse_known_args(None if argv is None else list(argv))
-  kind, path = next((k, getattr(args, k)) for k in ("candidates", "passages", "questions")
-                    if getattr(args, k))
-  spec = input_spec(kind, path, args.doc_text)
+def finish_stats(counters: dict[str, int]) -> dict:
+  """stats.json: every counter, 0 for those nothing incremented."""
+  stats = dict(counters)
+  for name in C.EMBED_ALWAYS:
+    stats.setdefault(name, 0)
+  return dict(sorted(stats.items()))
+
+
+def check(config: EmbedConfig) -> None:
+  """A ValueError for settings the job cannot run with (before the model is loaded)."""
+  if config.kind not in KINDS:
+    raise ValueError(f"unknown input kind {config.kind!r}; expected one of {KINDS}")
+  if config.doc_text not in texts.DOC_TEXT_MODES:
+    raise ValueError(f"unknown doc text mode {config.doc_text!r}; expected one of "
+                     f"{texts.DOC_TEXT_MODES}")
+  if config.batch_size < 1 or config.min_batch_size < 0:
+    raise ValueError(f"batch sizes must be positive, got {config.min_batch_size}.."
+                     f"{config.batch_size}")
+  if config.min_batch_size > config.batch_size:
+    raise ValueError(f"min_batch_size {config.min_batch_size} > batch_size "
+                     f"{config.batch_size}")
+
+
+def run(config: EmbedConfig) -> dict:
+  """Runs the job; writes embeddings-*.parquet and stats.json under `config.out`; returns
+  the stats."""
+  check(config)
+  spec = input_spec(config.kind, config.path, config.doc_text)
   tio.match_files(spec.pattern)  # a clear error now rather than an empty job
-  dim = embedding_dim(args.model, spec.signature)
-  min_batch = args.min_batch_size or args.batch_size
-  tio.log_settings("embed", {"model": args.model, "signature": spec.signature, "input": kind,
-                             "pattern": spec.pattern, "dim": dim, "doc_text": args.doc_text,
-                             "batch": f"{min_batch}..{args.batch_size}", "out": args.out})
-  handler = SavedModelHandler(args.model, spec.signature, spec.input_names,
-                              min_batch_size=min_batch, max_batch_size=args.batch_size,
-                              large_model=args.large_model, model_copies=args.model_copies)
-  tio.makedirs(args.out)
-  pipeline = tio.make_pipeline(beam_args)
-  build_pipeline(pipeline, spec, args.model, args.out, dim, handler, args.num_shards)
-  result = pipeline.run()
-  result.wait_until_finish()
-  stats = tio.beam_counters(result)
-  tio.write_json(f"{args.out.rstrip('/')}/{contracts.STATS_FILE}", stats)
-  logger.info("embed: %s", stats)
+  dim = embedding_dim(config.model, spec.signature)
+  tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
+                                      "pattern": spec.pattern, "dim": dim})
+  return tio.run_beam_job(lambda pipeline: build(pipeline, config, dim), config.beam_args,
+                          stats_dir=config.out, finish=finish_stats)
+
+
+def summary_table(stats: dict, config: EmbedConfig) -> str:
+  """The command's result: rows read, embedded and skipped, and where they went."""
+  return (f"{config.kind}: {stats.get(C.EMBED_ROWS_EMBEDDED, 0)} of "
+          f"{stats.get(C.EMBED_ROWS_READ, 0)} rows embedded (skipped: empty "
+          f"{stats.get(C.EMBED_ROWS_SKIPPED_EMPTY, 0)}, bad id "
+          f"{stats.get(C.EMBED_ROWS_SKIPPED_BAD_ID, 0)})\nwritten to "
+          f"{contracts.embeddings_pattern(config.out)}, {contracts.STATS_FILE}")
 
 
 if __name__ == "__main__":
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("embed"))

@@ -9,60 +9,81 @@ can be distributed when a corpus outgrows one process:
   2. `learn_vocab`: the learner library (`wordpiece_tokenizer_learner_lib`), one process,
      whose input is only the word counts.
 
-The vocabulary starts with the reserved tokens [PAD] [UNK] [CLS] [SEP] [MASK] (so [PAD] has
-id 0) and is written one token per line, atomically. Build the tokenizer with the same
+Held-out pages never feed training: by default (`exclude_heldout`) the passages of pages the
+pair pipeline held out are skipped, with the held-out share that pipeline wrote in its
+config.json (contracts.codecs.read_heldout_percent) and the same page test
+(contracts.is_heldout). A passages/ without config.json holds nothing known to be held out.
+
+The vocabulary starts with contracts.RESERVED_TOKENS ([PAD] [UNK] [CLS] [SEP] [MASK], so [PAD]
+has id 0) and is written one token per line, atomically. Build the tokenizer with the same
 `lower_case=True`, e.g. `tensorflow_text.BertTokenizer(path, lower_case=True)`.
+
+`run(VocabConfig) -> VocabResult` is the typed entry point; `twotower vocab`
+(twotower.commands.vocab) is its flag parser.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
+import dataclasses
 import logging
 import sys
 from typing import Iterable, Iterator
 
 from twotower import contracts
 from twotower import io as tio
+from twotower.contracts import codecs
 
 logger = logging.getLogger(__name__)
 
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 #: The BertTokenizer settings the vocabulary is learned for; use the same when tokenizing.
 BERT_TOKENIZER_PARAMS = {"lower_case": True}
 
 
-def passage_files(passages: str) -> list[str]:
-  """The Parquet shards under `passages` (a directory, a pipeline output dir, or a glob)."""
-  if any(ch in passages for ch in "*?[") or passages.endswith(".parquet"):
-    return tio.match_files(passages)
-  for pattern in (f"{passages.rstrip('/')}/*.parquet",
-                  f"{passages.rstrip('/')}/passages/*.parquet"):
-    try:
-      return tio.match_files(pattern)
-    except FileNotFoundError:
+@dataclasses.dataclass(frozen=True)
+class VocabConfig:
+  """Everything `twotower vocab` needs."""
+  passages: str              # a `twotower pairs` output dir, its passages/ dir, or a glob
+  out: str                   # the vocabulary file
+  vocab_size: int = 30_000   # largest vocabulary size, reserved tokens included
+  max_texts: int = 0         # passages read at most (0: all), after the held-out ones
+  exclude_heldout: bool = True  # skip the passages of held-out pages
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabResult:
+  path: str
+  tokens: int                # tokens written, reserved ones included
+  distinct_words: int        # distinct basic-tokenizer words counted
+  words: int                 # words counted
+  passages: int              # passages read (titles come with them)
+  passages_heldout: int      # passages of held-out pages, skipped
+  heldout_percent: float     # the share the pair pipeline held out (0: none known)
+
+
+@dataclasses.dataclass
+class PassageCounts:
+  """Filled in by `passage_texts` as it goes."""
+  read: int = 0
+  heldout: int = 0
+
+
+def passage_texts(passages: Iterable[contracts.Passage], max_texts: int = 0,
+                  heldout_percent: float = 0.0,
+                  counts: PassageCounts | None = None) -> Iterator[str]:
+  """Each page's title once (with its passage 0) and every passage text, skipping passages of
+  pages held out at `heldout_percent` (0: none); at most `max_texts` passages."""
+  counts = counts if counts is not None else PassageCounts()
+  for passage in passages:
+    if heldout_percent and contracts.is_heldout(passage.page_id, heldout_percent):
+      counts.heldout += 1
       continue
-  raise FileNotFoundError(f"no passages/*.parquet under {passages!r}")
-
-
-def passage_texts(paths: Iterable[str], max_texts: int = 0) -> Iterator[str]:
-  """Each page's title once (with its passage 0) and every passage text."""
-  import pyarrow.parquet as pq
-  from apache_beam.io.filesystems import FileSystems
-  emitted = 0
-  for path in paths:
-    with FileSystems.open(path) as f:
-      table = pq.read_table(f, columns=["passage_id", "title", "text"])
-    for batch in table.to_batches():
-      columns = batch.to_pydict()
-      for passage_id, title, text in zip(columns["passage_id"], columns["title"],
-                                         columns["text"]):
-        if passage_id == 0 and title:
-          yield title
-        yield text
-        emitted += 1
-        if max_texts and emitted >= max_texts:
-          return
+    if passage.passage_id == 0 and passage.title:
+      yield passage.title
+    yield passage.text
+    counts.read += 1
+    if max_texts and counts.read >= max_texts:
+      return
 
 
 def count_words(texts: Iterable[str], batch_size: int = 1024) -> collections.Counter:
@@ -106,7 +127,7 @@ def learn_vocab(word_counts: collections.Counter, vocab_size: int,
                           max_input_tokens=int(5e6), max_token_length=50,
                           max_unique_chars=1000, vocab_size=vocab_size, slack_ratio=slack_ratio,
                           include_joiner_token=True, joiner="##",
-                          reserved_tokens=list(RESERVED_TOKENS))
+                          reserved_tokens=list(contracts.RESERVED_TOKENS))
   all_counts = learner.get_input_words(word_counts.items(), params.reserved_tokens,
                                        params.max_token_length)
   allowed = learner.get_allowed_chars(all_counts, params.max_unique_chars)
@@ -145,35 +166,57 @@ def learn_vocab(word_counts: collections.Counter, vocab_size: int,
     logger.warning("%d tokens even at count threshold %d: more than --vocab_size %d "
                    "(the characters alone need that many)", probe(hi), hi, vocab_size)
   vocab = probes[hi]
-  if tuple(vocab[:len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-    vocab = list(RESERVED_TOKENS) + [t for t in vocab if t not in RESERVED_TOKENS]
+  reserved = contracts.RESERVED_TOKENS
+  if tuple(vocab[:len(reserved)]) != reserved:
+    vocab = list(reserved) + [t for t in vocab if t not in reserved]
   return vocab
 
 
-def run(argv: list[str] | None = None) -> None:
-  p = argparse.ArgumentParser(prog="twotower vocab", description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  p.add_argument("--passages", required=True,
-                 help="passages Parquet: the `twotower pairs` output dir, its passages/ dir, "
-                      "or a glob")
-  p.add_argument("--out", required=True, help="vocabulary file to write (one token a line)")
-  p.add_argument("--vocab_size", type=int, default=30_000, help="largest vocabulary size")
-  p.add_argument("--max_texts", type=int, default=0,
-                 help="read at most this many passages (0 = all)")
-  args = p.parse_args(argv)
-  if args.vocab_size <= len(RESERVED_TOKENS):
-    p.error(f"--vocab_size must exceed {len(RESERVED_TOKENS)}, got {args.vocab_size}")
-  tio.log_settings("twotower vocab", vars(args))
-  paths = passage_files(args.passages)
-  logger.info("counting words in %d Parquet file(s)", len(paths))
-  counts = count_words(passage_texts(paths, args.max_texts))
-  logger.info("%d distinct words, %d in all", len(counts), sum(counts.values()))
-  vocab = learn_vocab(counts, args.vocab_size)
-  tio.write_text(args.out, "\n".join(vocab) + "\n")
-  print(f"vocabulary of {len(vocab)} tokens ({len(counts)} distinct words) -> {args.out}")
+def check(config: VocabConfig) -> None:
+  """A ValueError / FileNotFoundError for settings the stage cannot run with."""
+  if config.vocab_size <= len(contracts.RESERVED_TOKENS):
+    raise ValueError(f"vocab_size must exceed {len(contracts.RESERVED_TOKENS)}, got "
+                     f"{config.vocab_size}")
+  if config.max_texts < 0:
+    raise ValueError(f"max_texts must be >= 0, got {config.max_texts}")
+  if not codecs.match(contracts.passages_pattern(config.passages)):
+    raise FileNotFoundError(f"no passages Parquet at {config.passages!r} (expected a "
+                            "`twotower pairs` output dir, its passages/ dir, or a glob)")
+
+
+def run(config: VocabConfig) -> VocabResult:
+  """Counts words over the passages (held-out pages excluded), learns the vocabulary, writes
+  it; returns what was written."""
+  tio.log_settings("twotower vocab", dataclasses.asdict(config))
+  check(config)
+  percent = 0.0
+  if config.exclude_heldout:
+    pairs_out = contracts.pairs_out_dir(config.passages)
+    percent = codecs.read_heldout_percent(pairs_out)
+    if not codecs.match(f"{pairs_out}/{contracts.PAIRS_CONFIG_FILE}"):
+      logger.warning("%s: no %s beside passages/: no page is known to be held out, all are "
+                     "read", pairs_out, contracts.PAIRS_CONFIG_FILE)
+  counts = PassageCounts()
+  passages = codecs.read_passages(config.passages, columns=("title", "text"))
+  words = count_words(passage_texts(passages, config.max_texts, percent, counts))
+  logger.info("%d passages read, %d of held-out pages excluded (heldout_percent %g); %d "
+              "distinct words, %d in all", counts.read, counts.heldout, percent, len(words),
+              sum(words.values()))
+  vocab = learn_vocab(words, config.vocab_size)
+  tio.write_text(config.out, "\n".join(vocab) + "\n")
+  return VocabResult(path=config.out, tokens=len(vocab), distinct_words=len(words),
+                     words=sum(words.values()), passages=counts.read,
+                     passages_heldout=counts.heldout, heldout_percent=percent)
+
+
+def summary(result: VocabResult) -> str:
+  """The command's result line."""
+  heldout = (f"; {result.passages_heldout} passages of held-out pages excluded "
+             f"({result.heldout_percent:g} %)" if result.passages_heldout else "")
+  return (f"vocabulary of {result.tokens} tokens ({result.distinct_words} distinct words in "
+          f"{result.passages} passages{heldout}) -> {result.path}")
 
 
 if __name__ == "__main__":
   from twotower import cli
-  cli.setup_logging()
-  run(sys.argv[1:])
+  sys.exit(cli.run_stage("vocab"))

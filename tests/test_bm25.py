@@ -34,8 +34,8 @@ ARTICLES = [
 def tiny_reqa(tmp_path_factory):
   root = tmp_path_factory.mktemp("bm25")
   (root / "squad.json").write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
-  reqa.run_pipeline(reqa.ReqaConfig(out=str(root / "reqa"), squad=str(root / "squad.json"),
-                                    ratios=(5,)), [])
+  reqa.run(reqa.ReqaConfig(out=str(root / "reqa"), squad=str(root / "squad.json"),
+                           ratios=(5,)))
   return root
 
 
@@ -107,8 +107,8 @@ def cross_check(reqa_dir: str, work_dir: str, doc_text: str, split: str = "test-
 @pytest.mark.shared_data
 @pytest.mark.slow  # Beam over the subset, Lucene, bm25s: ~1-2 min
 def test_bm25s_agrees_with_pyserini_on_shared_subset(tmp_path, squad_subset):
-  reqa.run_pipeline(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad_subset),
-                                    ratios=(5,)), [])
+  reqa.run(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad_subset),
+                           ratios=(5,)))
   # 2,000 questions of the 95 % test side keep the test short; the report has all of them.
   got = cross_check(str(tmp_path / "reqa"), str(tmp_path), "sentence", limit=2000)
   assert got["pyserini"]["R@10"] > 0.7

@@ -172,14 +172,14 @@ def test_launch_script_command_is_accepted_by_the_stage_and_dataflow(name, stage
     assert (config.dump, config.out, config.num_shards) == (
         SCRIPTS[name]["DUMP"], "gs://my-bucket/runs/pairs", 64)
   elif stage == "reqa":
-    from twotower.pipelines import reqa
-    config, beam_args = reqa.parse_args(cmd[1:])
+    from twotower.commands import reqa as reqa_cmd
+    config = reqa_cmd.parse(cmd[1:]); beam_args = list(config.beam_args)
     assert (config.squad, config.out) == (SCRIPTS[name]["SQUAD"], "gs://my-bucket/runs/reqa-squad")
   else:
-    from twotower.pipelines import embed
-    args, beam_args = embed._parser().parse_known_args(cmd[1:])  # pylint: disable=protected-access
-    assert (args.model, args.candidates, args.num_shards) == (
-        SCRIPTS[name]["MODEL"], SCRIPTS[name]["CANDIDATES"], 64)
+    from twotower.commands import embed as embed_cmd
+    config = embed_cmd.parse(cmd[1:]); beam_args = list(config.beam_args)
+    assert (config.model, config.kind, config.path, config.num_shards) == (
+        SCRIPTS[name]["MODEL"], "candidates", SCRIPTS[name]["CANDIDATES"], 64)
   assert _flag(beam_args, "runner") == "DataflowRunner"
   assert _flag(beam_args, "sdk_container_image") == ENV["IMAGE"]
   assert deploy_options.validate(beam_args) == []
@@ -340,8 +340,19 @@ def test_reqa_graph_has_only_singleton_side_inputs_and_translates_to_dataflow(tm
                                        extra_passages=str(tmp_path), extra_candidates=1000))
   side = _user_side_inputs(pipeline)
   assert {kind for _, kind, _ in side} <= {"AsSingleton"}, side
+  # Extra candidates whose passage is a ReQA paragraph leave by a join (a GroupByKey step),
+  # not by a side input of ReQA paragraphs.
+  gbk = {name for name, urn in _transform_urns(pipeline).items()
+         if urn == "beam:transform:group_by_key:v1"}
+  assert any(name.startswith("BuildReqa/DropReqaPassages/JoinOnPassage/") for name in gbk), gbk
   job, images = _dataflow_dry_run(pipeline)
   assert job == "test-reqa" and images == {CLOUD["image"]}
+  # The whole pool (`--extra_candidates all`): no side input at all.
+  pipeline = _dataflow_pipeline("reqa")
+  reqa.build(pipeline, reqa.ReqaConfig(out="gs://my-bucket/runs/reqa", squad=str(squad),
+                                       extra_passages=str(tmp_path),
+                                       extra_candidates=reqa.ALL_EXTRA))
+  assert _user_side_inputs(pipeline) == []
 
 
 def test_embed_graph_translates_to_dataflow(tmp_path):
@@ -351,11 +362,10 @@ def test_embed_graph_translates_to_dataflow(tmp_path):
   path = tmp_path / "candidates.parquet"
   pq.write_table(pa.table({"candidate_id": [1], "sentence": ["s"], "passage": ["p"],
                            "title": ["t"]}), path)
-  spec = embed.input_spec("candidates", str(path))
-  handler = embed.SavedModelHandler("gs://my-bucket/export", spec.signature, spec.input_names)
+  config = embed.EmbedConfig(model="gs://my-bucket/export", out="gs://my-bucket/emb",
+                             kind="candidates", path=str(path))
   pipeline = _dataflow_pipeline("embed")
-  embed.build_pipeline(pipeline, spec, "gs://my-bucket/export", "gs://my-bucket/emb", 8,
-                       handler)
+  embed.build(pipeline, config, dim=8)
   assert _user_side_inputs(pipeline) == []
   job, images = _dataflow_dry_run(pipeline)
   assert job == "test-embed" and images == {CLOUD["image"]}

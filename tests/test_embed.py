@@ -19,8 +19,10 @@ from apache_beam.testing.test_pipeline import TestPipeline  # noqa: E402
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 
 from twotower import contracts, texts  # noqa: E402
+from twotower.commands import embed as embed_cmd  # noqa: E402
+from twotower.contracts import counters as C  # noqa: E402
 from twotower.pipelines import embed  # noqa: E402
-from twotower.pipelines.embed_standin import StandinConfig, build_standin_savedmodel  # noqa
+from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel  # noqa
 
 DIM = 16
 
@@ -87,8 +89,8 @@ def test_embed_transform_skips_and_counts_bad_rows(model_dir):
   result.wait_until_finish()
   from twotower import io as tio
   counters = tio.beam_counters(result)
-  assert counters == {embed.COUNTER_READ: 4, embed.COUNTER_EMBEDDED: 2,
-                      embed.COUNTER_SKIPPED_EMPTY: 1, embed.COUNTER_SKIPPED_BAD_ID: 1}
+  assert counters == {C.EMBED_ROWS_READ: 4, C.EMBED_ROWS_EMBEDDED: 2,
+                      C.EMBED_ROWS_SKIPPED_EMPTY: 1, C.EMBED_ROWS_SKIPPED_BAD_ID: 1}
 
 
 def _read_shards(out_dir):
@@ -112,8 +114,8 @@ def test_run_candidates_end_to_end(model_dir, direct, tmp_path):
   }, schema=contracts.CANDIDATE_SCHEMA)
   pq.write_table(candidates, tmp_path / contracts.CANDIDATES_FILE)
   out = tmp_path / "embeddings"
-  embed.run(["--model", model_dir, "--out", str(out), "--num_shards", "2", "--batch_size", "8",
-             "--candidates", str(tmp_path / contracts.CANDIDATES_FILE)])
+  embed_cmd.main(["--model", model_dir, "--out", str(out), "--num_shards", "2", "--batch_size",
+                  "8", "--candidates", str(tmp_path / contracts.CANDIDATES_FILE)])
 
   files, table = _read_shards(out)
   assert len(files) == 2
@@ -129,8 +131,8 @@ def test_run_candidates_end_to_end(model_dir, direct, tmp_path):
   np.testing.assert_allclose(np.stack([got[r["candidate_id"]] for r in kept]), expected,
                              rtol=1e-5, atol=1e-6)
   stats = json.loads((out / contracts.STATS_FILE).read_text())
-  assert stats == {embed.COUNTER_READ: n, embed.COUNTER_EMBEDDED: n - 1,
-                   embed.COUNTER_SKIPPED_EMPTY: 1}
+  assert stats == {C.EMBED_ROWS_READ: n, C.EMBED_ROWS_EMBEDDED: n - 1,
+                   C.EMBED_ROWS_SKIPPED_EMPTY: 1, C.EMBED_ROWS_SKIPPED_BAD_ID: 0}
 
 
 def test_run_passages_and_questions(model_dir, direct, tmp_path):
@@ -142,20 +144,20 @@ def test_run_passages_and_questions(model_dir, direct, tmp_path):
       "sentences": [["a"], ["b"], ["c"], ["x"]], "is_lead": [True, False, True, False],
   }, schema=contracts.PASSAGE_SCHEMA)
   pq.write_table(passages, tmp_path / "passages" / "passages-00000-of-00001.parquet")
-  embed.run(["--model", model_dir, "--out", str(tmp_path / "doc_emb"),
-             "--passages", str(tmp_path / "passages")])
+  stats = embed.run(embed.EmbedConfig(model=model_dir, out=str(tmp_path / "doc_emb"),
+                                      kind="passages", path=str(tmp_path / "passages")))
   _, table = _read_shards(tmp_path / "doc_emb")
   assert sorted(table.column("id").to_pylist()) == [
       contracts.passage_uid(5, 0), contracts.passage_uid(5, 1), contracts.passage_uid(9, 0)]
-  stats = json.loads((tmp_path / "doc_emb" / contracts.STATS_FILE).read_text())
-  assert stats[embed.COUNTER_SKIPPED_BAD_ID] == 1 and stats[embed.COUNTER_EMBEDDED] == 3
+  assert stats == json.loads((tmp_path / "doc_emb" / contracts.STATS_FILE).read_text())
+  assert stats[C.EMBED_ROWS_SKIPPED_BAD_ID] == 1 and stats[C.EMBED_ROWS_EMBEDDED] == 3
 
   questions = pa.table({"question_id": ["q-a", "q-b"],
                         "question": ["what is five?", "what is nine?"],
                         "gold_candidate_ids": [[1], [2]]}, schema=contracts.QUESTION_SCHEMA)
   pq.write_table(questions, tmp_path / contracts.questions_file("test-5"))
-  embed.run(["--model", model_dir, "--out", str(tmp_path / "q_emb"),
-             "--questions", str(tmp_path / contracts.questions_file("test-5"))])
+  embed.run(embed.EmbedConfig(model=model_dir, out=str(tmp_path / "q_emb"), kind="questions",
+                              path=str(tmp_path / contracts.questions_file("test-5"))))
   _, table = _read_shards(tmp_path / "q_emb")
   assert table.schema == contracts.embedding_schema(DIM, pa.string())
   got = dict(zip(table.column("id").to_pylist(),
@@ -171,3 +173,19 @@ def test_candidate_doc_text_layout():
   assert texts.candidate_doc_text("S.", "", "sentence+passage") == "S."
   with pytest.raises(ValueError, match="unknown doc text mode"):
     texts.candidate_doc_text("S.", "P.", "passage")
+
+
+def test_command_flags_map_to_the_config(capsys):
+  config = embed_cmd.parse(["--model", "m", "--out", "o", "--questions", "q.parquet",
+                            "--batch_size", "64", "--min_batch_size", "8", "--model_copies", "2",
+                            "--runner", "DirectRunner"])
+  assert config == embed.EmbedConfig(model="m", out="o", kind="questions", path="q.parquet",
+                                     batch_size=64, min_batch_size=8, model_copies=2,
+                                     beam_args=("--runner", "DirectRunner"))
+  for bad in (["--batch_size", "0"], ["--min_batch_size", "9", "--batch_size", "8"]):
+    with pytest.raises(SystemExit):
+      embed_cmd.parse(["--model", "m", "--out", "o", "--questions", "q", *bad])
+  with pytest.raises(ValueError, match="unknown input kind"):
+    embed.run(embed.EmbedConfig(model="m", out="o", kind="sentences", path="p"))
+  handler = embed.handler(config, embed.input_spec(config.kind, config.path))
+  assert handler.batch_elements_kwargs() == {"min_batch_size": 8, "max_batch_size": 64}

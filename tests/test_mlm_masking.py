@@ -32,7 +32,7 @@ def pipeline_pairs(dump: str, out: str) -> tuple[list[str], str]:
   pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", "0", "--max_doc_tokens",
              "1024", "--min_passage_tokens", "600", "--ict_per_page", "8"])
   vocab_path = f"{out}/vocab.txt"
-  vocab.run(["--passages", out, "--out", vocab_path, "--vocab_size", "2000"])
+  vocab.run(vocab.VocabConfig(passages=out, out=vocab_path, vocab_size=2000))
   return sorted(glob.glob(f"{out}/pairs/*/train-*.tfrecord")), vocab_path
 
 

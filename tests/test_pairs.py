@@ -140,7 +140,7 @@ def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
   from twotower.pipelines import vocab
   out, _ = small_run
   path = tmp_path / "vocab.txt"
-  vocab.run(["--passages", out, "--out", str(path), "--vocab_size", "500"])
+  vocab.run(vocab.VocabConfig(passages=out, out=str(path), vocab_size=500))
   texts = [p[k] for task in contracts.PRETRAIN_TASKS for p in read_pairs(out, task)
            for k in ("query", "doc_title", "doc_text")]
   bad, unk, total = roundtrip_failures(path, texts)

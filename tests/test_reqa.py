@@ -1,19 +1,21 @@
-"""`twotower reqa`: SQuAD and NQ parsing, bad input, candidates, golds, splits, outputs."""
+"""`twotower reqa`: the job on SQuAD and NQ input, bad input, candidates, golds, outputs, the
+open-domain pool. (Parsers: test_squad, test_nq; the split policy: test_reqa_splits.)"""
 
 from __future__ import annotations
 
 import gzip
 import json
 
-import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.util import assert_that, equal_to
 
 from twotower import contracts
+from twotower.commands import reqa as reqa_cmd
+from twotower.contracts import counters as C
 from twotower.pipelines import reqa
+from twotower.pipelines.reqa_splits import question_key
+from test_nq import P1, _span, nq_record
 
 CTX1 = "Paris is the capital of France. It has the Louvre. The Seine flows through it."
 CTX2 = "Berlin is in Germany. It is the capital."
@@ -49,7 +51,7 @@ def read_table(path) -> list[dict]:
 def run_reqa(tmp_path, **kw) -> tuple[dict, str]:
   out = str(tmp_path / "out")
   config = reqa.ReqaConfig(out=out, **kw)
-  return reqa.run_pipeline(config, []), out
+  return reqa.run(config), out
 
 
 @pytest.fixture(scope="module")
@@ -161,71 +163,7 @@ def test_malformed_json_is_a_named_error(tmp_path):
     run_reqa(tmp_path, squad=str(path), ratios=(5,))
 
 
-# --- Natural Questions, simplified format ----------------------------------------------------
-
-DOC = ("<H1> Email marketing </H1> <P> Email marketing is the act of sending a commercial "
-       "message . It began in 1978 with <A> Gary Thuerk </A> of DEC . </P> <Table> <Tr> "
-       "<Td> x </Td> </Tr> </Table> <P> Another paragraph here . </P>")
-TOKENS = DOC.split(" ")
-
-
-def _span(words: str, start_at: int = 0) -> tuple[int, int]:
-  w = words.split(" ")
-  for i in range(start_at, len(TOKENS)):
-    if TOKENS[i:i + len(w)] == w:
-      return i, i + len(w)
-  raise AssertionError(words)
-
-
-P1 = (TOKENS.index("<P>"), TOKENS.index("</P>") + 1)
-TABLE = (TOKENS.index("<Table>"), TOKENS.index("</Table>") + 1)
-
-
-def nq_record(example_id, long, shorts, question="when did email marketing start"):
-  return {
-      "example_id": example_id, "question_text": question, "document_text": DOC,
-      "document_url": "https://en.wikipedia.org//w/index.php?title=Email_marketing&oldid=1",
-      "long_answer_candidates": [{"start_token": P1[0], "end_token": P1[1], "top_level": True},
-                                 {"start_token": TABLE[0], "end_token": TABLE[1],
-                                  "top_level": True}],
-      "annotations": [{"annotation_id": 7, "yes_no_answer": "NONE",
-                       "long_answer": {"start_token": long[0], "end_token": long[1],
-                                       "candidate_index": 0},
-                       "short_answers": [{"start_token": s, "end_token": e} for s, e in shorts]}],
-  }
-
-
-def test_nq_conversion_like_reqa():
-  record = nq_record(1, P1, [_span("1978")])
-  paragraph = reqa.nq_to_paragraph(record, "nq.jsonl:1")
-  assert paragraph.title == "Email marketing"
-  assert paragraph.context == ("Email marketing is the act of sending a commercial message . "
-                               "It began in 1978 with Gary Thuerk of DEC .")
-  (question,) = paragraph.questions
-  assert question.question_id == "1"
-  (answer,) = question.answers
-  assert paragraph.context[answer.start:answer.start + len(answer.text)] == "1978"
-  # A short answer spanning an HTML token keeps only the text.
-  paragraph = reqa.nq_to_paragraph(nq_record(2, P1, [_span("<A> Gary Thuerk </A>")]), "x")
-  (answer,) = paragraph.questions[0].answers
-  assert answer.text == "Gary Thuerk"
-  assert paragraph.context[answer.start:].startswith("Gary Thuerk")
-
-
-@pytest.mark.parametrize("record,reason", [
-    (nq_record(3, P1, []), "nq_skipped_not_one_short_answer"),
-    (nq_record(4, P1, [_span("1978"), _span("DEC")]), "nq_skipped_not_one_short_answer"),
-    (nq_record(5, (-1, -1), []), "nq_skipped_no_long_answer"),
-    (nq_record(6, TABLE, [_span("x")]), "nq_skipped_not_paragraph"),
-    (nq_record(7, (P1[0], len(TOKENS) + 5), [_span("1978")]), "nq_skipped_bad_offsets"),
-    (nq_record(8, P1, [(len(TOKENS) + 1, len(TOKENS) + 3)]), "nq_skipped_bad_offsets"),
-    ({"example_id": 9, "question_text": "q", "document_text": DOC}, "nq_skipped_missing_field"),
-], ids=["no-short", "two-short", "no-long", "table", "long-out-of-range", "short-out-of-range",
-        "no-annotations"])
-def test_nq_skips(record, reason):
-  skip = reqa.nq_to_paragraph(record, "nq.jsonl:1")
-  assert isinstance(skip, reqa.Skip) and skip.reason == reason
-  assert f"example_id {record['example_id']}" in skip.message
+# --- Natural Questions -----------------------------------------------------------------------
 
 
 def test_nq_job_on_gzipped_jsonl(tmp_path):
@@ -249,41 +187,6 @@ def test_nq_job_on_gzipped_jsonl(tmp_path):
   second = next(c for c in cands if c["sentence"].startswith("It began"))
   assert questions["1"]["gold_candidate_ids"] == [second["candidate_id"]]
   assert questions["3"]["gold_candidate_ids"] == [second["candidate_id"]]
-
-
-# --- Splits ----------------------------------------------------------------------------------
-
-
-def test_splits_deterministic_nested_and_cold_start():
-  config = reqa.ReqaConfig(out="unused")
-  ids = [f"id{i}" for i in range(3000)]
-  first = {i: reqa.assign_splits([i], config) for i in ids}
-  assert first == {i: reqa.assign_splits([i], config) for i in ids}  # deterministic
-  for r in contracts.REQA_RATIOS:
-    train = sum(1 for s in first.values() if f"test-{r}" not in s)
-    assert abs(train / len(ids) - r / 100) < 0.03
-  # Nested: a question on the train side of 1 % is on the train side of every larger ratio.
-  for splits in first.values():
-    sides = ["test" if f"test-{r}" in splits else "train" for r in contracts.REQA_RATIOS]
-    assert "test" not in sides[sides.index("train"):] if "train" in sides else True
-  # A group (one question text) is assigned as one: by its smallest id.
-  assert reqa.assign_splits(["b", "a"], config) == reqa.assign_splits(["a"], config)
-
-
-def test_same_question_text_never_straddles_train_and_test():
-  records = [reqa.QaRecord(f"id{i}", "Who wrote it?" if i % 2 else " who WROTE it? ", "t",
-                           "p", 1, ((i, "s"),), 1) for i in range(40)]
-  config = reqa.ReqaConfig(out="unused")
-  with TestPipeline() as p:
-    out = (p | beam.Create(records)
-           | beam.Map(lambda r: (reqa.question_key(r.question), r))
-           | beam.GroupByKey()
-           | beam.FlatMap(reqa._split_group, config=config)  # pylint: disable=protected-access
-           | beam.Map(lambda e: e[0])
-           | beam.combiners.Count.PerElement()
-           | beam.Map(lambda e: e[0]))
-    expected = ["all"] + reqa.assign_splits([min(r.question_id for r in records)], config)
-    assert_that(out, equal_to(expected))
 
 
 # --- Open-domain augmentation ----------------------------------------------------------------
@@ -312,7 +215,7 @@ def test_extra_candidates_sampled_deterministically(tmp_path):
     config = reqa.ReqaConfig(out=str(tmp_path / name), squad=squad,
                              extra_passages=str(tmp_path / "wiki"), extra_candidates=7,
                              ratios=(5,))
-    stats = reqa.run_pipeline(config, [])
+    stats = reqa.run(config)
     cands = read_table(tmp_path / name / contracts.CANDIDATES_FILE)
     runs.append(sorted((c["candidate_id"], c["sentence"], c["source"]) for c in cands))
     assert stats["candidates_extra"] == 7
@@ -322,6 +225,71 @@ def test_extra_candidates_sampled_deterministically(tmp_path):
   all_sentences = {s for r in rows for s in r["sentences"]}
   assert len(extra) == 7 and {c[1] for c in extra} <= all_sentences
 
+
+def test_extra_candidates_all_takes_every_sentence(tmp_path):
+  rows = write_passages(tmp_path / "wiki")
+  # `--extra_passages` may name the pairs output or its passages/ dir.
+  stats, out = run_reqa(tmp_path, squad=squad_file(tmp_path, GOOD),
+                        extra_passages=str(tmp_path / "wiki" / "passages"),
+                        extra_candidates=reqa.ALL_EXTRA, ratios=(5,))
+  extra = {(c["sentence"], c["passage"]) for c in read_table(f"{out}/{contracts.CANDIDATES_FILE}")
+           if c["source"] == contracts.WIKIPEDIA_SOURCE}
+  assert extra == {(s, r["text"]) for r in rows for s in r["sentences"]}
+  assert stats[C.CANDIDATES_EXTRA] == len(extra) == 30
+  assert stats[C.CANDIDATES] == 5 + 30
+  assert stats[C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE] == 0
+
+
+def test_extra_candidates_of_a_reqa_paragraph_are_removed_and_counted(tmp_path):
+  """A pre-training dump that holds the QA articles gives back the gold paragraphs as extra
+  passages (re-split, re-cased or re-spaced): they leave the pool, counted."""
+  rows = write_passages(tmp_path / "wiki", n_pages=2)
+  copy = "  " + CTX1.upper().replace(" ", "   ")  # CTX1, case and spacing aside
+  sentences = ["PARIS IS THE CAPITAL OF FRANCE.", "IT HAS THE LOUVRE.",
+               "THE SEINE FLOWS THROUGH IT."]
+  copies = [{"page_id": 900, "passage_id": 0, "title": "Paris", "text": copy,
+             "sentences": sentences, "is_lead": True},
+            {"page_id": 901, "passage_id": 0, "title": "Paris (copy)", "text": CTX1,
+             "sentences": sentences[:1], "is_lead": True}]
+  pq.write_table(pa.Table.from_pylist(copies, schema=contracts.PASSAGE_SCHEMA),
+                 tmp_path / "wiki" / "passages" / "passages-copies.parquet")
+  for n in (reqa.ALL_EXTRA, 100):  # every sentence, and a sample larger than the pool
+    stats, out = run_reqa(tmp_path / str(n), squad=squad_file(tmp_path, GOOD),
+                          extra_passages=str(tmp_path / "wiki"), extra_candidates=n,
+                          ratios=(5,))
+    cands = read_table(f"{out}/{contracts.CANDIDATES_FILE}")
+    assert stats[C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE] == 4
+    assert not any(reqa.passage_key(c["passage"]) == reqa.passage_key(CTX1)
+                   and c["source"] == contracts.WIKIPEDIA_SOURCE for c in cands)
+    assert stats[C.CANDIDATES_EXTRA] == sum(len(r["sentences"]) for r in rows) == 12
+    assert stats[C.CANDIDATES] == len(cands) == 5 + 12
+  table = reqa.summary_table(stats, reqa.ReqaConfig(out=out, squad="s", ratios=(5,),
+                                                    extra_passages="wiki",
+                                                    extra_candidates=100))
+  assert "5 ReQA + 12 extra candidates" in table and "4 removed" in table
+
+
+def test_command_parses_extra_candidates_all(tmp_path):
+  config = reqa_cmd.parse(["--squad", "s.json", "--out", "o", "--extra_passages", "w",
+                           "--extra_candidates", "all", "--runner", "DirectRunner"])
+  assert config.extra_candidates == reqa.ALL_EXTRA and config.has_extra
+  assert config.beam_args == ("--runner", "DirectRunner")
+  assert reqa_cmd.parse(["--squad", "s", "--out", "o", "--extra_passages", "w",
+                         "--extra_candidates", "7"]).extra_candidates == 7
+  for bad in (["--extra_candidates", "-2", "--extra_passages", "w"],
+              ["--extra_candidates", "some", "--extra_passages", "w"],
+              ["--extra_candidates", "5"]):  # no --extra_passages
+    with pytest.raises(SystemExit):
+      reqa_cmd.parse(["--squad", "s", "--out", "o", *bad])
+  with pytest.raises(ValueError, match="needs --extra_passages"):
+    reqa.run(reqa.ReqaConfig(out=str(tmp_path), squad="s", extra_candidates=reqa.ALL_EXTRA))
+
+
+def test_command_main_prints_the_summary(tmp_path, capsys):
+  squad = squad_file(tmp_path, GOOD)
+  reqa_cmd.main(["--squad", squad, "--out", str(tmp_path / "o")])
+  out = capsys.readouterr().out
+  assert "candidates 5 (extra 0), questions 4" in out and "written to" in out
 
 # --- The shared SQuAD subset -----------------------------------------------------------------
 
@@ -337,5 +305,5 @@ def test_shared_squad_subset_counts(tmp_path, squad_subset):
   test5 = read_table(f"{out}/questions-test-5.parquet")
   train5 = read_table(f"{out}/questions-train-5.parquet")
   assert len(test5) == stats["questions_test_5"]
-  seen = {reqa.question_key(q["question"]) for q in train5}
-  assert not any(reqa.question_key(q["question"]) in seen for q in test5)  # cold start
+  seen = {question_key(q["question"]) for q in train5}
+  assert not any(question_key(q["question"]) in seen for q in test5)  # cold start

@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("twotower.pipelines.vocab", "learn a WordPiece vocabulary from passages/"),
     "reqa": ("twotower.pipelines.reqa",
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
+    "heldout": ("twotower.pipelines.heldout",
+                "held-out pages of a pairs output -> a ReQA-layout benchmark"),
     "pretrain": ("twotower.model.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
     "finetune": ("twotower.model.finetune", "fine-tune the towers on ReQA pairs"),
     "embed": ("twotower.pipelines.embed", "Beam RunInference: texts -> embeddings/*.parquet"),

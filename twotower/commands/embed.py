@@ -1,10 +1,61 @@
-"""`twotower embed` (transitional: delegates to twotower.pipelines.embed.run(argv) until its typed API lands)."""
+"""`twotower embed --model DIR --candidates FILE --out DIR`: texts -> embeddings-*.parquet with
+Beam RunInference (the flags of pipelines.embed; any other flag is a Beam pipeline option)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Iterable
+
+from twotower import texts
+from twotower.commands import flags
+from twotower.pipelines import embed
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = flags.parser("embed", embed.__doc__)
+  d = embed.EmbedConfig(model="", out="", kind="candidates", path="")
+  p.add_argument("--model", required=True, help="exported SavedModel directory")
+  p.add_argument("--out", required=True,
+                 help="embeddings directory: writes embeddings-*.parquet and stats.json")
+  src = p.add_mutually_exclusive_group(required=True)
+  src.add_argument("--candidates", help="ReQA candidates.parquet (document signature)")
+  src.add_argument("--passages", help="a `twotower pairs` output dir, its passages/ dir or a "
+                   "glob (document signature)")
+  src.add_argument("--questions", help="questions-<split>.parquet (query signature)")
+  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
+                 help="layout of a candidate's document text (twotower.texts)")
+  p.add_argument("--batch_size", type=int, default=d.batch_size,
+                 help="largest batch per SavedModel call (BatchElements max_batch_size)")
+  p.add_argument("--min_batch_size", type=int, default=d.min_batch_size,
+                 help="smallest batch BatchElements forms (0: --batch_size, fixed batches)")
+  p.add_argument("--num_shards", type=int, default=d.num_shards,
+                 help="output shards (0: the runner decides)")
+  p.add_argument("--large_model", action="store_true",
+                 help="share one model across worker processes (RunInference large_model)")
+  p.add_argument("--model_copies", type=int, default=d.model_copies,
+                 help="exact number of model copies per machine (RunInference model_copies)")
+  return p
+
+
+def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
+  p = build_parser()
+  args, beam_args = flags.parse_with_beam(p, argv)
+  flags.non_negative(p, args, ("min_batch_size", "num_shards"))
+  if args.batch_size < 1:
+    p.error(f"--batch_size must be >= 1, got {args.batch_size}")
+  if args.min_batch_size > args.batch_size:
+    p.error(f"--min_batch_size {args.min_batch_size} exceeds --batch_size {args.batch_size}")
+  if args.model_copies is not None and args.model_copies < 1:
+    p.error(f"--model_copies must be >= 1, got {args.model_copies}")
+  kind = next(k for k in embed.KINDS if getattr(args, k))
+  return embed.EmbedConfig(
+      model=args.model, out=args.out, kind=kind, path=getattr(args, kind),
+      doc_text=args.doc_text, batch_size=args.batch_size, min_batch_size=args.min_batch_size,
+      num_shards=args.num_shards, large_model=args.large_model,
+      model_copies=args.model_copies, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  from twotower.pipelines.embed import run  # pylint: disable=import-outside-toplevel
-  run(None if argv is None else [a for a in argv if a not in ("-v", "--verbose")])
+  config = parse(argv)
+  stats = embed.run(config)
+  print(embed.summary_table(stats, config))

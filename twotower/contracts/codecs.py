@@ -247,10 +247,14 @@ def _parquet_rows(pattern: str, columns: Sequence[str] | None = None) -> Iterato
       yield from pf.read_row_group(i, columns=list(columns) if columns else None).to_pylist()
 
 
-def read_passages(path: str) -> Iterator[records.Passage]:
+def read_passages(path: str, columns: Sequence[str] | None = None) -> Iterator[records.Passage]:
   """Passages of a pair pipeline output dir, its passages/ dir, a file or a glob, streamed
-  one row group at a time."""
-  for row in _parquet_rows(layout.passages_pattern(path)):
+  one row group at a time. With `columns` (page_id and passage_id always among them), only
+  those are read; the others keep Passage.from_row's empty defaults."""
+  if columns is not None:
+    columns = ["page_id", "passage_id", *(c for c in columns if c not in ("page_id",
+                                                                          "passage_id"))]
+  for row in _parquet_rows(layout.passages_pattern(path), columns):
     yield records.Passage.from_row(row)
 
 

@@ -158,3 +158,12 @@ EMBED_ROWS_READ = "embed_rows_read"
 EMBED_ROWS_EMBEDDED = "embed_rows_embedded"
 EMBED_ROWS_SKIPPED_EMPTY = "embed_rows_skipped_empty"
 EMBED_ROWS_SKIPPED_BAD_ID = "embed_rows_skipped_bad_id"  # missing, or out of passage_uid range
+#: Counters the embed stats.json always holds (0 when nothing incremented them).
+EMBED_ALWAYS = (EMBED_ROWS_READ, EMBED_ROWS_EMBEDDED, EMBED_ROWS_SKIPPED_EMPTY,
+                EMBED_ROWS_SKIPPED_BAD_ID)
+
+# ---------------------------------------------------------------------------------------------
+# twotower heldout (pipelines.heldout): its stats.json also holds QUESTIONS and CANDIDATES.
+# ---------------------------------------------------------------------------------------------
+
+HELDOUT_PAGES = "heldout_pages"

@@ -59,6 +59,19 @@ def passages_pattern(path: str) -> str:
   return f"{passages_dir(stripped)}/*.parquet"
 
 
+def pairs_out_dir(passages_path: str) -> str:
+  """The pair pipeline output dir that holds `passages_path` (the dir itself, its passages/
+  dir, a shard or a glob of shards), where its config.json is."""
+  stripped = passages_path.rstrip("/")
+  if stripped.endswith(".parquet") or any(c in stripped for c in "*?["):
+    stripped = stripped.rsplit("/", 1)[0] if "/" in stripped else "."
+  if stripped == "passages":
+    return "."
+  if stripped.endswith("/passages"):
+    return stripped[:-len("/passages")] or "/"
+  return stripped
+
+
 # ReQA.
 CANDIDATES_FILE = "candidates.parquet"
 

@@ -210,6 +210,7 @@ QUESTION_SCHEMA = pa.schema([
 REQA_RATIOS = (1, 5, 10, 80)
 #: Where a candidate comes from (CANDIDATE_SCHEMA `source`).
 CANDIDATE_SOURCES = ("squad", "nq", "wikipedia", "wikipedia-heldout")
+SQUAD_SOURCE, NQ_SOURCE, WIKIPEDIA_SOURCE, HELDOUT_SOURCE = CANDIDATE_SOURCES
 
 
 @dataclasses.dataclass(frozen=True)
