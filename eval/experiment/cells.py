@@ -33,7 +33,7 @@ def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   p = cell.params
   dump = p["dump"]
   if p["squad_text"]:
-    dump += "," + squad_dump.write_squad_articles_dump(
+    dump += "," + squad_dump.squad_articles_dump(
         p["squad_text"], os.path.join(out, "squad-articles.xml"))
   stats = pairs.run(pairs.PairsConfig(
       dump=dump, out=out, heldout_percent=p["heldout_percent"],
