@@ -27,11 +27,13 @@ strings) is derived from them and candidates.parquet.
 
 Open-domain pool (the paper's Table 6): `--extra_passages` (a `twotower pairs` output)
 supplies extra (sentence, passage) candidates, `--extra_candidates N` of them sampled by a
-hash (the same sample on any runner), or `all` of them. An extra candidate whose passage is a
-ReQA paragraph (case and spacing aside) is removed and counted
-(`candidates_extra_skipped_reqa_passage`): when the pre-training dump holds the QA articles,
-the gold paragraphs would otherwise come back as "extra" copies. The match is a join on the
-normalised passage text, so nothing corpus-sized is held in one worker.
+hash (the same sample on any runner), or `all` of them. When the pre-training dump holds the
+QA articles, the gold paragraphs would come back as "extra" copies: a page with a passage
+equal to a ReQA paragraph (case and spacing aside) is a source article, and every candidate of
+that page is removed and counted (`candidates_extra_skipped_reqa_passage` for the exact
+matches, `candidates_extra_skipped_reqa_page` for its other passages: the same paragraphs
+packed together, cut, or cleaned differently). The matches are joins on the normalised passage
+text and on the page id, so nothing corpus-sized is held in one worker.
 
 Candidate ids are a 63-bit hash of (sentence, passage), so every worker can name a candidate
 without a global ordering; de-duplication is one GroupByKey on the id, which also proves there
@@ -279,14 +281,16 @@ def _sentences(passage: contracts.Passage) -> Iterator[int]:
       yield i
 
 
-def _extra_candidate(passage: contracts.Passage, i: int) -> tuple[int, Candidate]:
+def _extra_candidate(passage: contracts.Passage, i: int) -> tuple[int, tuple[int, Candidate]]:
+  """(page_id, (candidate_id, Candidate)): the page id travels for DropReqaPages."""
   sentence = passage.sentences[i].strip()
   cid = candidate_id(sentence, passage.text)
-  return cid, Candidate(cid, sentence, passage.text, passage.title, contracts.WIKIPEDIA_SOURCE)
+  return passage.page_id, (cid, Candidate(cid, sentence, passage.text, passage.title,
+                                          contracts.WIKIPEDIA_SOURCE))
 
 
 class SampleExtraCandidates(beam.PTransform):
-  """Passage -> (candidate_id, Candidate): N (sentence, passage) candidates sampled
+  """Passage -> (page_id, (candidate_id, Candidate)): N (sentence, passage) candidates sampled
   deterministically, or all of them (n = ALL_EXTRA).
 
   Every (passage, sentence index) gets a hash; the N smallest hashes win. Only a threshold (the
@@ -326,30 +330,57 @@ class SampleExtraCandidates(beam.PTransform):
         to_candidate, limit=beam.pvalue.AsSingleton(threshold))
 
 
-def _drop_matched(element) -> Iterator[tuple[int, Candidate]]:
-  """(passage_key, {"extra": [(cid, Candidate)], "reqa": [True]}) -> the extra candidates,
-  unless the passage is a ReQA paragraph (then they are counted)."""
+def _source_pages(element) -> Iterator[tuple[int, int]]:
+  """(passage_key, {"extra": [(page_id, (cid, Candidate))], "reqa": [True]}) -> (page_id, n)
+  for each page with a passage equal to a ReQA paragraph (n: its candidates there)."""
+  _, groups = element
+  if not any(True for _ in groups["reqa"]):
+    return
+  pages: dict[int, int] = {}
+  for page_id, _ in groups["extra"]:
+    pages[page_id] = pages.get(page_id, 0) + 1
+  yield from pages.items()
+
+
+def _drop_source_pages(element) -> Iterator[tuple[int, Candidate]]:
+  """(page_id, {"extra": [(cid, Candidate)], "source": [n, ...]}) -> the page's extra
+  candidates, unless the page is a source of ReQA paragraphs (then they are counted)."""
   _, groups = element
   extra = list(groups["extra"])
-  if any(True for _ in groups["reqa"]):
-    if extra:
-      _inc(C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE, len(extra))
+  exact = sum(groups["source"])
+  if not exact:
+    yield from extra
     return
-  yield from extra
+  _inc(C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE, exact)
+  if len(extra) > exact:
+    _inc(C.CANDIDATES_EXTRA_SKIPPED_REQA_PAGE, len(extra) - exact)
 
 
-class DropReqaPassages(beam.PTransform):
-  """{"extra": (candidate_id, Candidate), "reqa": passage_key of each ReQA paragraph} ->
-  the extra (candidate_id, Candidate) whose passage is no ReQA paragraph: a join on the
-  normalised passage text (CoGroupByKey), no side input."""
+class DropReqaPages(beam.PTransform):
+  """{"extra": (page_id, (candidate_id, Candidate)), "reqa": passage_key of each ReQA
+  paragraph} -> the extra (candidate_id, Candidate) of pages that are no source of a ReQA
+  paragraph.
+
+  A page with a passage equal to a ReQA paragraph (normalised text) is an article the QA data
+  was written on: its other passages are the same paragraphs packed together, cut, or cleaned
+  differently, so the whole page leaves the open-domain pool (counted: the exact matches, and
+  the rest of the page). Two joins (CoGroupByKey: on the passage, then on the page id), no
+  side input.
+  """
 
   def expand(self, inputs):
-    extra = inputs["extra"] | "KeyByPassage" >> beam.Map(
-        lambda kv: (passage_key(kv[1].passage), kv))
+    extra = inputs["extra"]
+    # (passage_key, (page_id, (cid, Candidate)))
+    by_passage = extra | "KeyByPassage" >> beam.Map(
+        lambda kv: (passage_key(kv[1][1].passage), kv))
     reqa = inputs["reqa"] | "Mark" >> beam.Map(lambda key: (key, True))
-    return ({"extra": extra, "reqa": reqa}
-            | "JoinOnPassage" >> beam.CoGroupByKey()
-            | "DropMatched" >> beam.FlatMap(_drop_matched))
+    # (page_id, candidates of that page on a ReQA paragraph)
+    sources = ({"extra": by_passage, "reqa": reqa}
+               | "JoinOnPassage" >> beam.CoGroupByKey()
+               | "SourcePages" >> beam.FlatMap(_source_pages))
+    return ({"extra": extra, "source": sources}
+            | "JoinOnPage" >> beam.CoGroupByKey()
+            | "DropSourcePages" >> beam.FlatMap(_drop_source_pages))
 
 
 def _split_group(element, policy: SplitPolicy):
@@ -419,7 +450,7 @@ class BuildReqa(beam.PTransform):
       extra = ({"extra": passages | "SampleExtra" >> SampleExtraCandidates(
                    config.extra_candidates, config.seed),
                 "reqa": records.passages}
-               | "DropReqaPassages" >> DropReqaPassages())
+               | "DropReqaPages" >> DropReqaPages())
       keyed = (keyed, extra) | "AllCandidates" >> beam.Flatten()
     # Candidate, one per (sentence, passage)
     candidates = (keyed
@@ -479,6 +510,7 @@ def finish_stats(counters: dict[str, int], config: ReqaConfig) -> dict:
   if config.has_extra:
     stats.setdefault(C.CANDIDATES_EXTRA, 0)
     stats.setdefault(C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE, 0)
+    stats.setdefault(C.CANDIDATES_EXTRA_SKIPPED_REQA_PAGE, 0)
   return dict(sorted(stats.items()))
 
 
@@ -520,7 +552,9 @@ def summary_table(stats: dict, config: ReqaConfig) -> str:
     lines.append(f"open-domain pool: {stats.get(C.CANDIDATES, 0) - extra} ReQA + {extra} extra "
                  f"candidates ({asked} asked from {config.extra_passages}; "
                  f"{stats.get(C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE, 0)} removed: their "
-                 "passage is a ReQA paragraph)")
+                 "passage is a ReQA paragraph, "
+                 f"{stats.get(C.CANDIDATES_EXTRA_SKIPPED_REQA_PAGE, 0)} more of the same "
+                 "source pages)")
   lines += ["skipped: " + (", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"),
             "", f"{'ratio':>5} {'train':>7} {'valid':>7} {'test':>7}"]
   for r in config.ratios:

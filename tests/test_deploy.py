@@ -250,8 +250,14 @@ def test_flex_template_spec_matches_the_pairs_flags():
   flex = (DATAFLOW / "flex_template" / "Dockerfile").read_text()
   assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in flex
   assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in flex
-  main = (DATAFLOW / "flex_template" / "main.py").read_text()
-  compile(main, "main.py", "exec")
+  # The launcher runs the file itself: it must start `twotower pairs` (its usage error names
+  # the missing flags), not only compile.
+  import subprocess
+  import sys
+  done = subprocess.run([sys.executable, str(DATAFLOW / "flex_template" / "main.py")],
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 2, done.stderr[-1000:]
+  assert "usage: twotower pairs" in done.stderr and "--dump" in done.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,7 +350,8 @@ def test_reqa_graph_has_only_singleton_side_inputs_and_translates_to_dataflow(tm
   # not by a side input of ReQA paragraphs.
   gbk = {name for name, urn in _transform_urns(pipeline).items()
          if urn == "beam:transform:group_by_key:v1"}
-  assert any(name.startswith("BuildReqa/DropReqaPassages/JoinOnPassage/") for name in gbk), gbk
+  assert any(name.startswith("BuildReqa/DropReqaPages/JoinOnPassage/") for name in gbk), gbk
+  assert any(name.startswith("BuildReqa/DropReqaPages/JoinOnPage/") for name in gbk), gbk
   job, images = _dataflow_dry_run(pipeline)
   assert job == "test-reqa" and images == {CLOUD["image"]}
   # The whole pool (`--extra_candidates all`): no side input at all.

@@ -247,8 +247,14 @@ def test_extra_candidates_of_a_reqa_paragraph_are_removed_and_counted(tmp_path):
   copy = "  " + CTX1.upper().replace(" ", "   ")  # CTX1, case and spacing aside
   sentences = ["PARIS IS THE CAPITAL OF FRANCE.", "IT HAS THE LOUVRE.",
                "THE SEINE FLOWS THROUGH IT."]
+  # Page 900 holds the paragraph twice, once re-spaced and upper-cased, and once packed with
+  # more text (passage 1: a re-packed copy, not equal to the paragraph): the whole page goes.
+  packed = CTX1 + " It is also known for its cafes."
   copies = [{"page_id": 900, "passage_id": 0, "title": "Paris", "text": copy,
              "sentences": sentences, "is_lead": True},
+            {"page_id": 900, "passage_id": 1, "title": "Paris", "text": packed,
+             "sentences": sentences[:1] + ["It is also known for its cafes."],
+             "is_lead": False},
             {"page_id": 901, "passage_id": 0, "title": "Paris (copy)", "text": CTX1,
              "sentences": sentences[:1], "is_lead": True}]
   pq.write_table(pa.Table.from_pylist(copies, schema=contracts.PASSAGE_SCHEMA),
@@ -259,7 +265,8 @@ def test_extra_candidates_of_a_reqa_paragraph_are_removed_and_counted(tmp_path):
                           ratios=(5,))
     cands = read_table(f"{out}/{contracts.CANDIDATES_FILE}")
     assert stats[C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE] == 4
-    assert not any(reqa.passage_key(c["passage"]) == reqa.passage_key(CTX1)
+    assert stats[C.CANDIDATES_EXTRA_SKIPPED_REQA_PAGE] == 2
+    assert not any(CTX1.lower() in " ".join(c["passage"].lower().split())
                    and c["source"] == contracts.WIKIPEDIA_SOURCE for c in cands)
     assert stats[C.CANDIDATES_EXTRA] == sum(len(r["sentences"]) for r in rows) == 12
     assert stats[C.CANDIDATES] == len(cands) == 5 + 12
@@ -267,6 +274,7 @@ def test_extra_candidates_of_a_reqa_paragraph_are_removed_and_counted(tmp_path):
                                                     extra_passages="wiki",
                                                     extra_candidates=100))
   assert "5 ReQA + 12 extra candidates" in table and "4 removed" in table
+  assert "2 more of the same source pages" in table
 
 
 def test_command_parses_extra_candidates_all(tmp_path):

@@ -6,11 +6,10 @@ it builds and submits the pairs pipeline exactly as `twotower pairs` does.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from twotower import cli
 
 if __name__ == "__main__":
-  cli.setup_logging(logging.INFO)
-  sys.exit(cli.main(["pairs", *sys.argv[1:]]))
+  # --verbose: the launcher VM's log is the only place Dataflow shows what the job set up.
+  sys.exit(cli.run_stage("pairs", ["--verbose", *sys.argv[1:]]))
