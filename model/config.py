@@ -130,7 +130,6 @@ class TrainerConfig:
   finetune_batch_size: int = 64
   finetune_steps: int = 500
 
-
   def __post_init__(self):
     if self.grad_cache_chunk < 0:
       raise ValueError(f"trainer.grad_cache_chunk={self.grad_cache_chunk}: expected 0 (off) "

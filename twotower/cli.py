@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "vocab": ("twotower.commands.vocab", "learn a WordPiece vocabulary from passages/"),
     "reqa": ("twotower.commands.reqa",
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
+    "hardneg": ("twotower.commands.hardneg",
+                "BM25 hard negatives for the ReQA fine-tuning pairs -> finetune/*-hn<k>-*"),
     "pretrain": ("twotower.commands.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
     "finetune": ("twotower.commands.finetune", "fine-tune the towers on ReQA pairs"),
     "embed": ("twotower.commands.embed", "Beam RunInference: texts -> embeddings/*.parquet"),
