@@ -119,16 +119,20 @@ class _States:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
-def test_chunked_loss_and_every_gradient_equal_the_full_batch_ones(compiled):
+@pytest.mark.parametrize("mode", ["eager", "tf.function", "xla"])
+def test_chunked_loss_and_every_gradient_equal_the_full_batch_ones(mode):
   model = build(dropout=0.1, grad_cache_chunk=2)  # 4 chunks of 2 pairs (+ 2 negatives)
   batch = make_batch()
   states = _States(model)
-  cached_fn = tf.function(model.cached_gradients) if compiled else model.cached_gradients
-  (loss, logits, _), cached = cached_fn(batch)
+
+  def compiled(fn):
+    # XLA draws other random numbers from the same seeds: both sides compiled alike.
+    return fn if mode == "eager" else tf.function(fn, jit_compile=mode == "xla")
+  (loss, logits, _), cached = compiled(model.cached_gradients)(batch)
   after_cache = states.now()
   states.restore()
-  (ref_loss, ref_logits, _), ref = reference_gradients(model, batch, 4)
+  reference = compiled(lambda b: reference_gradients(model, b, 4))
+  (ref_loss, ref_logits, _), ref = reference(batch)
   assert len(cached) == len(ref) == len(model.trainable_variables)
   assert all(g is not None for g in ref)
   assert logits.shape == (B, B * (1 + K))
@@ -138,8 +142,8 @@ def test_chunked_loss_and_every_gradient_equal_the_full_batch_ones(compiled):
   # The re-forward restored each chunk's RNG state and left them where the first pass did.
   for a, b in zip(after_cache, states.now()):
     np.testing.assert_array_equal(a, b)
-  # Dropout is on: the masks matter (without the restore the gradients are wrong, below).
-  assert max_diff(ref, reference_gradients(model, batch, 4)[1]) > 1e-4
+  # Dropout is on: other masks give other gradients (without the restore too, below).
+  assert max_diff(ref, reference(batch)[1]) > 1e-4
 
 
 def test_without_restoring_dropout_states_the_gradients_are_wrong():
@@ -186,17 +190,23 @@ def test_mixed_bfloat16():
   assert max_diff(cached, ref) < 1e-5
 
 
+#: Weights after 3 AdamW steps agree to a few 1e-6 (measured 2-4e-6): Adam divides each
+#: gradient by sqrt(v) + eps (1e-6), so float rounding of a near-zero gradient, ~1e-9, moves
+#: a weight by up to lr * 1e-9 / eps = 1e-5. As tests/test_model_losses.py's replica test.
+WEIGHTS_ATOL = 1e-4
+
+
 def test_optimizer_steps_land_on_the_same_weights():
   # Dropout off: the cache against the production direct path.
   direct = weights_after_steps(build(dropout=0.0, grad_cache_chunk=0))
   cached = weights_after_steps(build(dropout=0.0, grad_cache_chunk=2))
   start = build(dropout=0.0, grad_cache_chunk=0).get_weights()
   assert max_diff(direct, start) > 1e-3  # the weights did move
-  assert max_diff(cached, direct) < 1e-5
+  assert max_diff(cached, direct) < WEIGHTS_ATOL
   # Dropout on: against the one-tape reference drawing the same masks.
   reference = weights_after_steps(build(0.1, 2, reference_model_class()))
   cached = weights_after_steps(build(dropout=0.1, grad_cache_chunk=2))
-  assert max_diff(cached, reference) < 1e-5
+  assert max_diff(cached, reference) < WEIGHTS_ATOL
 
 
 def test_held_out_loss_in_chunks_equals_the_whole_batch():
@@ -278,5 +288,5 @@ def test_mirrored_two_logical_cpus():
   assert result["labels"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
   assert result["loss_diff"] < 1e-5
   assert max(result["grad_diff"]) < 1e-5, result
-  assert result["weights_dropout"] < 1e-5, result
-  assert result["weights_vs_one_replica"] < 1e-5, result
+  assert result["weights_dropout"] < WEIGHTS_ATOL, result
+  assert result["weights_vs_one_replica"] < WEIGHTS_ATOL, result
