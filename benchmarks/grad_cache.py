@@ -2,7 +2,7 @@
 grows with the chunk fixed, each measurement in a fresh process.
 
   .venv/bin/python -m benchmarks.grad_cache [--batches 64,512,4096] [--chunk 64]
-      [--direct_batches 64,512] [--steps N] [--preset cpu-small]
+      [--direct_batches 64,512] [--ratio_batches 512] [--steps N] [--preset cpu-small]
 
 Each (path, batch) runs in its own subprocess, so that its peak RSS
 (`resource.getrusage(RUSAGE_SELF).ru_maxrss`, TensorFlow's runtime included) belongs to that
@@ -16,8 +16,11 @@ each batch both paths ran. The direct path at 4096 is left out by default: on cp
 held 2.8 GiB more at batch 512 than at 64 (~6.4 MiB per pair), so ~26 GiB at 4096, more than
 this 23 GiB machine has (run it with --direct_batches 64,512,4096 where it fits).
 
-Timings on a shared machine move with the other load: the table prints the load average
-before and after.
+Rows run one after another, so on a shared machine the load changes between them: the
+cached/direct ratio is measured apart, at `--ratio_batches`, in one process that traces both
+train steps on one model and alternates them (3 rounds, the best time of each kept, as
+benchmarks.train_speed does), so that other load hits both alike. The table prints the load
+average before and after.
 """
 
 from __future__ import annotations
@@ -79,25 +82,61 @@ def worker(preset: str, batch: int, chunk: int, steps: int) -> dict:
           "model": dataclasses.asdict(m)}
 
 
-def _measure(preset: str, batch: int, chunk: int, steps: int) -> dict:
-  steps = steps or min(16, max(2, 2048 // batch))
-  cmd = [sys.executable, "-m", "benchmarks.grad_cache", "--worker", "--preset", preset,
-         "--batches", str(batch), "--chunk", str(chunk), "--steps", str(steps)]
+def alternating_ratio(preset: str, batch: int, chunk: int, steps: int, rounds: int = 3) -> dict:
+  """Cached/direct examples/s at one batch, the two train steps alternating in this process."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  from twotower.model import train  # pylint: disable=import-outside-toplevel
+  from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
+  m = config_lib.load(preset).model
+  tf.keras.utils.set_random_seed(0)
+  model = build_two_tower(m, m.vocab_size or VOCAB_SIZE)
+  model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
+  data = synthetic_batch(batch, m.query_len, m.doc_len)
+  steps_fn = {}
+  for path, c in (("direct", 0), ("cached", chunk)):
+    model.grad_cache_chunk = c  # read when the step is traced, just below
+    steps_fn[path] = tf.function(model.train_step)
+    float(steps_fn[path](data)["loss"])
+  best = {path: float("inf") for path in steps_fn}
+  for _ in range(rounds):
+    for path, fn in steps_fn.items():
+      started = time.perf_counter()
+      for _ in range(steps):
+        float(fn(data)["loss"])
+      best[path] = min(best[path], (time.perf_counter() - started) / steps)
+  return {"batch": batch, "chunk": chunk, "ratio": best["direct"] / best["cached"],
+          "s_per_step": best}
+
+
+def _subprocess(args: list[str]) -> dict:
+  cmd = [sys.executable, "-m", "benchmarks.grad_cache", "--worker", *args]
   out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode != 0:
     # An out-of-memory kill is a result too: say so in the row instead of losing the table.
-    return {"path": "cached" if chunk else "direct", "batch": batch, "chunk": chunk,
-            "error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}"}
+    return {"error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}"}
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def table(rows: list[dict], load: tuple[float, float], args) -> str:
+def _default_steps(batch: int) -> int:
+  return min(16, max(2, 2048 // batch))
+
+
+def _measure(preset: str, batch: int, chunk: int, steps: int) -> dict:
+  steps = steps or _default_steps(batch)
+  row = _subprocess(["--preset", preset, "--batches", str(batch), "--chunk", str(chunk),
+                     "--steps", str(steps)])
+  return {"path": "cached" if chunk else "direct", "batch": batch, "chunk": chunk, **row}
+
+
+def table(rows: list[dict], ratios: list[dict], load: tuple[float, float], args) -> str:
   model = next((r["model"] for r in rows if "model" in r), {})
   params = next((r["params_m"] for r in rows if "params_m" in r), 0.0)
   lines = [f"gradient cache vs direct, preset {args.preset} (L{model.get('num_layers')}/"
            f"H{model.get('hidden_dim')}/A{model.get('num_heads')}, d {model.get('embedding_dim')}"
            f", q{model.get('query_len')}/d{model.get('doc_len')}, {params:.1f}M parameters), "
-           f"synthetic token batches, timed steps {args.steps or '2048 / batch in [2, 16]'} after 1 untimed (tracing), "
+           f"synthetic token batches, timed steps {args.steps or '2048 / batch in [2, 16]'} "
+           "after 1 untimed (tracing), "
            f"{os.cpu_count()} CPUs, load average {load[0]:.2f} before / {load[1]:.2f} after",
            "", f"{'path':<7} {'batch':>6} {'chunk':>6} {'peak RSS MiB':>13} {'ex/s':>8} "
            f"{'s/step':>8} {'first step s':>13}"]
@@ -108,12 +147,14 @@ def table(rows: list[dict], load: tuple[float, float], args) -> str:
     lines.append(f"{r['path']:<7} {r['batch']:>6} {r['chunk'] or '-':>6} "
                  f"{r['peak_rss_mib']:>13.0f} {r['ex_per_s']:>8.1f} {r['s_per_step']:>8.2f} "
                  f"{r['first_step_s']:>13.1f}")
-  done = {(r["path"], r["batch"]): r for r in rows if "error" not in r}
   lines.append("")
-  for batch in sorted({b for _, b in done}):
-    if ("cached", batch) in done and ("direct", batch) in done:
-      ratio = done[("cached", batch)]["ex_per_s"] / done[("direct", batch)]["ex_per_s"]
-      lines.append(f"cached/direct examples/s at batch {batch}: {ratio:.2f}")
+  for r in ratios:
+    if "error" in r:
+      lines.append(f"cached/direct examples/s: {r['error']}")
+      continue
+    lines.append(f"cached/direct examples/s at batch {r['batch']} (chunk {r['chunk']}), "
+                 f"alternating in one process, best of 3: {r['ratio']:.2f} "
+                 f"({r['s_per_step']['cached']:.2f} vs {r['s_per_step']['direct']:.2f} s/step)")
   return "\n".join(lines)
 
 
@@ -124,19 +165,27 @@ def run(argv: list[str] | None = None) -> None:
   p.add_argument("--chunk", type=int, default=64, help="grad_cache_chunk of the cached path")
   p.add_argument("--direct_batches", default="64,512",
                  help="batches of the direct path (the ratio needs one in --batches)")
+  p.add_argument("--ratio_batches", default="512",
+                 help="batches of the alternating cached/direct examples/s ratio")
+  p.add_argument("--ratio", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=0,
                  help="timed steps per measurement (0: 2048 / batch, within [2, 16])")
   p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   batches = [int(b) for b in args.batches.split(",") if b]
   if args.worker:
-    print(json.dumps(worker(args.preset, batches[0], args.chunk, args.steps)))
+    fn = alternating_ratio if args.ratio else worker
+    print(json.dumps(fn(args.preset, batches[0], args.chunk, args.steps)))
     return
   before = os.getloadavg()[0]
   rows = [_measure(args.preset, b, args.chunk, args.steps) for b in batches]
   rows += [_measure(args.preset, int(b), 0, args.steps)
            for b in args.direct_batches.split(",") if b]
-  print(table(rows, (before, os.getloadavg()[0]), args))
+  ratios = [_subprocess(["--ratio", "--preset", args.preset, "--batches", b, "--chunk",
+                         str(args.chunk), "--steps",
+                         str(args.steps or max(2, _default_steps(int(b)) // 2))])
+            for b in args.ratio_batches.split(",") if b]
+  print(table(rows, ratios, (before, os.getloadavg()[0]), args))
 
 
 if __name__ == "__main__":

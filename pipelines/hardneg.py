@@ -267,8 +267,9 @@ def summary_table(stats: Mapping[str, int], config: HardNegConfig) -> str:
     lines.append(f"{split:<9} {get(HardNeg.QUESTIONS):>9} {get(HardNeg.PAIRS):>7} "
                  f"{get(HardNeg.NEGATIVES):>9} {get(HardNeg.QUESTIONS_SHORT):>6} "
                  f"{get(HardNeg.QUESTIONS_NONE):>6} {skipped:>36}")
+  stats_file = os.path.basename(contracts.hard_negatives_stats_path(config.reqa, config.k))
   lines += ["", f"written to {config.reqa.rstrip('/')}/finetune/train-<ratio>-hn{config.k}-*"
-                f"{contracts.PAIRS_SUFFIX} and {os.path.basename(contracts.hard_negatives_stats_path(config.reqa, config.k))}"]
+                f"{contracts.PAIRS_SUFFIX} and {stats_file}"]
   return "\n".join(lines)
 
 

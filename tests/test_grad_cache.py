@@ -155,9 +155,10 @@ def test_without_restoring_dropout_states_the_gradients_are_wrong():
   def loss_fn(emb):
     out = model.retrieval_loss(batch, emb)
     return out[0], out
+  dims = {name: 8 for name in inputs}  # the towers' embedding_dim
   _, unrestored = grad_cache.cached_gradients(
-      lambda chunk: model(chunk, training=True), inputs, 4, model._dims(inputs),  # pylint: disable=protected-access
-      loss_fn, model.trainable_variables, states=())
+      lambda chunk: model(chunk, training=True), inputs, 4, dims, loss_fn,
+      model.trainable_variables, states=())
   states.restore()
   _, ref = reference_gradients(model, batch, 4)
   assert max_diff(unrestored, ref) > 1e-3
@@ -207,6 +208,30 @@ def test_optimizer_steps_land_on_the_same_weights():
   reference = weights_after_steps(build(0.1, 2, reference_model_class()))
   cached = weights_after_steps(build(dropout=0.1, grad_cache_chunk=2))
   assert max_diff(cached, reference) < WEIGHTS_ATOL
+
+
+def test_repeated_tokens_get_adams_update():
+  # Token 0 occurs twice in the batch: its gradient is two slices of 1, i.e. 2. Keras' Adam
+  # on the slices takes v = 1 + 1 instead of 2^2 (a step sqrt(2) too large at step 2);
+  # apply_gradients hands the optimizer the dense gradient.
+  import types  # pylint: disable=import-outside-toplevel
+  slices = tf.IndexedSlices(tf.constant([[1.0], [1.0]]), tf.constant([0, 0]), tf.constant([3, 1]))
+
+  def two_steps(apply):
+    v = keras.Variable(np.zeros((3, 1), "float32"))
+    stub = types.SimpleNamespace(optimizer=keras.optimizers.Adam(learning_rate=0.1),
+                                 trainable_variables=[v])
+    stub.optimizer.build([v])
+    for _ in range(2):
+      apply(stub)
+    return v.numpy()[0, 0]
+  dense = two_steps(
+      lambda m: m.optimizer.apply([tf.convert_to_tensor(slices)], m.trainable_variables))
+  sliced = two_steps(lambda m: m.optimizer.apply([slices], m.trainable_variables))
+  ours = two_steps(lambda m: two_tower.apply_gradients(m, [slices]))
+  assert ours == pytest.approx(dense, abs=1e-7)
+  assert sliced == pytest.approx(dense * 2 ** 0.5, rel=1e-3), (
+      "Keras' Adam now handles repeated slices: apply_gradients' densifying is moot")
 
 
 def test_held_out_loss_in_chunks_equals_the_whole_batch():

@@ -142,7 +142,8 @@ def test_files_round_trip_and_stay_apart_from_the_plain_pairs(mined):
   assert [(p.query, p.doc_passage_id) for p in plain] == [
       (p.query, p.doc_passage_id) for p in mined_pairs]
   assert all(not p.hard_negatives for p in plain)
-  assert not any("-hn" in path for path in codecs.match(contracts.finetune_pattern(out, "train-80")))
+  plain_files = codecs.match(contracts.finetune_pattern(out, "train-80"))
+  assert plain_files and not any("-hn" in path for path in plain_files)
   for pair in mined_pairs:
     assert codecs.decode_pair(codecs.encode_pair(pair)) == pair
 
