@@ -1,5 +1,6 @@
 """`twotower hardneg --reqa DIR`: BM25 hard negatives for the ReQA fine-tuning pairs (DPR,
-Karpukhin et al. 2020: "the top passages returned by BM25 which don't contain the answer").
+Karpukhin et al. 2020: "top passages returned by BM25 which don't contain the answer but
+match most question tokens").
 
     twotower hardneg --reqa reqa/squad --ratios 1,5,10,80 --k 1
 
