@@ -119,7 +119,8 @@ class _States:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["eager", "tf.function", "xla"])
+@pytest.mark.parametrize("mode", ["eager", "tf.function",
+                                  pytest.param("xla", marks=pytest.mark.slow)])
 def test_chunked_loss_and_every_gradient_equal_the_full_batch_ones(mode):
   model = build(dropout=0.1, grad_cache_chunk=2)  # 4 chunks of 2 pairs (+ 2 negatives)
   batch = make_batch()
@@ -197,6 +198,7 @@ def test_mixed_bfloat16():
 WEIGHTS_ATOL = 1e-4
 
 
+@pytest.mark.slow  # four models, three fit steps each
 def test_optimizer_steps_land_on_the_same_weights():
   # Dropout off: the cache against the production direct path.
   direct = weights_after_steps(build(dropout=0.0, grad_cache_chunk=0))
