@@ -108,6 +108,10 @@ class TrainerConfig:
     eval_steps: held-out batches evaluated at each checkpoint (0: no held-out evaluation).
     jit_compile: XLA-compile the train step (slower on this CPU; see DESIGN).
     seed: initialisation and data order.
+    grad_cache_chunk: 0 (default) embeds each replica's batch under one tape; N > 0 trains
+      with the gradient cache (model/grad_cache.py): memory bounded by N pairs whatever the
+      batch, the same gradients, a second forward pass (~1/3 more compute). N must divide
+      the per-replica batch.
     finetune_learning_rate / finetune_batch_size / finetune_steps: `twotower finetune`.
   """
   learning_rate: float = 5e-4
@@ -121,9 +125,15 @@ class TrainerConfig:
   eval_steps: int = 10
   jit_compile: bool = False
   seed: int = 0
+  grad_cache_chunk: int = 0
   finetune_learning_rate: float = 5e-5
   finetune_batch_size: int = 64
   finetune_steps: int = 500
+
+  def __post_init__(self):
+    if self.grad_cache_chunk < 0:
+      raise ValueError(f"trainer.grad_cache_chunk={self.grad_cache_chunk}: expected 0 (off) "
+                       "or a chunk size that divides the per-replica batch")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,11 @@ dicts that feed `TwoTowerModel` on CPU, under MirroredStrategy and on TPU alike.
   element: {"query": {"token_ids", "padding_mask"} int32 [B, query_len],
             "doc":   {"token_ids", "padding_mask"} int32 [B, doc_len],
             "doc_id": int64 [B, 2] (doc_page_id, doc_passage_id)}
+  with k hard negatives per pair (`hard_negatives=k`, pairs of `twotower hardneg`), also
+           "neg_doc": {"token_ids", "padding_mask"} int32 [B * k, doc_len] (pair i's
+                      negatives in rows i*k .. i*k+k-1, the first k of its list),
+           "neg_doc_id": int64 [B * k] candidate ids, -1 where a pair has fewer than k
+                      (padding: empty title and text, masked in the loss)
 
 Masked-LM batches come from `passages/*.parquet` text (or, without passages, from the
 documents of the pair records): {"token_ids", "padding_mask", "mask_positions", "mask_ids",
@@ -37,13 +42,33 @@ def pair_files(pairs_root: str, task: str, split: str) -> list[str]:
   return files
 
 
-def parse_pairs(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-  """string [B] serialized tf.train.Example -> dict of [B] tensors (contracts.PAIR_FEATURES)."""
+def parse_pairs(serialized: tf.Tensor, hard_negatives: int = 0) -> dict[str, tf.Tensor]:
+  """string [B] serialized tf.train.Example -> dict of [B] tensors (contracts.PAIR_FEATURES);
+  with `hard_negatives` k > 0 also the hard-negative lists, each [B * k]
+  (`fixed_hard_negatives`)."""
   spec = {name: tf.io.FixedLenFeature([], tf.string, default_value="")
           for name in contracts.PAIR_BYTES_FEATURES}
   spec.update({name: tf.io.FixedLenFeature([], tf.int64, default_value=-1)
                for name in contracts.PAIR_INT64_FEATURES})
-  return tf.io.parse_example(serialized, spec)
+  if hard_negatives:
+    spec.update({name: tf.io.RaggedFeature(tf.string)
+                 for name in contracts.HARD_NEGATIVE_BYTES_FEATURES})
+    spec.update({name: tf.io.RaggedFeature(tf.int64)
+                 for name in contracts.HARD_NEGATIVE_INT64_FEATURES})
+  ex = tf.io.parse_example(serialized, spec)
+  if hard_negatives:
+    ex.update(fixed_hard_negatives(ex, hard_negatives))
+  return ex
+
+
+def fixed_hard_negatives(ex: dict, k: int) -> dict[str, tf.Tensor]:
+  """Ragged hard-negative lists [B, (n)] -> static [B * k]: the first k of each pair's list,
+  padded with "" (texts) and -1 (ids) when it has fewer."""
+  out = {}
+  for name in contracts.HARD_NEGATIVE_BYTES_FEATURES + contracts.HARD_NEGATIVE_INT64_FEATURES:
+    pad = "" if name in contracts.HARD_NEGATIVE_BYTES_FEATURES else -1
+    out[name] = tf.reshape(ex[name].to_tensor(default_value=pad, shape=[None, k]), [-1])
+  return out
 
 
 def _records(files: Sequence[str], shuffle: bool, seed: int, repeat: bool,
@@ -65,25 +90,32 @@ def _static(tree, batch_size: int):
   return tf.nest.map_structure(lambda t: tf.ensure_shape(t, [batch_size] + t.shape[1:]), tree)
 
 
-def tokenize_pairs(tokenizer: Tokenizer, batch_size: int):
+def tokenize_pairs(tokenizer: Tokenizer, batch_size: int, hard_negatives: int = 0):
   """A map fn: string [B] serialized examples -> the model's batch dict."""
   def fn(serialized):
-    ex = parse_pairs(serialized)
+    ex = parse_pairs(serialized, hard_negatives)
     batch = {"query": tokenizer.queries(ex["query"]),
              "doc": tokenizer.docs(ex["doc_title"], ex["doc_text"]),
              "doc_id": tf.stack([ex["doc_page_id"], ex["doc_passage_id"]], axis=1)}
-    return _static(batch, batch_size)
+    batch = _static(batch, batch_size)
+    if hard_negatives:
+      batch.update(_static({"neg_doc": tokenizer.docs(ex["neg_doc_title"], ex["neg_doc_text"]),
+                            "neg_doc_id": ex["neg_doc_id"]}, batch_size * hard_negatives))
+    return batch
   return fn
 
 
 def pair_dataset(files_by_task: dict[str, Sequence[str]], tokenizer: Tokenizer,
                  batch_size: int, *, shuffle: bool = True, repeat: bool = True, seed: int = 0,
-                 shuffle_buffer: int = 10_000) -> tf.data.Dataset:
+                 shuffle_buffer: int = 10_000, hard_negatives: int = 0) -> tf.data.Dataset:
   """Batches of tokenised pairs; several tasks are mixed by uniform sampling.
 
   `batch_size` is the global batch; under a strategy, pass this dataset to `fit` (or to
-  `experimental_distribute_dataset`), which splits it over replicas.
+  `experimental_distribute_dataset`), which splits it over replicas. `hard_negatives` k > 0
+  adds "neg_doc" / "neg_doc_id" (k per pair; 0: the batch has no such keys).
   """
+  if hard_negatives < 0:
+    raise ValueError(f"hard_negatives={hard_negatives}: expected k >= 0")
   if not files_by_task:
     raise ValueError("pair_dataset needs at least one task")
   per_task = [_records(files, shuffle, seed + i, repeat, shuffle_buffer)
@@ -95,7 +127,8 @@ def pair_dataset(files_by_task: dict[str, Sequence[str]], tokenizer: Tokenizer,
         per_task, weights=[1.0 / len(per_task)] * len(per_task), seed=seed,
         stop_on_empty_dataset=not repeat)
   ds = ds.batch(batch_size, drop_remainder=True)
-  ds = ds.map(tokenize_pairs(tokenizer, batch_size), num_parallel_calls=tf.data.AUTOTUNE,
+  ds = ds.map(tokenize_pairs(tokenizer, batch_size, hard_negatives),
+              num_parallel_calls=tf.data.AUTOTUNE,
               deterministic=not shuffle)
   return ds.prefetch(tf.data.AUTOTUNE)
 

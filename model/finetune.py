@@ -113,8 +113,9 @@ def run(argv: list[str] | None = None) -> None:
   batch = args.batch_size or t.finetune_batch_size
   cfg = train.config_lib.replace(cfg, data={"tasks": (contracts.REQA_TASK,), "batch_size": batch})
   from twotower.model import data
-  files = sorted(tf.io.gfile.glob(os.path.join(args.reqa, "finetune",
-                                               f"train-{args.split}-*{contracts.PAIRS_SUFFIX}")))
+  # contracts' pattern, not `train-<r>-*`, which also matches `twotower hardneg`'s
+  # `train-<r>-hn<k>-*` shards next to the plain ones.
+  files = sorted(tf.io.gfile.glob(contracts.finetune_pattern(args.reqa, f"train-{args.split}")))
   if not files:
     raise FileNotFoundError(f"no ReQA fine-tuning shards {args.reqa}/finetune/train-{args.split}-*")
 

@@ -12,6 +12,12 @@ Accidental hits: the same document (same `doc_page_id`, `doc_passage_id`) can ap
 a global batch (a passage feeds several ICT queries); its other copy is the positive, not a
 negative, so those logits are masked out (set to a large negative number) except in the
 positive's own column.
+
+Hard negatives (DPR; mined with BM25 by `twotower hardneg`): each pair may bring k negative
+documents. They join the documents every query is scored against: a query sees the global
+batch's B positives and its B * k hard negatives, logits [B_local, B_global * (1 + k)]. A
+padded negative (a question with fewer than k, id -1) is masked for every query; a hard
+negative that is a query's own positive (same candidate id) is masked for that query.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ def positive_columns(local_batch: int | tf.Tensor) -> tf.Tensor:
 
 def in_batch_logits(query_emb: tf.Tensor, doc_emb: tf.Tensor,
                     doc_ids: tf.Tensor | None = None, temperature: float = 1.0,
+                    neg_emb: tf.Tensor | None = None, neg_ids: tf.Tensor | None = None,
                     ) -> tuple[tf.Tensor, tf.Tensor]:
   """Logits of every local query against every document of the global batch.
 
@@ -68,15 +75,18 @@ def in_batch_logits(query_emb: tf.Tensor, doc_emb: tf.Tensor,
     doc_ids: int64 [B_local, K] document identity, e.g. (doc_page_id, doc_passage_id); rows
       equal to the positive's elsewhere in the global batch are masked. None: no masking.
     temperature: logits are divided by it.
+    neg_emb: float [B_local * k, d], this replica's hard negatives, rows i*k .. i*k+k-1 those
+      of pair i; None (or k = 0): no hard negatives, the logits are eq. 4's exactly.
+    neg_ids: int64 [B_local * k], required with neg_emb: each negative's candidate id, named
+      as the last column of doc_ids names a positive (ReQA pairs: doc_passage_id is the
+      candidate id); -1 marks padding.
   Returns:
-    logits float32 [B_local, B_global] (masked entries = MASKED_LOGIT), and
-    labels int32 [B_local] (the positive's column).
+    logits float32 [B_local, B_global * (1 + k)] (masked entries = MASKED_LOGIT): the
+    global batch's positives (replica 0's first), then its hard negatives (replica 0's
+    first), and labels int32 [B_local] (the positive's column).
   """
   global_docs = gather_global(doc_emb)
-  logits = tf.matmul(tf.cast(query_emb, tf.float32), tf.cast(global_docs, tf.float32),
-                     transpose_b=True)
-  if temperature != 1.0:
-    logits = logits / temperature
+  logits = _scores(query_emb, global_docs, temperature)
   labels = positive_columns(tf.shape(query_emb)[0])
   if doc_ids is not None:
     global_ids = gather_global(doc_ids)
@@ -84,24 +94,62 @@ def in_batch_logits(query_emb: tf.Tensor, doc_emb: tf.Tensor,
     is_positive = tf.one_hot(labels, tf.shape(global_ids)[0], on_value=True, off_value=False)
     accidental = tf.logical_and(same_doc, tf.logical_not(is_positive))
     logits = tf.where(accidental, tf.constant(MASKED_LOGIT, logits.dtype), logits)
+  if neg_emb is not None and neg_emb.shape[0] != 0:
+    if neg_ids is None:
+      raise ValueError("hard negatives need their ids (neg_ids; -1 marks padding)")
+    positive_ids = None if doc_ids is None else doc_ids[:, -1]
+    logits = tf.concat([logits, hard_negative_logits(query_emb, neg_emb, neg_ids,
+                                                     positive_ids, temperature)], axis=1)
   return logits, labels
+
+
+def _scores(query_emb: tf.Tensor, docs: tf.Tensor, temperature: float) -> tf.Tensor:
+  """float32 [B_q, B_d] = <q, d> / temperature, in float32 whatever the compute dtype."""
+  logits = tf.matmul(tf.cast(query_emb, tf.float32), tf.cast(docs, tf.float32),
+                     transpose_b=True)
+  return logits / temperature if temperature != 1.0 else logits
+
+
+def hard_negative_logits(query_emb: tf.Tensor, neg_emb: tf.Tensor, neg_ids: tf.Tensor,
+                         positive_ids: tf.Tensor | None = None, temperature: float = 1.0,
+                         ) -> tf.Tensor:
+  """Logits of every local query against every hard negative of the global batch.
+
+  Args:
+    query_emb: float [B_local, d].
+    neg_emb: float [B_local * k, d], this replica's hard negatives.
+    neg_ids: int64 [B_local * k], candidate ids; -1 (padding) is masked for every query.
+    positive_ids: int64 [B_local], the candidate id of each query's positive: a negative
+      with that id is masked for that query (accidental hit). None: no such masking.
+    temperature: logits are divided by it.
+  Returns:
+    float32 [B_local, B_global * k].
+  """
+  global_ids = gather_global(neg_ids)
+  logits = _scores(query_emb, gather_global(neg_emb), temperature)
+  masked = tf.broadcast_to(global_ids[None, :] < 0, tf.shape(logits))
+  if positive_ids is not None:
+    masked = tf.logical_or(masked, positive_ids[:, None] == global_ids[None, :])
+  return tf.where(masked, tf.constant(MASKED_LOGIT, logits.dtype), logits)
 
 
 def in_batch_softmax_loss(query_emb: tf.Tensor, doc_emb: tf.Tensor,
                           doc_ids: tf.Tensor | None = None, temperature: float = 1.0,
+                          neg_emb: tf.Tensor | None = None, neg_ids: tf.Tensor | None = None,
                           ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-  """Eq. 4 on this replica's queries: (mean loss [], logits [B_local, B_global], labels).
+  """Eq. 4 on this replica's queries: (mean loss [], logits [B_local, B_global * (1 + k)],
+  labels [B_local]); arguments as `in_batch_logits`.
 
   The mean is over local queries; the global loss is the mean of the replicas' losses, so a
   train step under R replicas divides by R before Keras sums the gradients.
   """
-  logits, labels = in_batch_logits(query_emb, doc_emb, doc_ids, temperature)
+  logits, labels = in_batch_logits(query_emb, doc_emb, doc_ids, temperature, neg_emb, neg_ids)
   per_query = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   return tf.reduce_mean(per_query), logits, labels
 
 
 def in_batch_accuracy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-  """float32 [B_local]: 1 where the positive has the largest logit (chance: 1 / B_global)."""
+  """float32 [B_local]: 1 where the positive has the largest logit (chance: 1 / columns)."""
   return tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
 
 

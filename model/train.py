@@ -334,7 +334,8 @@ def train_two_tower(cfg: config_lib.PretrainConfig, args: argparse.Namespace,
                             "lr": learning_rate, "batch": cfg.data.batch_size,
                             "mixed_precision": cfg.trainer.mixed_precision})
   with strategy.scope():
-    model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature)
+    model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
+                            cfg.trainer.grad_cache_chunk)
     if args.init and args.init.lower() != "none":
       init_towers(model, args.init)
     else:

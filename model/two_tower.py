@@ -8,7 +8,14 @@ loss by the number of replicas because Keras sums gradients across replicas.
 Batches are dicts (data.py):
   {"query": {"token_ids", "padding_mask"}: int32 [B, query_len],
    "doc":   {"token_ids", "padding_mask"}: int32 [B, doc_len],
-   "doc_id": int64 [B, 2] (doc_page_id, doc_passage_id) for accidental-hit masking}
+   "doc_id": int64 [B, 2] (doc_page_id, doc_passage_id) for accidental-hit masking,
+   optionally, with k hard negatives per pair (`pair_dataset(hard_negatives=k)`):
+   "neg_doc": {"token_ids", "padding_mask"}: int32 [B * k, doc_len],
+   "neg_doc_id": int64 [B * k] candidate ids, -1 for padding}
+
+`grad_cache_chunk` N > 0 trains with the gradient cache (grad_cache.py): the towers embed
+the per-replica batch N pairs at a time, so memory is bounded by N pairs whatever the batch,
+and the gradients are the full-batch ones. 0 embeds the whole batch under one tape.
 
 `MlmModel` is the masked-LM baseline: one `TransformerBackbone` plus KerasHub's
 `MaskedLMHead` with tied embeddings; after MLM both towers start from its backbone.
@@ -20,45 +27,65 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from twotower.model import grad_cache
 from twotower.model import losses
 from twotower.model.encoders import TransformerBackbone
+
+#: Batch keys that go through a tower, and which one: the hard negatives are documents.
+TOWER_INPUTS = {"query": "query", "doc": "doc", "neg_doc": "doc"}
 
 
 def _num_replicas() -> int:
   return tf.distribute.get_strategy().num_replicas_in_sync
 
 
-def _apply_gradients(model: keras.Model, loss: tf.Tensor, tape: tf.GradientTape) -> None:
-  variables = model.trainable_variables
-  grads = tape.gradient(loss, variables)
-  model.optimizer.apply(grads, variables)
+def apply_gradients(model: keras.Model, grads) -> None:
+  """`optimizer.apply` with dense gradients.
+
+  An embedding lookup's gradient is an IndexedSlices with one slice per occurrence of a
+  token, and Keras 3.15's Adam squares the slices one by one: a token that occurs n times in
+  a batch ([CLS] and [SEP] occur in every row) gets the sum of its n squared slices as its
+  second moment instead of the square of their sum, so its embedding moves by up to sqrt(n)
+  times Adam's step. Measured on tests/test_grad_cache.py's batch: after 3 steps, the direct
+  path's slices and the cache's dense gradients ended 0.02 apart; dense on both sides, 2e-6.
+  Dense gradients give Adam's update, and replicas' gradients sum instead of concatenating
+  their slices (which would repeat the error across replicas).
+  """
+  grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+  model.optimizer.apply(grads, model.trainable_variables)
 
 
 @keras.saving.register_keras_serializable(package="twotower")
 class TwoTowerModel(keras.Model):
   """Query tower phi and document tower psi (the same layer when towers are shared).
 
-  Call: a batch dict with "query" and/or "doc" -> {"query": float32 [B, d], "doc": ...}.
+  Call: a batch dict with any of "query", "doc", "neg_doc" -> the same keys, each
+  float32 [rows, d].
   """
 
   def __init__(self, query_tower: keras.layers.Layer, doc_tower: keras.layers.Layer | None = None,
-               temperature: float = 1.0, mask_accidental_hits: bool = True, **kwargs):
+               temperature: float = 1.0, mask_accidental_hits: bool = True,
+               grad_cache_chunk: int = 0, **kwargs):
     super().__init__(**kwargs)
     self.query_tower = query_tower
     self.doc_tower = query_tower if doc_tower is None else doc_tower
     self.shared_towers = self.doc_tower is self.query_tower
     self.temperature = float(temperature)
     self.mask_accidental_hits = bool(mask_accidental_hits)
+    self.grad_cache_chunk = int(grad_cache_chunk)
+    if self.grad_cache_chunk < 0:
+      raise ValueError(f"grad_cache_chunk={grad_cache_chunk}: expected 0 (off) or a chunk size")
     self.loss_tracker = keras.metrics.Mean(name="loss")
     self.accuracy_tracker = keras.metrics.Mean(name="in_batch_accuracy")
 
+  def _tower(self, name: str) -> keras.layers.Layer:
+    return self.query_tower if TOWER_INPUTS[name] == "query" else self.doc_tower
+
   def call(self, inputs, training=None):
-    out = {}
-    if "query" in inputs:
-      out["query"] = self.query_tower(inputs["query"], training=training)
-    if "doc" in inputs:
-      out["doc"] = self.doc_tower(inputs["doc"], training=training)
-    return out
+    # Fixed order (query, doc, neg_doc): the gradient cache's re-forward must consume the
+    # dropout RNG states as its first pass did.
+    return {name: self._tower(name)(inputs[name], training=training)
+            for name in TOWER_INPUTS if name in inputs}
 
   def build(self, input_shape):
     if not self.query_tower.built:
@@ -82,28 +109,88 @@ class TwoTowerModel(keras.Model):
   def metrics(self):
     return [self.loss_tracker, self.accuracy_tracker]
 
-  def compute_retrieval_loss(self, data, training: bool):
-    """Per-replica (loss [], logits [B_local, B_global], labels [B_local])."""
-    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-    emb = self(data, training=training)
+  def retrieval_loss(self, data, emb):
+    """Per-replica (loss [], logits [B_local, B_global * (1 + k)], labels [B_local]) of the
+    embeddings `emb` ({"query", "doc"[, "neg_doc"]} float32) of batch `data`."""
     doc_ids = data.get("doc_id") if self.mask_accidental_hits else None
-    return losses.in_batch_softmax_loss(emb["query"], emb["doc"], doc_ids, self.temperature)
+    return losses.in_batch_softmax_loss(emb["query"], emb["doc"], doc_ids, self.temperature,
+                                        emb.get("neg_doc"), data.get("neg_doc_id"))
+
+  def compute_retrieval_loss(self, data, training: bool):
+    """Per-replica (loss, logits, labels), the whole batch embedded at once."""
+    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+    return self.retrieval_loss(data, self(data, training=training))
 
   def _update_metrics(self, loss, logits, labels):
     self.loss_tracker.update_state(loss)
     self.accuracy_tracker.update_state(losses.in_batch_accuracy(logits, labels))
     return {m.name: m.result() for m in self.metrics}
 
-  def train_step(self, data):
+  # -- Gradients: direct (one tape over the batch) or cached (grad_cache.py). ----------------
+
+  def _objective(self, loss):
+    """What a replica differentiates: its loss over the replicas (Keras sums the replicas'
+    gradients), scaled for mixed precision (`apply` unscales)."""
+    return self.optimizer.scale_loss(loss / _num_replicas())
+
+  def direct_gradients(self, data):
+    """((loss, logits, labels), gradient of each trainable variable), one tape."""
+    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
     with tf.GradientTape() as tape:
       loss, logits, labels = self.compute_retrieval_loss(data, training=True)
-      scaled = self.optimizer.scale_loss(loss / _num_replicas())
-    _apply_gradients(self, scaled, tape)
+      objective = self._objective(loss)
+    return (loss, logits, labels), tape.gradient(objective, self.trainable_variables)
+
+  def tower_inputs(self, data) -> dict:
+    """The entries of a batch that go through a tower."""
+    return {name: data[name] for name in TOWER_INPUTS if name in data}
+
+  def num_chunks(self, data) -> int:
+    """Per-replica batch / grad_cache_chunk; an error unless it divides."""
+    local = data["query"]["token_ids"].shape[0]
+    if local is None:
+      raise ValueError("gradient caching needs a static batch dimension (drop_remainder=True)")
+    if local % self.grad_cache_chunk:
+      raise ValueError(f"trainer.grad_cache_chunk={self.grad_cache_chunk} does not divide the "
+                       f"per-replica batch {local} (global batch / {_num_replicas()} replicas)")
+    return local // self.grad_cache_chunk
+
+  def _dims(self, inputs) -> dict[str, int]:
+    return {name: self._tower(name).embedding_dim for name in inputs}
+
+  def seed_states(self) -> list:
+    """The towers' dropout RNG states (grad_cache.seed_states)."""
+    return grad_cache.seed_states([self.query_tower, self.doc_tower])
+
+  def cached_gradients(self, data):
+    """((loss, logits, labels), gradients) as `direct_gradients`, by the gradient cache."""
+    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+    inputs = self.tower_inputs(data)
+
+    def loss_fn(emb):
+      loss, logits, labels = self.retrieval_loss(data, emb)
+      return self._objective(loss), (loss, logits, labels)
+    return grad_cache.cached_gradients(
+        lambda chunk: self(chunk, training=True), inputs, self.num_chunks(data),
+        self._dims(inputs), loss_fn, self.trainable_variables, self.seed_states())
+
+  def train_step(self, data):
+    if self.grad_cache_chunk:
+      (loss, logits, labels), grads = self.cached_gradients(data)
+    else:
+      (loss, logits, labels), grads = self.direct_gradients(data)
+    apply_gradients(self, grads)
     return self._update_metrics(loss, logits, labels)
 
   def test_step(self, data):
-    loss, logits, labels = self.compute_retrieval_loss(data, training=False)
-    return self._update_metrics(loss, logits, labels)
+    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+    if self.grad_cache_chunk:  # a held-out batch as large as training's must fit too
+      inputs = self.tower_inputs(data)
+      emb, _ = grad_cache.embed_in_chunks(lambda chunk: self(chunk, training=False), inputs,
+                                          self.num_chunks(data), self._dims(inputs))
+    else:
+      emb = self(data, training=False)
+    return self._update_metrics(*self.retrieval_loss(data, emb))
 
   def get_config(self):
     config = {"query_tower": keras.saving.serialize_keras_object(self.query_tower),
@@ -111,6 +198,7 @@ class TwoTowerModel(keras.Model):
               else keras.saving.serialize_keras_object(self.doc_tower),
               "temperature": self.temperature,
               "mask_accidental_hits": self.mask_accidental_hits,
+              "grad_cache_chunk": self.grad_cache_chunk,
               "name": self.name}
     return config
 
@@ -166,7 +254,7 @@ class MlmModel(keras.Model):
     with tf.GradientTape() as tape:
       loss, accuracy = self._loss(data, training=True)
       scaled = self.optimizer.scale_loss(loss / _num_replicas())
-    _apply_gradients(self, scaled, tape)
+    apply_gradients(self, tape.gradient(scaled, self.trainable_variables))
     self.loss_tracker.update_state(loss)
     self.accuracy_tracker.update_state(accuracy)
     return {m.name: m.result() for m in self.metrics}
@@ -187,14 +275,16 @@ class MlmModel(keras.Model):
     return cls(**config)
 
 
-def build_two_tower(model_config, vocab_size: int, temperature: float = 1.0) -> TwoTowerModel:
+def build_two_tower(model_config, vocab_size: int, temperature: float = 1.0,
+                    grad_cache_chunk: int = 0) -> TwoTowerModel:
   """Towers from a ModelConfig, built; both accept up to max(query_len, doc_len) tokens so that
-  an MLM backbone (trained at doc_len) fits either."""
+  an MLM backbone (trained at doc_len) fits either. `grad_cache_chunk`: TrainerConfig's."""
   from twotower.model.encoders import build_tower
   c = model_config
   max_length = max(c.query_len, c.doc_len)
   query_tower = build_tower(c, vocab_size, max_length, name="query_tower")
   doc_tower = None if c.shared_towers else build_tower(c, vocab_size, max_length, "doc_tower")
-  model = TwoTowerModel(query_tower, doc_tower, temperature=temperature, name="two_tower")
+  model = TwoTowerModel(query_tower, doc_tower, temperature=temperature,
+                        grad_cache_chunk=grad_cache_chunk, name="two_tower")
   model.build_from_lengths(c.query_len, c.doc_len)
   return model

@@ -61,6 +61,53 @@ def test_accidental_hits_do_not_count():
   assert unmasked.numpy() != pytest.approx(loss.numpy(), abs=1e-4)
 
 
+def test_hard_negatives_join_the_softmax_hand_computed():
+  # B = 2 pairs, d = 3, k = 1 hard negative each; ids (passage, candidate).
+  #   q  = [[1, 0, 0], [0, 1, 0]]
+  #   d  = [[1, 0, 0], [0, 1, 0]]   positives, candidates 10 and 11
+  #   n  = [[0.5, 2, 0],            query 0's negative: candidate 11 = query 1's positive
+  #         [1, 1, 1]]              query 1's: padding (id -1)
+  # Logits [2, B * (1 + k)] = [q.d0, q.d1, q.n0, q.n1]:
+  #   query 0: [1, 0, 0.5, (1: padding, masked)]
+  #   query 1: [0, 1, (2: its own positive's candidate, masked), (1: padding, masked)]
+  # Loss 0 = -log(e / (e + 1 + e^0.5)); loss 1 = -log(e / (1 + e)) = log(1 + e^-1).
+  q = tf.constant([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+  d = tf.constant([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+  n = tf.constant([[0.5, 2.0, 0.0], [1.0, 1.0, 1.0]])
+  doc_ids = tf.constant([[5, 10], [6, 11]], tf.int64)
+  neg_ids = tf.constant([11, -1], tf.int64)
+  loss, logits, labels = losses.in_batch_softmax_loss(q, d, doc_ids, neg_emb=n, neg_ids=neg_ids)
+  m = losses.MASKED_LOGIT
+  np.testing.assert_allclose(logits.numpy(), [[1, 0, 0.5, m], [0, 1, m, m]])
+  np.testing.assert_array_equal(labels.numpy(), [0, 1])
+  e = math.e
+  expected = (-math.log(e / (e + 1 + math.exp(0.5))) + math.log(1 + math.exp(-1))) / 2
+  assert loss.numpy() == pytest.approx(expected, abs=1e-6)
+  # Without ids to compare (mask_accidental_hits off), padding is still masked; the negative
+  # that is query 1's own positive counts against it.
+  _, unmasked, _ = losses.in_batch_softmax_loss(q, d, None, neg_emb=n, neg_ids=neg_ids)
+  np.testing.assert_allclose(unmasked.numpy(), [[1, 0, 0.5, m], [0, 1, 2, m]])
+
+
+def test_no_hard_negatives_is_eq4_exactly():
+  rng = np.random.default_rng(1)
+  q = tf.constant(rng.normal(size=(4, 3)), tf.float32)
+  d = tf.constant(rng.normal(size=(4, 3)), tf.float32)
+  ids = tf.constant([[1, 0], [2, 0], [1, 0], [3, 0]], tf.int64)
+  plain = losses.in_batch_softmax_loss(q, d, ids)
+  for neg in (None, tf.zeros((0, 3))):
+    with_none = losses.in_batch_softmax_loss(q, d, ids, neg_emb=neg,
+                                             neg_ids=tf.zeros((0,), tf.int64))
+    for a, b in zip(plain, with_none):
+      np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_hard_negatives_need_ids():
+  q = tf.ones((2, 3))
+  with pytest.raises(ValueError, match="hard negatives need their ids"):
+    losses.in_batch_logits(q, q, neg_emb=tf.ones((2, 3)))
+
+
 def test_masked_lm_loss_ignores_padding_slots():
   logits = tf.constant([[[2.0, 0.0, 0.0], [0.0, 5.0, 0.0]]])  # [B=1, P=2, V=3]
   ids = tf.constant([[0, 2]])

@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
     "heldout": ("twotower.pipelines.heldout",
                 "held-out pages of a pairs output -> a ReQA-layout benchmark"),
+    "hardneg": ("twotower.pipelines.hardneg",
+                "BM25 hard negatives for the ReQA fine-tuning pairs -> finetune/*-hn<k>-*"),
     "pretrain": ("twotower.model.pretrain", "pre-train the two towers (ICT/BFS/WLP/MLM)"),
     "finetune": ("twotower.model.finetune", "fine-tune the towers on ReQA pairs"),
     "embed": ("twotower.pipelines.embed", "Beam RunInference: texts -> embeddings/*.parquet"),

@@ -168,3 +168,29 @@ EMBED_ALWAYS = (EMBED_ROWS_READ, EMBED_ROWS_EMBEDDED, EMBED_ROWS_SKIPPED_EMPTY,
 # ---------------------------------------------------------------------------------------------
 
 HELDOUT_PAGES = "heldout_pages"
+
+# ---------------------------------------------------------------------------------------------
+# twotower hardneg (pipelines.hardneg): BM25 hard negatives of the ReQA fine-tuning pairs.
+# ---------------------------------------------------------------------------------------------
+
+HARDNEG_CANDIDATES_INDEXED = "hardneg_candidates_indexed"
+HARDNEG_QUESTION_TEXTS_SEARCHED = "hardneg_question_texts_searched"  # distinct, all ratios
+
+
+class HardNeg(enum.StrEnum):
+  """What `twotower hardneg` counts per training split, as `hardneg_<what>_<split>`."""
+  QUESTIONS = "questions"                # question records of questions-<split>.parquet
+  PAIRS = "pairs"                        # fine-tuning pairs read, and written again
+  PAIRS_WITHOUT_QUESTION = "pairs_without_question"  # query text not in questions-<split>
+  NEGATIVES = "negatives"                # hard negatives written, summed over pairs
+  QUESTIONS_SHORT = "questions_short"    # questions given fewer than k negatives (none too)
+  QUESTIONS_NONE = "questions_none"      # questions given no negative at all
+  # BM25 hits passed over before k negatives were found, per question:
+  HITS_SKIPPED_GOLD = "hits_skipped_gold"          # a gold of the question
+  HITS_SKIPPED_SIBLING = "hits_skipped_sibling"    # another sentence of a gold's passage
+  HITS_SKIPPED_GOLD_SENTENCE = "hits_skipped_gold_sentence"  # its passage holds a gold's sentence
+
+
+def hardneg(what: HardNeg, split: str) -> str:
+  """`hardneg_questions_short_train_5`."""
+  return f"hardneg_{what}_{split.replace('-', '_')}"

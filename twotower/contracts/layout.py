@@ -4,7 +4,9 @@ per file layout, so that no stage spells another's paths.
     PAIRS_OUT/   pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord, passages/passages-*.parquet,
                  stats.json, config.json (the pair pipeline's settings: the held-out share)
     REQA_OUT/    candidates.parquet, questions-<split>.parquet,
-                 finetune/<split>-SSSSS-of-NNNNN.tfrecord, stats.json
+                 finetune/<split>-SSSSS-of-NNNNN.tfrecord, stats.json;
+                 `twotower hardneg`: finetune/<split>-hn<k>-SSSSS-of-NNNNN.tfrecord,
+                 finetune/hn<k>-stats.json, finetune/hn<k>-config.json
     RUN_DIR/     config.yaml, checkpoints/, logs/, history.csv,
                  export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
@@ -36,8 +38,15 @@ def pairs_prefix(out_dir: str, task: str, split: str) -> str:
   return _join(pairs_dir(out_dir, task), split)
 
 
+def shards_pattern(prefix: str) -> str:
+  """The shards `<prefix>-SSSSS-of-NNNNN.tfrecord` and nothing else: `<prefix>-*` would also
+  match the shards of a longer prefix (`train-5-*` matches `train-5-hn1-00000-of-00001`)."""
+  digits = "[0-9]" * 5
+  return f"{prefix}-{digits}-of-{digits}{PAIRS_SUFFIX}"
+
+
 def pairs_pattern(out_dir: str, task: str, split: str) -> str:
-  return f"{pairs_prefix(out_dir, task, split)}-*{PAIRS_SUFFIX}"
+  return shards_pattern(pairs_prefix(out_dir, task, split))
 
 
 def passages_dir(out_dir: str) -> str:
@@ -95,7 +104,8 @@ def finetune_prefix(reqa_dir: str, split: str) -> str:
 
 
 def finetune_pattern(reqa_dir: str, split: str) -> str:
-  return f"{finetune_prefix(reqa_dir, split)}-*{PAIRS_SUFFIX}"
+  """The plain pairs of a split; never the `-hn<k>` pairs next to them."""
+  return shards_pattern(finetune_prefix(reqa_dir, split))
 
 
 def hard_negatives_prefix(reqa_dir: str, split: str, k: int) -> str:
@@ -105,7 +115,17 @@ def hard_negatives_prefix(reqa_dir: str, split: str, k: int) -> str:
 
 
 def hard_negatives_pattern(reqa_dir: str, split: str, k: int) -> str:
-  return f"{hard_negatives_prefix(reqa_dir, split, k)}-*{PAIRS_SUFFIX}"
+  return shards_pattern(hard_negatives_prefix(reqa_dir, split, k))
+
+
+def hard_negatives_stats_path(reqa_dir: str, k: int) -> str:
+  """`twotower hardneg --k k`'s counters (contracts.counters.hardneg), every split mined."""
+  return _join(reqa_dir, "finetune", f"hn{k}-{STATS_FILE}")
+
+
+def hard_negatives_config_path(reqa_dir: str, k: int) -> str:
+  """The settings hard negatives were mined with (BM25 k1/b, depth, document layout)."""
+  return _join(reqa_dir, "finetune", f"hn{k}-config.json")
 
 
 # Training runs.
