@@ -5,8 +5,8 @@ per file layout, so that no stage spells another's paths.
                  stats.json, config.json (the pair pipeline's settings: the held-out share)
     REQA_OUT/    candidates.parquet, questions-<split>.parquet,
                  finetune/<split>-SSSSS-of-NNNNN.tfrecord, stats.json
-    RUN_DIR/     config.yaml, checkpoints/, logs/, history.csv,
-                 export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
+    RUN_DIR/     config.yaml, checkpoints/ (best/: the checkpoint selected on validation),
+                 logs/, history.csv, export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
     BM25_OUT/    run.trec, metrics.{json,md,csv,png}
 """
@@ -98,6 +98,8 @@ def hard_negatives_pattern(reqa_dir: str, split: str, k: int) -> str:
 # Training runs.
 RUN_CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
+#: Under checkpoints/: the model weights of the checkpoint selected by a validation metric.
+BEST_CHECKPOINT_DIR = "best"
 LOG_DIR = "logs"
 HISTORY_FILE = "history.csv"
 EXPORT_DIR = "export"
@@ -117,6 +119,23 @@ def saved_model_path(run_dir: str) -> str:
 
 def checkpoint_dir(run_dir: str) -> str:
   return _join(run_dir, CHECKPOINT_DIR)
+
+
+def best_checkpoint_dir(run_dir: str) -> str:
+  return _join(run_dir, CHECKPOINT_DIR, BEST_CHECKPOINT_DIR)
+
+
+def history_path(run_dir: str) -> str:
+  """One row per checkpoint: `step`, `epoch`, then the logged metrics."""
+  return _join(run_dir, HISTORY_FILE)
+
+
+def run_config_path(run_dir: str) -> str:
+  return _join(run_dir, RUN_CONFIG_FILE)
+
+
+def log_dir(run_dir: str) -> str:
+  return _join(run_dir, LOG_DIR)
 
 
 # Embeddings.

@@ -1,0 +1,5 @@
+"""Helpers for tests and benchmarks (as `apache_beam.testing`): tiny, deterministic inputs
+written with the product's own codecs, never shipped as stand-ins inside a stage.
+
+  pairs   a WordPiece vocabulary file and synthetic ICT-like pairs (pair TFRecords)
+"""
