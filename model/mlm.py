@@ -17,7 +17,6 @@ next to passages/, and `contracts.is_heldout(page_id, percent)` skips them.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from twotower import contracts
@@ -51,20 +50,17 @@ def build_model(cfg: config_lib.PretrainConfig, init: str | None) -> train.Build
   return build
 
 
-def pairs_out_of(passages: str) -> str:
-  """The pair pipeline's output dir of a passages/ dir (where config.json is)."""
-  stripped = passages.rstrip("/")
-  return os.path.dirname(stripped) if os.path.basename(stripped) == "passages" else stripped
-
-
-def heldout_percent(passages: str | None, pairs: str | None) -> float:
-  """The held-out share the passages were written with (0 and a warning when unknown)."""
-  source = pairs or pairs_out_of(passages or "")
-  percent = contracts.codecs.read_heldout_percent(source)
-  if not percent:
-    logger.warning("MLM: %s/%s gives no held-out share: every passage feeds MLM", source,
-                   contracts.PAIRS_CONFIG_FILE)
-  return percent
+def heldout_percent(passages: str, pairs: str | None = None) -> float:
+  """The held-out share the passages were written with: the config.json of the pair
+  pipeline output that holds them (else of `pairs`); 0, with a warning, when unknown."""
+  sources = [contracts.pairs_out_of(passages)] + ([pairs] if pairs else [])
+  for source in sources:
+    percent = contracts.codecs.read_heldout_percent(source)
+    if percent:
+      return percent
+  logger.warning("MLM: no %s with a held-out share in %s: every passage feeds MLM",
+                 contracts.PAIRS_CONFIG_FILE, " or ".join(sources))
+  return 0.0
 
 
 def datasets(cfg: config_lib.PretrainConfig, passages: str | None,

@@ -44,6 +44,16 @@ def passages_dir(out_dir: str) -> str:
   return _join(out_dir, "passages")
 
 
+def pairs_out_of(path: str) -> str:
+  """The pair pipeline output dir of its passages/ dir (where stats.json and config.json
+  are); any other path is returned as it is."""
+  stripped = path.rstrip("/")
+  head, _, tail = stripped.rpartition("/")
+  if tail != "passages":
+    return stripped
+  return head or ("/" if stripped.startswith("/") else ".")
+
+
 def passages_prefix(out_dir: str) -> str:
   return _join(passages_dir(out_dir), "passages")
 
