@@ -155,6 +155,9 @@ def _validation(job: FinetuneJob) -> tuple[tuple[contracts.Question, ...], list[
 
 def run(job: FinetuneJob) -> train.TrainResult:
   """Fine-tunes (or resumes) `job`; exports the checkpoint `job.select` chose."""
+  if not isinstance(job, FinetuneJob):
+    raise TypeError(f"finetune.run takes a FinetuneJob, not {type(job).__name__}; flags are "
+                    "parsed by twotower.commands.finetune.parse(argv)")
   if job.doc_text not in texts.DOC_TEXT_MODES:
     raise ValueError(f"doc_text={job.doc_text!r}: expected one of {texts.DOC_TEXT_MODES}")
   t = job.config.trainer

@@ -48,6 +48,9 @@ class PretrainJob(train.TrainJob):
 
 def run(job: PretrainJob) -> train.TrainResult:
   """Pre-trains (or resumes) `job` and returns its result."""
+  if not isinstance(job, PretrainJob):
+    raise TypeError(f"pretrain.run takes a PretrainJob, not {type(job).__name__}; flags are "
+                    "parsed by twotower.commands.pretrain.parse(argv)")
   tasks = tuple(job.config.data.tasks)
   if tasks == MLM_TASKS:
     from twotower.model import mlm  # pylint: disable=import-outside-toplevel

@@ -74,6 +74,23 @@ def test_pretrain_returns_its_history_and_writes_checkpoints_logs_and_export(wor
   assert shuffle_warnings == []  # Keras's "shuffle=True ... will be ignored" is silenced
 
 
+def test_curves_plot_a_result_and_a_run_dir(workdir, pretrained, tmp_path, capsys):
+  from twotower.model import curves
+  result = pretrained[0]
+  png = curves.plot({"ICT+BFS": curves.Curve(result.history, 8)}, str(tmp_path / "a.png"))
+  assert os.path.getsize(png) > 1000
+  assert cli.main(["curves", "--run", f"ICT+BFS={result.out}", "--out",
+                   str(tmp_path / "b.png")]) == 0
+  assert capsys.readouterr().out.strip() == str(tmp_path / "b.png")
+  assert curves.load(result.out).history["step"] == result.history["step"]
+  assert cli.main(["curves", "--run", result.out, "--out", str(tmp_path / "c.png")]) == 2
+
+
+def test_run_takes_a_job_not_argv():
+  with pytest.raises(TypeError, match="takes a PretrainJob"):
+    pretrain.run(["--config", "tiny"])
+
+
 def test_a_finished_job_run_again_trains_nothing_and_returns_the_whole_history(
     workdir, pretrained):
   again = pretrain.run(pretrain_job(workdir, workdir / "pre", "ict,bfs", export=False))
