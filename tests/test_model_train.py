@@ -334,6 +334,9 @@ def test_cli_flags_become_the_job(workdir, reqa_dir):
   assert (ft.config.trainer.finetune_steps, ft.config.trainer.finetune_batch_size) == (9, 2)
   assert ft.validation_recall is False and ft.select == "" and ft.split == "80"
   assert ft.config.trainer.deterministic is True  # the default
+  base = ["--config", "tiny", "--out", "o", "--vocab", "v", "--set", "trainer.deterministic=false"]
+  assert pretrain_cmd.parse(base).config.trainer.deterministic is False  # the config's
+  assert pretrain_cmd.parse(base + ["--deterministic"]).config.trainer.deterministic is True
 
 
 @pytest.mark.slow

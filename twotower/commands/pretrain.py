@@ -34,11 +34,14 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
                  help="bfloat16 compute, float32 variables")
   g.add_argument("--jit_compile", "--jit-compile", action="store_true", default=None,
                  help="XLA-compile the train step (slower on CPU)")
-  g.add_argument("--deterministic", dest="deterministic", action="store_true", default=None,
+  # SUPPRESS: neither flag given leaves trainer.deterministic as the config says.
+  g.add_argument("--deterministic", dest="deterministic", action="store_true",
+                 default=argparse.SUPPRESS,
                  help="op determinism and every seed: the same command gives the same "
-                      "weights (trainer.deterministic, on by default)")
+                      "weights (trainer.deterministic; on in every preset)")
   g.add_argument("--no_deterministic", "--no-deterministic", dest="deterministic",
-                 action="store_false", help="trade reproducibility for speed")
+                 action="store_false", default=argparse.SUPPRESS,
+                 help="trade reproducibility for speed")
   g.add_argument("--no_export", "--no-export", action="store_true",
                  help="skip the SavedModel export")
   g.add_argument("--progress", choices=train.PROGRESS_MODES, default="bar",
@@ -52,7 +55,8 @@ def training_config(args: argparse.Namespace, *, steps: str,
   cfg = config_lib.load(args.config, args.set)
   chosen = {"runtime": {"strategy": args.strategy, "tpu": args.tpu},
             "trainer": {"mixed_precision": args.mixed_precision,
-                        "jit_compile": args.jit_compile, "deterministic": args.deterministic}}
+                        "jit_compile": args.jit_compile,
+                        "deterministic": getattr(args, "deterministic", None)}}
   for name, value in ((steps, args.steps), (batch, args.batch_size)):
     section, field = name.split(".")
     chosen.setdefault(section, {})[field] = value
