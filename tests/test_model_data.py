@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -211,3 +213,37 @@ def test_overrides_and_yaml_round_trip(tmp_path):
     config.load("cpu-small", ["model.layers=3"])
   with pytest.raises(ValueError, match="neither a file nor a preset"):
     config.load("no-such-preset")
+
+
+def _pipeline_output(dump: str, out: str) -> str:
+  """`twotower pairs` on `dump`, 30 % of the pages held out."""
+  from twotower.commands import pairs as pairs_cmd
+  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", "30"])
+  return out
+
+
+def _check_counts_from_stats_match_the_records(out: str) -> None:
+  """Pooled weights read from the pipeline's stats.json equal the ones counted from its
+  shards: `pairs_<task>` minus `pairs_<task>_heldout` is the number of train records."""
+  tasks = [t for t in contracts.PRETRAIN_TASKS if data.count_pairs(out, t, contracts.TRAIN)]
+  assert len(tasks) >= 2, tasks
+  from_stats = {s: data.task_weights(out, tasks, s, "pooled") for s in contracts.PAIR_SPLITS}
+  counted = {s: {t: sum(1 for _ in contracts.codecs.read_tfrecords(data.pair_files(out, t, s)))
+                 for t in tasks} for s in contracts.PAIR_SPLITS}
+  shutil.move(os.path.join(out, contracts.STATS_FILE), os.path.join(out, "stats.moved"))
+  for split in contracts.PAIR_SPLITS:
+    assert {t: data.count_pairs(out, t, split) for t in tasks} == counted[split]
+    assert data.task_weights(out, tasks, split, "pooled") == pytest.approx(from_stats[split])
+
+
+def test_pooled_counts_of_a_pipeline_output(tmp_path):
+  from wikidump_fixtures import many_pages, write_dump
+  dump = write_dump(tmp_path / "pages-articles.xml", many_pages(20))
+  _check_counts_from_stats_match_the_records(_pipeline_output(dump, str(tmp_path / "out")))
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_pooled_counts_on_the_enwiki_slice(enwiki_slice, tmp_path):
+  _check_counts_from_stats_match_the_records(
+      _pipeline_output(str(enwiki_slice), str(tmp_path / "out")))
