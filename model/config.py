@@ -125,7 +125,7 @@ class TrainerConfig:
     deterministic: the same job gives the same weights: TensorFlow op determinism
       (`tf.config.experimental.enable_op_determinism`), every seed set (Python, NumPy,
       tf.random, Keras) from a fresh Keras state, and tf.data kept in order. Costs some
-      speed (benchmarks/train_speed.py --determinism); false trades it for throughput.
+      speed (benchmarks/train_speed.py --compare_determinism); false trades it for speed.
     finetune_learning_rate / finetune_batch_size / finetune_steps: `twotower finetune`.
   """
   learning_rate: float = 5e-4

@@ -40,8 +40,12 @@ def pairs_pattern(out_dir: str, task: str, split: str) -> str:
   return f"{pairs_prefix(out_dir, task, split)}-*{PAIRS_SUFFIX}"
 
 
+#: The pair pipeline's passages folder, under its output dir.
+PASSAGES_DIR = "passages"
+
+
 def passages_dir(out_dir: str) -> str:
-  return _join(out_dir, "passages")
+  return _join(out_dir, PASSAGES_DIR)
 
 
 def pairs_out_of(path: str) -> str:
@@ -49,7 +53,7 @@ def pairs_out_of(path: str) -> str:
   are); any other path is returned as it is."""
   stripped = path.rstrip("/")
   head, _, tail = stripped.rpartition("/")
-  if tail != "passages":
+  if tail != PASSAGES_DIR:
     return stripped
   return head or ("/" if stripped.startswith("/") else ".")
 
