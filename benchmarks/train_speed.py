@@ -114,9 +114,10 @@ def measure(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds
 
 
 def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds: int) -> dict:
-  """cpu-small with and without determinism, each in a fresh process, alternating; the best
-  examples/s of each mode (input pipeline included, and cached)."""
-  best: dict[bool, dict] = {}
+  """cpu-small with and without determinism, each in a fresh process, alternating. Per mode:
+  every round's examples/s (input pipeline included, and cached), their best and median
+  (on a shared machine the median resists bursts of load in either direction)."""
+  runs: dict[bool, list[dict]] = {True: [], False: []}
   with tempfile.TemporaryDirectory(prefix="train_speed-det-") as tmp:
     for r in range(rounds):
       for deterministic in (True, False):
@@ -132,12 +133,14 @@ def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds:
           (row,) = json.load(f)
         logger.warning("round %d deterministic=%s: %.1f ex/s (cached %.1f)", r + 1,
                        deterministic, row["pipeline_ex_s"], row["cached_ex_s"])
-        if deterministic not in best or row["pipeline_ex_s"] > best[deterministic]["pipeline_ex_s"]:
-          best[deterministic] = {**row, "cached_ex_s": max(
-              row["cached_ex_s"], best.get(deterministic, {}).get("cached_ex_s", 0.0))}
-  return {"deterministic": best[True], "not": best[False],
-          "ratio": best[True]["pipeline_ex_s"] / best[False]["pipeline_ex_s"],
-          "cached_ratio": best[True]["cached_ex_s"] / best[False]["cached_ex_s"]}
+        runs[deterministic].append(row)
+  summary = {}
+  for deterministic, name in ((True, "deterministic"), (False, "not")):
+    for key in ("pipeline_ex_s", "cached_ex_s"):
+      values = [row[key] for row in runs[deterministic]]
+      summary[name, key, "best"] = max(values)
+      summary[name, key, "median"] = float(np.median(values))
+  return summary
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -179,12 +182,18 @@ def run(argv: list[str] | None = None) -> None:
 def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -> None:
   if args.compare_determinism:
     c = compare_determinism(pairs, vocab, args.steps or 24, args.warmup, args.rounds)
-    print(f"\n{SETTINGS[0][0]}, data: {'synthetic' if synthetic else pairs}; best of {args.rounds} "
+    print(f"\n{SETTINGS[0][0]}, data: {'synthetic' if synthetic else pairs}; {args.rounds} "
           "alternating rounds, one process each")
-    print(f"{'mode':<16} {'pipeline ex/s':>13} {'cached ex/s':>11}")
+    print(f"{'mode':<14} {'pipeline ex/s best':>18} {'median':>7} {'cached ex/s best':>16} "
+          f"{'median':>7}")
     for name in ("deterministic", "not"):
-      print(f"{name:<16} {c[name]['pipeline_ex_s']:>13.1f} {c[name]['cached_ex_s']:>11.1f}")
-    print(f"ratio deterministic / not: {c['ratio']:.3f} (cached: {c['cached_ratio']:.3f})")
+      print(f"{name:<14} {c[name, 'pipeline_ex_s', 'best']:>18.1f} "
+            f"{c[name, 'pipeline_ex_s', 'median']:>7.1f} {c[name, 'cached_ex_s', 'best']:>16.1f} "
+            f"{c[name, 'cached_ex_s', 'median']:>7.1f}")
+    for stat in ("best", "median"):
+      print(f"ratio deterministic / not, {stat}: "
+            f"{c['deterministic', 'pipeline_ex_s', stat] / c['not', 'pipeline_ex_s', stat]:.3f} "
+            f"(cached: {c['deterministic', 'cached_ex_s', stat] / c['not', 'cached_ex_s', stat]:.3f})")
     return
   roof_before = matmul_roofline()
   rows = [measure(*s, pairs, vocab, args.steps or (24 if s[3] >= 64 else 6), args.warmup,
