@@ -114,14 +114,22 @@ def set_up(trainer: config_lib.TrainerConfig) -> None:
   keras.backend.clear_session()
   keras.mixed_precision.set_global_policy(
       "mixed_bfloat16" if trainer.mixed_precision else "float32")
-  if trainer.deterministic:
+  _set_op_determinism(trainer.deterministic)
+  keras.utils.set_random_seed(trainer.seed)
+
+
+def _op_determinism() -> bool:
+  from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+  return tf_config.is_op_determinism_enabled()
+
+
+def _set_op_determinism(enabled: bool) -> None:
+  if enabled:
     tf.config.experimental.enable_op_determinism()
   else:
-    # TensorFlow exports no switch back; a deterministic run earlier in this process must
-    # not slow this one down.
+    # TensorFlow exports no switch back (tf.config.experimental has only `enable_`).
     from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
     tf_config.disable_op_determinism()
-  keras.utils.set_random_seed(trainer.seed)
 
 
 def make_strategy(runtime: config_lib.RuntimeConfig) -> tf.distribute.Strategy:
@@ -284,6 +292,19 @@ def train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *
     exportable: the model has query and document towers to export (not MLM).
     run_info: extra fields for the `run:` section of OUT/config.yaml.
   """
+  # Op determinism is process-wide: what a run sets, it puts back (the next run, or the
+  # caller's own TensorFlow code, e.g. unseeded random ops or XLA, is not changed by it).
+  before = _op_determinism()
+  try:
+    return _train(job, build_model, make_datasets, learning_rate=learning_rate, steps=steps,
+                  callbacks=callbacks, select=select, exportable=exportable, run_info=run_info)
+  finally:
+    _set_op_determinism(before)
+
+
+def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
+           learning_rate: float, steps: int, callbacks: MakeCallbacks | None, select: str,
+           exportable: bool, run_info: Mapping[str, Any] | None) -> TrainResult:
   from twotower.model import export as export_lib  # pylint: disable=import-outside-toplevel
   from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   started = time.perf_counter()
@@ -313,6 +334,11 @@ def train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *
                                            t.weight_decay), jit_compile=t.jit_compile)
     model.optimizer.build(model.trainable_variables)
   logger.info("%s: %.2fM parameters (%s)", model.name, model.count_params() / 1e6, cfg.model)
+  if t.jit_compile and not model.jit_compile:
+    # Keras compiles nothing with XLA while op determinism is on (not every XLA op has a
+    # deterministic kernel).
+    logger.warning("jit_compile ignored: Keras turns XLA off under op determinism; "
+                   "--no_deterministic to compile the train step")
 
   # Resume, then train what is left.
   own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"
