@@ -19,6 +19,8 @@ import yaml
 
 ENCODERS = ("transformer", "bow_mlp")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+#: How the pre-training tasks are mixed (DataConfig.mixture).
+MIXTURES = ("equal", "pooled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +68,14 @@ class DataConfig:
   """Input pipeline.
 
   Attributes:
-    tasks: pre-training tasks mixed by uniform sampling ("ict", "bfs", "wlp"), or ("mlm",).
+    tasks: pre-training tasks ("ict", "bfs", "wlp") mixed by sampling, or ("mlm",).
+    mixture: how several tasks are mixed. The paper (sec. 4.1): "pre-trained on one combined
+      set of (q, d) pairs, where each pair is uniformly sampled from the three pre-training
+      tasks in Table 1", which reads two ways: "equal" draws each pair from a task chosen
+      with equal probability (1/3 each, whatever the tasks' sizes); "pooled" draws uniformly
+      from the pooled pairs, i.e. a task with probability proportional to its number of
+      training pairs (Table 1's sizes give 54/19/27 %). Counts come from the pair pipeline's
+      stats.json (see data.task_weights).
     batch_size: the global batch (split over replicas); every other document of the global
       batch is a negative of a query.
     shuffle_buffer: examples per task held in the shuffle buffer.
@@ -76,10 +85,15 @@ class DataConfig:
       (`mlm_predictions`: 19 at 128 pieces, 43 at 288).
   """
   tasks: tuple[str, ...] = ("ict",)
+  mixture: str = "equal"
   batch_size: int = 64
   shuffle_buffer: int = 10_000
   mlm_rate: float = 0.15
   mlm_max_predictions: int = 0
+
+  def __post_init__(self):
+    if self.mixture not in MIXTURES:
+      raise ValueError(f"data.mixture={self.mixture!r}: expected one of {MIXTURES}")
 
   def mlm_predictions(self, length: int) -> int:
     """Predicted positions per MLM row at `length` word pieces."""
@@ -107,11 +121,15 @@ class TrainerConfig:
     keep_checkpoints: checkpoints kept on disk.
     eval_steps: held-out batches evaluated at each checkpoint (0: no held-out evaluation).
     jit_compile: XLA-compile the train step (slower on this CPU; see DESIGN).
-    seed: initialisation and data order.
+    seed: initialisation, dropout, data order and MLM masking.
     grad_cache_chunk: 0 (default) embeds each replica's batch under one tape; N > 0 trains
       with the gradient cache (model/grad_cache.py): memory bounded by N pairs whatever the
       batch, the same gradients, a second forward pass (~1/3 more compute). N must divide
       the per-replica batch.
+    deterministic: the same job gives the same weights: TensorFlow op determinism
+      (`tf.config.experimental.enable_op_determinism`), every seed set (Python, NumPy,
+      tf.random, Keras) from a fresh Keras state, and tf.data kept in order. Costs some
+      speed (benchmarks/train_speed.py --compare_determinism); false trades it for speed.
     finetune_learning_rate / finetune_batch_size / finetune_steps: `twotower finetune`.
   """
   learning_rate: float = 5e-4
@@ -126,6 +144,7 @@ class TrainerConfig:
   jit_compile: bool = False
   seed: int = 0
   grad_cache_chunk: int = 0
+  deterministic: bool = True
   finetune_learning_rate: float = 5e-5
   finetune_batch_size: int = 64
   finetune_steps: int = 500

@@ -1,66 +1,97 @@
-"""Training curves of one or more runs (their `history.csv`) as a PNG.
+"""Training curves of one or more runs as a PNG: held-out and train in-batch accuracy against
+optimizer steps, with chance (1/batch) drawn, on the left; the losses on the right.
 
-  python -m twotower.model.curves --run ICT=runs/ict --run ICT+BFS+WLP=runs/all \
+  twotower curves --run ICT=runs/ict --run ICT+BFS+WLP=runs/all \
       --out docs/results/pretrain_cpu_small_curve.png
 
-Left: held-out and train in-batch accuracy against optimizer steps, with chance (1/batch)
-drawn; right: the losses.
+`plot(curves, out)` draws histories a caller already holds (`TrainResult.history`);
+`run(CurvesConfig)` reads them from run dirs (history.csv, config.yaml).
 """
 
 from __future__ import annotations
 
-import argparse
+import csv
+import dataclasses
+import io
 import os
+import sys
+from typing import Mapping, Sequence
 
-import pandas as pd
 import yaml
 
-
-def _load(run_dir: str) -> tuple[pd.DataFrame, int, int]:
-  history = pd.read_csv(os.path.join(run_dir, "history.csv"))
-  with open(os.path.join(run_dir, "config.yaml"), encoding="utf-8") as f:
-    cfg = yaml.safe_load(f)
-  every = int(cfg["trainer"]["checkpoint_every"])
-  history["step"] = (history["epoch"] + 1) * every
-  return history, int(cfg["data"]["batch_size"]), every
+from twotower import contracts
+from twotower import io as tio
 
 
-def plot(runs: dict[str, str], out: str, title: str = "") -> None:
-  import matplotlib
+@dataclasses.dataclass(frozen=True)
+class Curve:
+  """One run's history ({metric: [value per checkpoint]}, with `step`) and global batch."""
+  history: Mapping[str, Sequence[float]]
+  batch_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CurvesConfig:
+  """runs: (label, run dir) pairs; out: the PNG path; title: the figure's title."""
+  runs: tuple[tuple[str, str], ...]
+  out: str
+  title: str = ""
+
+
+def load(run_dir: str) -> Curve:
+  """A run dir's history.csv and batch size (its config.yaml)."""
+  rows = list(csv.DictReader(io.StringIO(tio.read_text(contracts.history_path(run_dir)))))
+  cfg = yaml.safe_load(tio.read_text(contracts.run_config_path(run_dir)))
+  history: dict[str, list[float]] = {}
+  for row in rows:
+    for k, v in row.items():
+      history.setdefault(k, []).append(float(v) if v not in ("", None) else float("nan"))
+  if "step" not in history:  # a history.csv of an older version: Keras epochs only
+    every = int(cfg["trainer"]["checkpoint_every"])
+    history["step"] = [(e + 1) * every for e in history.get("epoch", [])]
+  return Curve(history, int(cfg["data"]["batch_size"]))
+
+
+def plot(curves: Mapping[str, Curve], out: str, title: str = "") -> str:
+  """Draws `curves` (label -> Curve) into the PNG `out`; returns `out`."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
   batch = None
-  for i, (label, run_dir) in enumerate(runs.items()):
-    h, batch, _ = _load(run_dir)
-    color = f"C{i}"
+  for i, (label, curve) in enumerate(curves.items()):
+    h, batch, color = curve.history, curve.batch_size, f"C{i}"
     if "val_in_batch_accuracy" in h:
-      ax_acc.plot(h["step"], h["val_in_batch_accuracy"], "-o", color=color, label=f"{label} held-out")
+      ax_acc.plot(h["step"], h["val_in_batch_accuracy"], "-o", color=color,
+                  label=f"{label} held-out")
       ax_loss.plot(h["step"], h["val_loss"], "-o", color=color, label=f"{label} held-out")
-    ax_acc.plot(h["step"], h["in_batch_accuracy"], "--", color=color, alpha=0.6,
-                label=f"{label} train")
+    if "in_batch_accuracy" in h:
+      ax_acc.plot(h["step"], h["in_batch_accuracy"], "--", color=color, alpha=0.6,
+                  label=f"{label} train")
     ax_loss.plot(h["step"], h["loss"], "--", color=color, alpha=0.6, label=f"{label} train")
   if batch:
     ax_acc.axhline(1.0 / batch, color="gray", linestyle=":", label=f"chance 1/{batch}")
-  ax_acc.set_xlabel("step"); ax_acc.set_ylabel("in-batch accuracy"); ax_acc.legend(fontsize=8)
-  ax_loss.set_xlabel("step"); ax_loss.set_ylabel("in-batch softmax loss"); ax_loss.legend(fontsize=8)
+  ax_acc.set_xlabel("step")
+  ax_acc.set_ylabel("in-batch accuracy")
+  ax_acc.legend(fontsize=8)
+  ax_loss.set_xlabel("step")
+  ax_loss.set_ylabel("in-batch softmax loss")
+  ax_loss.legend(fontsize=8)
   if title:
     fig.suptitle(title)
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   fig.savefig(out, dpi=110)
+  plt.close(fig)
+  return out
 
 
-def run(argv: list[str] | None = None) -> None:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
-                 help="a run dir with history.csv and config.yaml (repeatable)")
-  p.add_argument("--out", required=True, help="PNG path")
-  p.add_argument("--title", default="")
-  args = p.parse_args(argv)
-  runs = dict(item.split("=", 1) for item in args.run)
-  plot(runs, args.out, args.title)
+def run(config: CurvesConfig) -> str:
+  """Plots the runs of `config`; returns the PNG path."""
+  return plot({label: load(run_dir) for label, run_dir in config.runs}, config.out,
+              config.title)
 
 
 if __name__ == "__main__":
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("curves"))

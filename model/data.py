@@ -3,7 +3,8 @@ dicts that feed `TwoTowerModel` on CPU, under MirroredStrategy and on TPU alike.
 
   pairs/<task>/<split>-*.tfrecord   (contracts.PAIR_FEATURES, one tf.train.Example per pair)
     per task: list_files -> interleave(TFRecordDataset) -> shuffle -> repeat
-    tasks mixed by uniform sampling (sample_from_datasets, as the paper's ICT+BFS+WLP)
+    tasks mixed by sampling (sample_from_datasets, the paper's ICT+BFS+WLP) with the weights
+    of `task_weights`: equal shares, or shares of the pooled training pairs
     -> batch(drop_remainder=True) -> parse_example -> Tokenizer (in graph) -> prefetch
   element: {"query": {"token_ids", "padding_mask"} int32 [B, query_len],
             "doc":   {"token_ids", "padding_mask"} int32 [B, doc_len],
@@ -15,19 +16,24 @@ dicts that feed `TwoTowerModel` on CPU, under MirroredStrategy and on TPU alike.
                       (padding: empty title and text, masked in the loss)
 
 Masked-LM batches come from `passages/*.parquet` text (or, without passages, from the
-documents of the pair records): {"token_ids", "padding_mask", "mask_positions", "mask_ids",
-"mask_weights"}, all [B, ...] static.
+documents of the train pair records): {"token_ids", "padding_mask", "mask_positions",
+"mask_ids", "mask_weights"}, all [B, ...] static. Passages of held-out pages
+(`contracts.is_heldout`) never feed MLM, as they never feed the pair tasks.
+
+Every dataset is in a fixed order for a seed (`deterministic=True`, the default): seeded
+shuffles, and parallel interleave / map that keep their input order.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import tensorflow as tf
 
 from twotower import contracts
 from twotower import io as tio
+from twotower.contracts import counters
 from twotower.model.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -71,13 +77,49 @@ def fixed_hard_negatives(ex: dict, k: int) -> dict[str, tf.Tensor]:
   return out
 
 
+def count_pairs(pairs_root: str, task: str, split: str) -> int:
+  """Pairs of a task in a split: from the pair pipeline's stats.json (`pairs_<task>` counts
+  every pair, `pairs_<task>_heldout` the held-out ones), else by reading the shards."""
+  stats_path = f"{pairs_root.rstrip('/')}/{contracts.STATS_FILE}"
+  total, heldout = counters.pairs(task), counters.pairs(task, contracts.HELDOUT)
+  if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
+    stats = tio.read_json(stats_path)
+    if total in stats:
+      if split == contracts.HELDOUT:
+        return int(stats.get(heldout, 0))
+      return int(stats[total]) - int(stats.get(heldout, 0))
+  files = pair_files(pairs_root, task, split)
+  logger.warning("%s has no %s count: counting the records of %d shards", stats_path, total,
+                 len(files))
+  return sum(1 for _ in contracts.codecs.read_tfrecords(files))
+
+
+def task_weights(pairs_root: str, tasks: Sequence[str], split: str,
+                 mixture: str = "equal") -> dict[str, float]:
+  """Sampling probability of each task (DataConfig.mixture): "equal" shares, or "pooled"
+  shares proportional to each task's pairs in `split` (count_pairs)."""
+  if mixture == "equal":
+    return {task: 1.0 / len(tasks) for task in tasks}
+  if mixture != "pooled":
+    raise ValueError(f"unknown mixture {mixture!r}; expected 'equal' or 'pooled'")
+  counts = {task: count_pairs(pairs_root, task, split) for task in tasks}
+  empty = [task for task, n in counts.items() if n <= 0]
+  if empty:
+    raise ValueError(f"{pairs_root}: no {split} pairs of {empty} to pool")
+  total = sum(counts.values())
+  logger.info("pooled mixture of %s pairs: %s", split,
+              ", ".join(f"{t} {n} ({n / total:.1%})" for t, n in counts.items()))
+  return {task: n / total for task, n in counts.items()}
+
+
 def _records(files: Sequence[str], shuffle: bool, seed: int, repeat: bool,
-             shuffle_buffer: int) -> tf.data.Dataset:
+             shuffle_buffer: int, deterministic: bool = True) -> tf.data.Dataset:
   ds = tf.data.Dataset.from_tensor_slices(list(files))
   if shuffle:
     ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
   ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(files)),
-                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+                     num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=deterministic or not shuffle)
   if shuffle:
     ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
   if repeat:
@@ -105,10 +147,13 @@ def tokenize_pairs(tokenizer: Tokenizer, batch_size: int, hard_negatives: int = 
   return fn
 
 
-def pair_dataset(files_by_task: dict[str, Sequence[str]], tokenizer: Tokenizer,
-                 batch_size: int, *, shuffle: bool = True, repeat: bool = True, seed: int = 0,
-                 shuffle_buffer: int = 10_000, hard_negatives: int = 0) -> tf.data.Dataset:
-  """Batches of tokenised pairs; several tasks are mixed by uniform sampling.
+def pair_dataset(files_by_task: Mapping[str, Sequence[str]], tokenizer: Tokenizer,
+                 batch_size: int, *, weights: Mapping[str, float] | None = None,
+                 shuffle: bool = True, repeat: bool = True, seed: int = 0,
+                 shuffle_buffer: int = 10_000, deterministic: bool = True,
+                 hard_negatives: int = 0) -> tf.data.Dataset:
+  """Batches of tokenised pairs; several tasks are mixed by sampling each pair from a task
+  drawn with probability `weights[task]` (default: equal).
 
   `batch_size` is the global batch; under a strategy, pass this dataset to `fit` (or to
   `experimental_distribute_dataset`), which splits it over replicas. `hard_negatives` k > 0
@@ -118,48 +163,60 @@ def pair_dataset(files_by_task: dict[str, Sequence[str]], tokenizer: Tokenizer,
     raise ValueError(f"hard_negatives={hard_negatives}: expected k >= 0")
   if not files_by_task:
     raise ValueError("pair_dataset needs at least one task")
-  per_task = [_records(files, shuffle, seed + i, repeat, shuffle_buffer)
-              for i, (_, files) in enumerate(sorted(files_by_task.items()))]
+  tasks = sorted(files_by_task)
+  per_task = [_records(files_by_task[task], shuffle, seed + i, repeat, shuffle_buffer,
+                       deterministic) for i, task in enumerate(tasks)]
   if len(per_task) == 1:
     ds = per_task[0]
   else:
+    probabilities = [float((weights or {}).get(task, 1.0 / len(tasks))) for task in tasks]
     ds = tf.data.Dataset.sample_from_datasets(
-        per_task, weights=[1.0 / len(per_task)] * len(per_task), seed=seed,
-        stop_on_empty_dataset=not repeat)
+        per_task, weights=probabilities, seed=seed, stop_on_empty_dataset=not repeat)
   ds = ds.batch(batch_size, drop_remainder=True)
   ds = ds.map(tokenize_pairs(tokenizer, batch_size, hard_negatives),
               num_parallel_calls=tf.data.AUTOTUNE,
-              deterministic=not shuffle)
+              deterministic=deterministic or not shuffle)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def pretrain_dataset(pairs_root: str, tasks: Sequence[str], split: str, tokenizer: Tokenizer,
-                     batch_size: int, **kwargs) -> tf.data.Dataset:
+                     batch_size: int, *, weights: Mapping[str, float] | None = None,
+                     **kwargs) -> tf.data.Dataset:
+  """`pair_dataset` over `<pairs_root>/pairs/<task>/<split>-*` of `tasks`, mixed by
+  `weights` (task_weights; default equal)."""
   files = {task: pair_files(pairs_root, task, split) for task in tasks}
-  logger.info("%s pairs: %s", split, ", ".join(f"{t}: {len(f)} shards" for t, f in files.items()))
-  return pair_dataset(files, tokenizer, batch_size, **kwargs)
+  logger.info("%s pairs: %s", split, ", ".join(
+      f"{t}: {len(f)} shards" + (f", p={weights[t]:.3f}" if weights else "")
+      for t, f in files.items()))
+  return pair_dataset(files, tokenizer, batch_size, weights=weights, **kwargs)
 
 
-def _passage_texts(passages_dir: str) -> tf.data.Dataset:
-  """string [] passage texts of `passages/*.parquet`, streamed one row group at a time."""
-  files = tio.match_files(f"{passages_dir.rstrip('/')}/*.parquet")
+def _passage_texts(passages_dir: str, heldout_percent: float) -> tf.data.Dataset:
+  """string [] "title text" of the passages of pages that are not held out, streamed one
+  row group at a time (contracts.codecs.read_passages)."""
+  pattern = contracts.passages_pattern(passages_dir)
+  tio.match_files(pattern)  # a clear error now, not inside the generator
 
   def gen():
-    for path in files:
-      pf = tio.open_parquet(path)
-      for i in range(pf.num_row_groups):
-        table = pf.read_row_group(i, columns=["title", "text"])
-        for title, text in zip(table.column("title").to_pylist(),
-                               table.column("text").to_pylist()):
-          yield f"{title or ''} {text or ''}".strip()
+    kept = skipped = 0
+    for passage in contracts.codecs.read_passages(pattern):
+      if heldout_percent and contracts.is_heldout(passage.page_id, heldout_percent):
+        skipped += 1
+        continue
+      kept += 1
+      yield f"{passage.title} {passage.text}".strip()
+    logger.info("MLM: one pass over %s: %d passages, %d of held-out pages skipped", pattern,
+                kept, skipped)
   return tf.data.Dataset.from_generator(gen, output_signature=tf.TensorSpec([], tf.string))
 
 
 def mlm_dataset(tokenizer: Tokenizer, batch_size: int, length: int, rate: float,
                 max_predictions: int = 0, *, passages_dir: str | None = None,
-                pair_files_: Sequence[str] = (), shuffle: bool = True, repeat: bool = True,
-                seed: int = 0, shuffle_buffer: int = 10_000) -> tf.data.Dataset:
-  """Masked-LM batches from passages (or from the documents of pair records).
+                heldout_percent: float = 0.0, pair_files_: Sequence[str] = (),
+                shuffle: bool = True, repeat: bool = True, seed: int = 0,
+                shuffle_buffer: int = 10_000, deterministic: bool = True) -> tf.data.Dataset:
+  """Masked-LM batches from passages (skipping pages held out at `heldout_percent`, see
+  contracts.is_heldout), or from the documents of pair records.
 
   `max_predictions` 0 derives the static number of predicted positions from the length
   (config.mlm_predictions), so that `rate` is never capped. Batch i is masked with the
@@ -168,17 +225,20 @@ def mlm_dataset(tokenizer: Tokenizer, batch_size: int, length: int, rate: float,
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   max_predictions = max_predictions or config_lib.mlm_predictions(length, rate)
   if passages_dir:
-    texts = _passage_texts(passages_dir)
+    texts = _passage_texts(passages_dir, heldout_percent)
     if shuffle:
       texts = texts.shuffle(shuffle_buffer, seed=seed)
     if repeat:
       texts = texts.repeat()
   else:
     if not pair_files_:
-      raise ValueError("MLM needs --passages DIR or pair records")
-    texts = _records(pair_files_, shuffle, seed, repeat, shuffle_buffer).map(
-        lambda s: tf.strings.join([parse_pairs(s[None])["doc_title"][0],
-                                   parse_pairs(s[None])["doc_text"][0]], " "))
+      raise ValueError("MLM needs a passages/ dir or pair records")
+
+    def doc_text(serialized):
+      ex = parse_pairs(serialized[None])
+      return tf.strings.join([ex["doc_title"][0], ex["doc_text"][0]], " ")
+    texts = _records(pair_files_, shuffle, seed, repeat, shuffle_buffer,
+                     deterministic).map(doc_text)
   ds = texts.batch(batch_size, drop_remainder=True).enumerate()
 
   def fn(index, text):

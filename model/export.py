@@ -14,7 +14,9 @@ and none of our code. The `.keras` file holds the `TwoTowerModel` on token ids (
 `keras.saving.load_model` after `import twotower.model.two_tower`); `vocab.txt` and
 `config.yaml` sit beside it.
 
-Layout under `<out>/export/`: `saved_model/`, `two_tower.keras`, `vocab.txt`, `config.yaml`.
+Layout under `<run>/export/` (contracts.export_dir): `saved_model/`, `two_tower.keras`,
+`vocab.txt`, `config.yaml` (contracts.SAVED_MODEL_DIR, KERAS_FILE, VOCAB_FILE,
+RUN_CONFIG_FILE).
 """
 
 from __future__ import annotations
@@ -60,14 +62,14 @@ def export(model, tokenizer, vocab_path: str, out_dir: str, config_yaml: str = "
   """
   io.makedirs(out_dir)
   module = ExportModule(tokenizer, model.query_tower, model.doc_tower)
-  saved = os.path.join(out_dir, "saved_model")
+  saved = os.path.join(out_dir, contracts.SAVED_MODEL_DIR)
   tf.saved_model.save(module, saved, signatures={
       contracts.QUERY_SIGNATURE: module.query_encoder,
       contracts.DOC_SIGNATURE: module.doc_encoder})
-  model.save(os.path.join(out_dir, "two_tower.keras"))
-  tf.io.gfile.copy(vocab_path, os.path.join(out_dir, "vocab.txt"), overwrite=True)
+  model.save(os.path.join(out_dir, contracts.KERAS_FILE))
+  tf.io.gfile.copy(vocab_path, os.path.join(out_dir, contracts.VOCAB_FILE), overwrite=True)
   if config_yaml:
-    io.write_text(os.path.join(out_dir, "config.yaml"), config_yaml)
+    io.write_text(os.path.join(out_dir, contracts.RUN_CONFIG_FILE), config_yaml)
   logger.info("exported SavedModel (signatures %s, %s) and .keras to %s",
               contracts.QUERY_SIGNATURE, contracts.DOC_SIGNATURE, out_dir)
   return saved

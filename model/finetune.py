@@ -1,6 +1,6 @@
 """`twotower finetune`: fine-tune the towers on ReQA pairs, from a pre-training checkpoint
-(`--init RUN_DIR`, towers restored by name, or an MLM backbone) or from random weights
-(`--init none`: the No-SSL baseline), reporting validation Recall@k while it trains.
+(`init=RUN_DIR`, towers restored by name, or an MLM backbone) or from random weights
+(`init="none"`: the No-SSL baseline), through the one trainer (`train.train`).
 
   twotower finetune --config cpu-small --init runs/all --reqa reqa/squad --split 5 \
       --vocab vocab.txt --out runs/ft-all-5
@@ -8,13 +8,26 @@
 Reads `REQA/finetune/train-<ratio>-*.tfrecord` (pair schema, task "reqa") and, for the
 validation Recall@k, `REQA/candidates.parquet` and `REQA/questions-validation-<ratio>.parquet`.
 Uses trainer.finetune_learning_rate / finetune_batch_size / finetune_steps.
+
+How long to fine-tune is chosen on validation, never on test (issue 11). The paper holds out
+"10% of training set ... as the validation set for hyper-parameter tuning" (sec. 4.1): at
+every checkpoint `RecallAtK` computes validation Recall@k and MRR over all candidates (the
+paper's gold rule, with twotower.eval.metrics, the code `twotower evaluate` runs), the best
+checkpoint by `FinetuneJob.select` (default R@100; "" = the last) is kept under
+checkpoints/best/, and that model is exported. The result says which step won
+(`selected_step`) and carries the validation curve (`result.curve("val_R@100")`, also in
+history.csv). The `test-<ratio>` questions are never read here.
+
+`run(FinetuneJob) -> train.TrainResult` is the typed entry point; `twotower finetune`
+(twotower.commands.finetune) is its flag parser.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
-import os
+import sys
+from typing import Sequence
 
 import keras
 import numpy as np
@@ -22,44 +35,77 @@ import tensorflow as tf
 
 from twotower import contracts
 from twotower import texts
+from twotower.eval import metrics as metrics_lib
+from twotower.model import config as config_lib
 from twotower.model import train
 
 logger = logging.getLogger(__name__)
 
+#: The validation metric that picks the exported checkpoint by default.
+DEFAULT_SELECT = "R@100"
 
-def candidate_fields(candidates, doc_text: str = texts.DEFAULT_DOC_TEXT,
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FinetuneJob(train.TrainJob):
+  """A fine-tuning run on one ReQA train ratio.
+
+  Attributes:
+    reqa: the ReQA dir (`twotower reqa --out`).
+    split: the train ratio: reads finetune/train-<split>-* and questions-validation-<split>.
+    doc_text: candidate text layout (texts.DOC_TEXT_MODES); must match `twotower reqa`'s.
+    validation_recall: compute validation Recall@k at every checkpoint.
+    select: the validation metric ("R@k" or "MRR") whose best checkpoint is exported; ""
+      exports the last one (so does a run without validation).
+    hard_negatives: k BM25 hard negatives per question in the softmax (reads the pairs
+      `twotower hardneg --k k` wrote next to the plain ones); 0: in-batch negatives only.
+  """
+  reqa: str
+  split: str = "5"
+  doc_text: str = texts.DEFAULT_DOC_TEXT
+  validation_recall: bool = True
+  select: str = DEFAULT_SELECT
+  hard_negatives: int = 0
+
+
+def candidate_fields(candidates: Sequence[dict], doc_text: str = texts.DEFAULT_DOC_TEXT,
                      ) -> tuple[list[str], list[str]]:
-  """(title, text) of each candidate as the document tower sees it: the candidate's title,
-  and `twotower.texts.candidate_doc_text(sentence, passage)`, the same layout the fine-tuning
-  pairs (pipelines.reqa) and `twotower embed` use."""
-  titles = [t or "" for t in candidates["title"]]
-  bodies = [texts.candidate_doc_text(s, p, doc_text)
-            for s, p in zip(candidates["sentence"], candidates["passage"])]
+  """(title, text) of each candidate row as the document tower sees it: the candidate's
+  title, and `twotower.texts.candidate_doc_text(sentence, passage)`, the same layout the
+  fine-tuning pairs (pipelines.reqa) and `twotower embed` use."""
+  titles = [c["title"] or "" for c in candidates]
+  bodies = [texts.candidate_doc_text(c["sentence"], c["passage"], doc_text) for c in candidates]
   return titles, bodies
 
 
+def logged_metrics(num_candidates: int, ks: Sequence[int] = contracts.DEFAULT_KS) -> list[str]:
+  """The metrics RecallAtK logs (without the `val_` prefix): R@k for k up to the number of
+  candidates (a larger k is trivially 1), and MRR."""
+  return [f"R@{k}" for k in ks if k <= num_candidates] + ["MRR"]
+
+
 class RecallAtK(keras.callbacks.Callback):
-  """At each epoch end: embeds validation questions and all candidates, logs `val_R@k`.
+  """At each checkpoint: embeds the validation questions and every candidate, ranks the
+  candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.eval.metrics:
+  first-hit ranks under the paper's `pair` gold rule, then `summarize`; MRR over the top
+  max(ks))."""
 
-  A hit needs one of the question's gold candidate ids in the top k (the paper's rule).
-  """
-
-  def __init__(self, tokenizer, questions, candidates, ks=contracts.DEFAULT_KS,
+  def __init__(self, tokenizer, questions: Sequence[contracts.Question],
+               candidates: Sequence[dict], ks: Sequence[int] = contracts.DEFAULT_KS,
                batch_size: int = 256, doc_text: str = texts.DEFAULT_DOC_TEXT):
     super().__init__()
-    self.tokenizer, self.ks, self.batch_size = tokenizer, ks, batch_size
-    self.questions = list(questions["question"])
-    self.gold = [set(g) for g in questions["gold_candidate_ids"]]
-    self.candidate_ids = np.asarray(candidates["candidate_id"], dtype=np.int64)
+    self.tokenizer, self.batch_size = tokenizer, batch_size
+    self.ks = tuple(k for k in ks if k <= len(candidates))
+    self.questions = list(questions)
+    self.candidate_ids = np.asarray([c["candidate_id"] for c in candidates], dtype=np.int64)
     self.titles, self.bodies = candidate_fields(candidates, doc_text)
 
-  def _embed(self, fn, *columns):
-    out = []
-    for i in range(0, len(columns[0]), self.batch_size):
-      out.append(fn(*[tf.constant(c[i:i + self.batch_size]) for c in columns]).numpy())
-    return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+  def _embed(self, fn, *columns) -> np.ndarray:
+    out = [fn(*[tf.constant(c[i:i + self.batch_size]) for c in columns]).numpy()
+           for i in range(0, len(columns[0]), self.batch_size)]
+    return np.concatenate(out).astype(np.float32)
 
-  def recall(self) -> dict[str, float]:
+  def ranked(self) -> dict[str, list[int]]:
+    """question id -> the top max(ks) candidate ids, best first."""
     tok, model = self.tokenizer, self.model
 
     @tf.function
@@ -69,19 +115,22 @@ class RecallAtK(keras.callbacks.Callback):
     @tf.function
     def d_fn(title, text):
       return model.doc_tower(tok.docs(title, text), training=False)
-    q = self._embed(q_fn, self.questions)
+    q = self._embed(q_fn, [x.question for x in self.questions])
     d = self._embed(d_fn, self.titles, self.bodies)
-    scores = q @ d.T
-    kmax = min(max(self.ks), d.shape[0])
-    top = np.argsort(-scores, axis=1)[:, :kmax]
-    result = {}
-    for k in self.ks:
-      if k > d.shape[0]:
-        continue
-      hits = [bool(self.gold[i] & set(self.candidate_ids[top[i, :k]].tolist()))
-              for i in range(len(self.questions))]
-      result[f"val_R@{k}"] = float(np.mean(hits)) if hits else 0.0
-    return result
+    depth = min(max(self.ks), d.shape[0])
+    run = {}
+    for start in range(0, len(q), 1024):  # bounded memory: 1024 x candidates scores at once
+      scores = q[start:start + 1024] @ d.T
+      top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+      order = np.take_along_axis(scores, top, axis=1).argsort(axis=1, kind="stable")[:, ::-1]
+      top = np.take_along_axis(top, order, axis=1)
+      for question, row in zip(self.questions[start:start + 1024], top):
+        run[question.question_id] = self.candidate_ids[row].tolist()
+    return run
+
+  def recall(self) -> dict[str, float]:
+    ranks = metrics_lib.question_ranks(self.ranked(), self.questions, "pair")
+    return {f"val_{k}": v for k, v in metrics_lib.summarize(ranks, self.ks).items()}
 
   def on_epoch_end(self, epoch, logs=None):
     result = self.recall()
@@ -91,55 +140,72 @@ class RecallAtK(keras.callbacks.Callback):
       logs.update(result)
 
 
-def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="twotower finetune", description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  train.add_common_flags(p)
-  p.add_argument("--reqa", required=True, help="ReQA dir (twotower reqa --out)")
-  p.add_argument("--split", default="5", help="train ratio: reads finetune/train-<ratio>-*")
-  p.add_argument("--no_recall", "--no-recall", action="store_true", help="skip validation Recall@k")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
-                 help="candidate text layout; must match the one `twotower reqa` used")
-  return p
+def _validation(job: FinetuneJob) -> tuple[tuple[contracts.Question, ...], list[dict]] | None:
+  """(questions, candidate rows) of the validation side of the split, None if absent."""
+  split = f"validation-{job.split}"
+  try:
+    questions = contracts.codecs.read_questions(job.reqa, split)
+    candidates = contracts.codecs.read_candidates(job.reqa)
+  except FileNotFoundError as e:
+    logger.warning("no validation Recall@k: %s", e)
+    return None
+  if not questions or not candidates:
+    logger.warning("no validation Recall@k: %d %s questions, %d candidates in %s",
+                   len(questions), split, len(candidates), job.reqa)
+    return None
+  return questions, candidates
 
 
-def run(argv: list[str] | None = None) -> None:
-  args = _parser().parse_args(argv)
-  if args.init is None:
-    raise ValueError("--init is required: a pre-training run/checkpoint, or 'none' (No-SSL)")
-  cfg = train.load_config(args)
-  t = cfg.trainer
-  steps = args.steps if args.steps is not None else t.finetune_steps
-  batch = args.batch_size or t.finetune_batch_size
-  cfg = train.config_lib.replace(cfg, data={"tasks": (contracts.REQA_TASK,), "batch_size": batch})
-  from twotower.model import data
-  # contracts' pattern, not `train-<r>-*`, which also matches `twotower hardneg`'s
-  # `train-<r>-hn<k>-*` shards next to the plain ones.
-  files = sorted(tf.io.gfile.glob(contracts.finetune_pattern(args.reqa, f"train-{args.split}")))
+def run(job: FinetuneJob) -> train.TrainResult:
+  """Fine-tunes (or resumes) `job`; exports the checkpoint `job.select` chose."""
+  if not isinstance(job, FinetuneJob):
+    raise TypeError(f"finetune.run takes a FinetuneJob, not {type(job).__name__}; flags are "
+                    "parsed by twotower.commands.finetune.parse(argv)")
+  if job.doc_text not in texts.DOC_TEXT_MODES:
+    raise ValueError(f"doc_text={job.doc_text!r}: expected one of {texts.DOC_TEXT_MODES}")
+  t = job.config.trainer
+  cfg = config_lib.replace(job.config, data={"tasks": (contracts.REQA_TASK,),
+                                             "batch_size": t.finetune_batch_size})
+  job = dataclasses.replace(job, config=cfg)
+  train_split = f"train-{job.split}"
+  k = job.hard_negatives
+  pattern = (contracts.hard_negatives_pattern(job.reqa, train_split, k) if k
+             else contracts.finetune_pattern(job.reqa, train_split))
+  files = sorted(tf.io.gfile.glob(pattern))
   if not files:
-    raise FileNotFoundError(f"no ReQA fine-tuning shards {args.reqa}/finetune/train-{args.split}-*")
+    hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
+            if k else "")
+    raise FileNotFoundError(f"no ReQA fine-tuning shards match {pattern}{hint}")
+  validation = _validation(job) if job.validation_recall else None
+  select = ""
+  if job.select and validation:
+    available = logged_metrics(len(validation[1]))
+    if job.select not in available:
+      raise ValueError(f"select={job.select!r}: validation logs {', '.join(available)} "
+                       f"({len(validation[1])} candidates in {job.reqa}); choose one, or '' "
+                       "for the last checkpoint")
+    select = f"val_{job.select}"
+  elif job.select:
+    logger.warning("no validation to select on: exporting the last checkpoint")
 
-  def make(tokenizer):
-    return data.pair_dataset({contracts.REQA_TASK: files}, tokenizer, batch, seed=t.seed,
-                             shuffle_buffer=cfg.data.shuffle_buffer), None
+  def make_datasets(tokenizer):
+    from twotower.model import data  # pylint: disable=import-outside-toplevel
+    return data.pair_dataset({contracts.REQA_TASK: files}, tokenizer, t.finetune_batch_size,
+                             seed=t.seed, shuffle_buffer=cfg.data.shuffle_buffer,
+                             deterministic=t.deterministic, hard_negatives=k), None
 
   def callbacks(model, tokenizer):
-    if args.no_recall:
+    if not validation:
       return []
-    import pandas as pd
-    qpath = os.path.join(args.reqa, contracts.questions_file(f"validation-{args.split}"))
-    cpath = os.path.join(args.reqa, contracts.CANDIDATES_FILE)
-    if not (tf.io.gfile.exists(qpath) and tf.io.gfile.exists(cpath)):
-      logger.warning("no validation Recall@k: %s or %s is missing", qpath, cpath)
-      return []
-    return [RecallAtK(tokenizer, pd.read_parquet(qpath), pd.read_parquet(cpath),
-                      doc_text=args.doc_text)]
+    return [RecallAtK(tokenizer, *validation, doc_text=job.doc_text)]
 
-  _, history = train.train_two_tower(cfg, args, make, t.finetune_learning_rate, steps, callbacks)
-  print(train.summary_table(history))
+  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
+                     learning_rate=t.finetune_learning_rate, steps=t.finetune_steps,
+                     callbacks=callbacks, select=select,
+                     run_info={"reqa": job.reqa, "split": job.split, "doc_text": job.doc_text,
+                               "hard_negatives": k})
 
 
 if __name__ == "__main__":
-  from twotower.cli import setup_logging
-  setup_logging()
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("finetune"))

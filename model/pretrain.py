@@ -1,89 +1,98 @@
-"""`twotower pretrain`: pre-train the two towers on ICT / BFS / WLP pairs (mixed uniformly),
-or a Transformer encoder with masked-LM (`--tasks mlm`).
+"""`twotower pretrain`: pre-train the two towers on ICT / BFS / WLP pairs, or a Transformer
+backbone with masked-LM (`data.tasks: [mlm]`), through the one trainer (`train.train`).
 
   twotower pretrain --config cpu-small --pairs DIR --vocab vocab.txt --out runs/ict \
       --tasks ict
   twotower pretrain --config cpu-small --pairs DIR --vocab vocab.txt --out runs/all \
-      --tasks ict,bfs,wlp
+      --tasks ict,bfs,wlp --mixture pooled
   twotower pretrain --config cpu-small --passages DIR/passages --vocab vocab.txt \
       --out runs/mlm --tasks mlm
 
-Writes `OUT/config.yaml`, `OUT/checkpoints/`, `OUT/logs/` (TensorBoard), `OUT/history.csv`
-(train and held-out loss / in-batch accuracy per checkpoint) and `OUT/export/` (SavedModel
-with string signatures + .keras). Re-running the same command after a kill resumes.
+Several tasks are mixed by `data.mixture` (config.DataConfig): "equal" thirds, or "pooled"
+(uniform over the pooled training pairs). Writes `OUT/config.yaml`, `OUT/checkpoints/`,
+`OUT/logs/` (TensorBoard), `OUT/history.csv` (train and held-out loss / in-batch accuracy per
+checkpoint) and `OUT/export/` (SavedModel with string signatures + .keras). Running the
+same job again after a kill resumes.
+
+`run(PretrainJob) -> train.TrainResult` is the typed entry point; `twotower pretrain`
+(twotower.commands.pretrain) is its flag parser.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
-import os
+import sys
 
 from twotower import contracts
 from twotower.model import train
 
 logger = logging.getLogger(__name__)
 
-
-def _parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="twotower pretrain", description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-  train.add_common_flags(p)
-  p.add_argument("--pairs", default=None, help="pair pipeline output dir (holds pairs/<task>/)")
-  p.add_argument("--passages", default=None, help="passages/ dir (MLM text)")
-  p.add_argument("--tasks", default=None,
-                 help=f"comma list of {','.join(contracts.PRETRAIN_TASKS)}, or mlm "
-                      "(default: data.tasks of the config)")
-  p.add_argument("--eval_split", "--eval-split", default="heldout", help="pair split for held-out metrics")
-  return p
+MLM_TASKS = ("mlm",)
 
 
-def run(argv: list[str] | None = None) -> None:
-  args = _parser().parse_args(argv)
-  data_over = {}
-  if args.tasks:
-    data_over["tasks"] = args.tasks
-  if args.batch_size:
-    data_over["batch_size"] = args.batch_size
-  cfg = train.load_config(args, data=data_over,
-                          trainer={"steps": args.steps} if args.steps is not None else {})
-  tasks = cfg.data.tasks
-  if tasks == ("mlm",):
-    from twotower.model import mlm
-    history = mlm.pretrain_mlm(cfg, args)
-  else:
-    unknown = set(tasks) - set(contracts.PRETRAIN_TASKS)
-    if unknown:
-      raise ValueError(f"--tasks: unknown {sorted(unknown)}; use {contracts.PRETRAIN_TASKS} or mlm")
-    if not args.pairs:
-      raise ValueError("--pairs DIR is required for ICT/BFS/WLP pre-training")
-    _, history = train.train_two_tower(cfg, args, _datasets(cfg, args),
-                                       cfg.trainer.learning_rate, cfg.trainer.steps)
-  print(train.summary_table(history))
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PretrainJob(train.TrainJob):
+  """A pre-training run: the tasks are `config.data.tasks` (`("mlm",)` is MLM).
+
+  Attributes:
+    pairs: the pair pipeline's output dir (pairs/<task>/, stats.json, config.json).
+    passages: the passages/ dir (MLM text; default: the documents of the ICT train pairs).
+    eval_split: the pair split of the held-out metrics at each checkpoint.
+  """
+  pairs: str | None = None
+  passages: str | None = None
+  eval_split: str = contracts.HELDOUT
 
 
-def _datasets(cfg, args):
-  from twotower.model import data
+def run(job: PretrainJob) -> train.TrainResult:
+  """Pre-trains (or resumes) `job` and returns its result."""
+  if not isinstance(job, PretrainJob):
+    raise TypeError(f"pretrain.run takes a PretrainJob, not {type(job).__name__}; flags are "
+                    "parsed by twotower.commands.pretrain.parse(argv)")
+  tasks = tuple(job.config.data.tasks)
+  if tasks == MLM_TASKS:
+    from twotower.model import mlm  # pylint: disable=import-outside-toplevel
+    return mlm.run(job)
+  unknown = sorted(set(tasks) - set(contracts.PRETRAIN_TASKS))
+  if unknown or not tasks:
+    raise ValueError(f"data.tasks: unknown {unknown or 'empty'}; use a subset of "
+                     f"{contracts.PRETRAIN_TASKS}, or mlm alone")
+  if not job.pairs:
+    raise ValueError("ICT/BFS/WLP pre-training needs the pair pipeline's output (--pairs DIR)")
+  from twotower.model import data  # pylint: disable=import-outside-toplevel
+  cfg = job.config
+  d, t = cfg.data, cfg.trainer
+  weights = (data.task_weights(job.pairs, tasks, contracts.TRAIN, d.mixture)
+             if len(tasks) > 1 else None)
+  options = {"seed": t.seed, "deterministic": t.deterministic}
 
-  def make(tokenizer):
-    b, t = cfg.data.batch_size, cfg.trainer
-    train_ds = data.pretrain_dataset(args.pairs, cfg.data.tasks, "train", tokenizer, b,
-                                     seed=t.seed, shuffle_buffer=cfg.data.shuffle_buffer)
+  def make_datasets(tokenizer):
+    train_ds = data.pretrain_dataset(job.pairs, tasks, contracts.TRAIN, tokenizer,
+                                     d.batch_size, weights=weights,
+                                     shuffle_buffer=d.shuffle_buffer, **options)
     eval_ds = None
     if t.eval_steps > 0:
       try:
-        # A fixed sample of held-out batches, shuffled once: in file order a batch would hold
-        # passages of one or two pages only (much harder negatives than training sees).
-        eval_ds = data.cached_batches(
-            data.pretrain_dataset(args.pairs, cfg.data.tasks, args.eval_split, tokenizer, b,
-                                  shuffle=True, seed=t.seed + 1), t.eval_steps)
+        eval_weights = (data.task_weights(job.pairs, tasks, job.eval_split, d.mixture)
+                        if len(tasks) > 1 else None)
+        # A fixed sample of held-out batches, shuffled once: in file order a batch would
+        # hold passages of one or two pages only (much harder negatives than training sees).
+        eval_ds = data.cached_batches(data.pretrain_dataset(
+            job.pairs, tasks, job.eval_split, tokenizer, d.batch_size, weights=eval_weights,
+            shuffle=True, **{**options, "seed": t.seed + 1}), t.eval_steps)
       except FileNotFoundError as e:
         logger.warning("no held-out evaluation: %s", e)
     return train_ds, eval_ds
-  return make
+
+  info = {"pairs": job.pairs, "tasks": list(tasks), "mixture": d.mixture}
+  if weights:
+    info["task_weights"] = {k: round(v, 4) for k, v in weights.items()}
+  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
+                     learning_rate=t.learning_rate, steps=t.steps, run_info=info)
 
 
 if __name__ == "__main__":
-  from twotower.cli import setup_logging
-  setup_logging()
-  run()
+  from twotower import cli
+  sys.exit(cli.run_stage("pretrain"))

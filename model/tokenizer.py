@@ -10,8 +10,9 @@ ops, nothing of ours):
   doc    = [CLS] title [SEP] passage [SEP]        (WaterfallTrimmer: the passage is cut first)
          --combine_segments--> --pad_model_inputs(static length)--> token_ids, padding_mask
 
-The vocabulary file has one token per line, `[PAD]` on line 0 (id 0 is padding), and
-`[UNK]`, `[CLS]`, `[SEP]`, `[MASK]` somewhere (as `twotower vocab` writes it).
+The vocabulary file has one token per line, `[PAD]` on line 0 (id 0 is padding), and the
+other `contracts.RESERVED_TOKENS` (`[UNK]`, `[CLS]`, `[SEP]`, `[MASK]`) somewhere (as
+`twotower vocab` writes it).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import logging
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-logger = logging.getLogger(__name__)
+from twotower.contracts import CLS, MASK, PAD, RESERVED_TOKENS, SEP, UNK
 
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+logger = logging.getLogger(__name__)
 
 
 def read_vocab(path: str) -> list[str]:
@@ -36,7 +36,7 @@ def read_vocab(path: str) -> list[str]:
   if not tokens or tokens[0] != PAD:
     raise ValueError(f"{path}: line 1 must be {PAD} (id 0 is padding), got "
                      f"{tokens[0] if tokens else 'an empty file'!r}")
-  missing = [t for t in SPECIAL_TOKENS if t not in tokens]
+  missing = [t for t in RESERVED_TOKENS if t not in tokens]
   if missing:
     raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
   dupes = len(tokens) - len(set(tokens))

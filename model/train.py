@@ -1,84 +1,135 @@
-"""Training shared by `twotower pretrain` and `twotower finetune`.
+"""The one trainer behind `twotower pretrain` (two towers on ICT / BFS / WLP, or the MLM
+backbone) and `twotower finetune`: a typed job in, a `TrainResult` out, no flags.
 
-* Strategy by flag (`runtime.strategy`): default, mirrored, tpu run Keras `fit` with the
-  model's own `train_step`; multi_worker (TF_CONFIG) runs a custom `strategy.run` loop over
-  the same `train_step`, because Keras 3 `fit` fails under MultiWorkerMirroredStrategy
-  (keras-team/keras#20585).
-* AdamW, linear warm-up over `warmup_fraction` of the steps, then linear decay to 0.
-* Checkpoints (`tf.train.CheckpointManager` of model + optimizer) every `checkpoint_every`
-  steps, one Keras "epoch" each; a killed run restarts from the latest checkpoint: the
-  optimizer's step counter says where, and `fit(initial_epoch=...)` carries on.
-* TensorBoard logs, a CSV history (`history.csv`), the Keras progress bar.
+  train(job, build_model, make_datasets, learning_rate=, steps=, ...) -> TrainResult
+    1. set-up     a fresh Keras state, the precision, op determinism and every seed
+                  (TrainerConfig.deterministic), the strategy, the tokenizer, OUT/config.yaml
+    2. model      build_model(vocab_size) in the strategy scope (two_tower_builder restores
+                  `init` towers), compiled with AdamW, warm-up and linear decay
+    3. data       make_datasets(tokenizer) -> (train, held-out or None)
+    4. loop       loop.fit: Keras fit, or a strategy.run loop under multi_worker; a checkpoint
+                  every `checkpoint_every` steps; a killed run resumes from the latest one
+                  (the optimizer's step counter says where)
+    5. selection  with `select`, the weights of the best checkpoint by that logged metric
+    6. export     OUT/export/saved_model with string signatures (two towers only)
+
+Strategies (`runtime.strategy`): default, mirrored and tpu run Keras `fit` with the model's
+own `train_step`; multi_worker (TF_CONFIG) runs the custom loop over the same `train_step`,
+because Keras 3 `fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import dataclasses
 import logging
 import math
 import os
-from typing import Callable, Sequence
+import time
+from typing import Any, Callable, Mapping
 
 import keras
 import tensorflow as tf
 
+from twotower import contracts
 from twotower import io
 from twotower.model import config as config_lib
+from twotower.model import loop
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
-LOG_DIR = "logs"
-EXPORT_DIR = "export"
-CONFIG_FILE = "config.yaml"
-HISTORY_FILE = "history.csv"
+PROGRESS_MODES = loop.PROGRESS_MODES
+
+#: build_model(vocab_size) -> a compiled-to-be keras.Model, called in the strategy scope.
+BuildModel = Callable[[int], keras.Model]
+#: make_datasets(tokenizer) -> (training batches, held-out batches or None).
+MakeDatasets = Callable[[Any], "tuple[tf.data.Dataset, tf.data.Dataset | None]"]
+#: make_callbacks(model, tokenizer) -> extra Keras callbacks, run first at each checkpoint.
+MakeCallbacks = Callable[[keras.Model, Any], "list[keras.callbacks.Callback]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainJob:
+  """One training run, besides its data (pretrain.PretrainJob, finetune.FinetuneJob add it).
+
+  Attributes:
+    config: the resolved experiment (`config.load(preset, overrides)`, `config.replace`).
+    out: the run dir: config.yaml, checkpoints/, logs/, history.csv, export/.
+    vocab: the WordPiece vocabulary file (`twotower vocab`).
+    init: start the towers from this checkpoint (a prefix, a checkpoints/ dir or a run dir
+      of a two-tower or MLM run); None or "none": random initialisation.
+    export: write export/ (SavedModel with string signatures, .keras) at the end.
+    progress: "bar" (one tqdm bar over all steps), "epoch" (one line per checkpoint) or
+      "none" (loop.Progress).
+  """
+  config: config_lib.PretrainConfig
+  out: str
+  vocab: str
+  init: str | None = None
+  export: bool = True
+  progress: str = "bar"
+
+  def __post_init__(self):
+    if self.progress not in PROGRESS_MODES:
+      raise ValueError(f"progress={self.progress!r}: expected one of {PROGRESS_MODES}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+  """What a run gives back, so that a caller never re-reads the run dir.
+
+  Attributes:
+    out: the run dir.
+    history: {metric: [value per checkpoint]} over the whole run (a resumed run includes the
+      checkpoints of earlier invocations): `step`, `epoch`, then e.g. loss,
+      in_batch_accuracy, val_loss, val_in_batch_accuracy; in fine-tuning val_R@k, val_MRR.
+    saved_model: the exported SavedModel; None without export, and for MLM.
+    steps: optimizer steps trained at the end of the run.
+    seconds: wall time of this invocation.
+    selected_step: the step whose weights are exported: the best checkpoint by `select`,
+      else the last step.
+    select: the logged metric that chose it ("" = the last checkpoint).
+  """
+  out: str
+  history: dict[str, list[float]]
+  saved_model: str | None
+  steps: int
+  seconds: float
+  selected_step: int | None = None
+  select: str = ""
+
+  def curve(self, metric: str) -> list[tuple[int, float]]:
+    """[(step, value)] of a logged metric, e.g. the validation curve `curve("val_R@100")`."""
+    return [(int(s), v) for s, v in zip(self.history.get("step", ()), self.history[metric])]
 
 
 # ------------------------------------------------------------------------------------------
-# Flags shared by pretrain and finetune.
+# Set-up: Keras state, precision, determinism, strategy, optimizer.
 # ------------------------------------------------------------------------------------------
 
 
-def add_common_flags(parser: argparse.ArgumentParser) -> None:
-  g = parser.add_argument_group("config")
-  g.add_argument("--config", required=True,
-                 help=f"preset name ({', '.join(config_lib.preset_names())}) or a YAML file")
-  g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                 help="override one config field, e.g. --set trainer.steps=100 (repeatable)")
-  g.add_argument("--out", required=True, help="output dir: checkpoints/, logs/, export/")
-  g.add_argument("--vocab", required=True, help="WordPiece vocabulary file (twotower vocab)")
-  g.add_argument("--init", default=None,
-                 help="checkpoint (file prefix or run dir) to start the towers from: a "
-                      "pre-training or MLM run; 'none' for random initialisation")
-  g.add_argument("--steps", type=int, default=None, help="optimizer steps (overrides config)")
-  g.add_argument("--batch_size", "--batch-size", type=int, default=None, help="global batch (overrides config)")
-  g.add_argument("--strategy", choices=config_lib.STRATEGIES, default=None,
-                 help="tf.distribute strategy (overrides runtime.strategy)")
-  g.add_argument("--tpu", default=None, help="TPU name/address for TPUClusterResolver")
-  g.add_argument("--mixed_precision", "--mixed-precision", action="store_true", default=None,
-                 help="bfloat16 compute, float32 variables")
-  g.add_argument("--jit_compile", "--jit-compile", action="store_true", default=None,
-                 help="XLA-compile the train step (slower on CPU)")
-  g.add_argument("--no_export", "--no-export", action="store_true", help="skip the SavedModel export")
-  g.add_argument("--verbose", type=int, default=None,
-                 help="Keras fit verbosity (default: progress bar on a terminal)")
+def set_up(trainer: config_lib.TrainerConfig) -> None:
+  """A fresh Keras state (what ran before in this process changes nothing), the compute
+  precision, op determinism when `trainer.deterministic`, and every seed (Python, NumPy,
+  tf.random, Keras initialisers and dropout); data order is seeded by the datasets."""
+  keras.backend.clear_session()
+  keras.mixed_precision.set_global_policy(
+      "mixed_bfloat16" if trainer.mixed_precision else "float32")
+  _set_op_determinism(trainer.deterministic)
+  keras.utils.set_random_seed(trainer.seed)
 
 
-def load_config(args: argparse.Namespace, **extra: dict) -> config_lib.PretrainConfig:
-  cfg = config_lib.load(args.config, args.set)
-  runtime = {k: v for k, v in (("strategy", args.strategy), ("tpu", args.tpu)) if v is not None}
-  trainer = {k: v for k, v in (("mixed_precision", args.mixed_precision),
-                               ("jit_compile", args.jit_compile)) if v is not None}
-  sections = {"runtime": runtime, "trainer": trainer}
-  for key, fields in extra.items():
-    sections.setdefault(key, {}).update(fields)
-  return config_lib.replace(cfg, **{k: v for k, v in sections.items() if v})
+def _op_determinism() -> bool:
+  from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+  return tf_config.is_op_determinism_enabled()
 
 
-# ------------------------------------------------------------------------------------------
-# Strategy, optimizer.
-# ------------------------------------------------------------------------------------------
+def _set_op_determinism(enabled: bool) -> None:
+  if enabled:
+    tf.config.experimental.enable_op_determinism()
+  else:
+    # TensorFlow exports no switch back (tf.config.experimental has only `enable_`).
+    from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+    tf_config.disable_op_determinism()
 
 
 def make_strategy(runtime: config_lib.RuntimeConfig) -> tf.distribute.Strategy:
@@ -86,7 +137,7 @@ def make_strategy(runtime: config_lib.RuntimeConfig) -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy()
   if runtime.strategy == "multi_worker":
     if "TF_CONFIG" not in os.environ:
-      raise ValueError("--strategy multi_worker needs the TF_CONFIG environment variable")
+      raise ValueError("runtime.strategy=multi_worker needs the TF_CONFIG environment variable")
     return tf.distribute.MultiWorkerMirroredStrategy()
   if runtime.strategy == "tpu":
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=runtime.tpu or None)
@@ -94,6 +145,16 @@ def make_strategy(runtime: config_lib.RuntimeConfig) -> tf.distribute.Strategy:
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
   return tf.distribute.get_strategy()
+
+
+def _worker(strategy) -> int | None:
+  """None on the chief (the one that writes the run dir), else this worker's index."""
+  resolver = getattr(strategy, "cluster_resolver", None)
+  if resolver is None or not resolver.task_type:
+    return None
+  if resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0):
+    return None
+  return int(resolver.task_id)
 
 
 @keras.saving.register_keras_serializable(package="twotower")
@@ -123,10 +184,6 @@ def make_optimizer(learning_rate: float, steps: int, warmup_fraction: float,
   return opt
 
 
-def set_precision(mixed: bool) -> None:
-  keras.mixed_precision.set_global_policy("mixed_bfloat16" if mixed else "float32")
-
-
 # ------------------------------------------------------------------------------------------
 # Initialisation from another run.
 # ------------------------------------------------------------------------------------------
@@ -134,7 +191,7 @@ def set_precision(mixed: bool) -> None:
 
 def resolve_checkpoint(path: str) -> str:
   """A checkpoint prefix from a prefix, a `checkpoints/` dir or a run dir."""
-  for candidate in (path, os.path.join(path, CHECKPOINT_DIR)):
+  for candidate in (path, contracts.checkpoint_dir(path)):
     if tf.io.gfile.isdir(candidate):
       latest = tf.train.latest_checkpoint(candidate)
       if latest:
@@ -147,7 +204,7 @@ def resolve_checkpoint(path: str) -> str:
 def _children(prefix: str, *path: str) -> set[str]:
   """Names of the objects under `path` in a checkpoint's object graph (variable names alone
   do not tell: a variable is saved under its first path, often the optimizer's)."""
-  from tensorflow.core.protobuf import trackable_object_graph_pb2
+  from tensorflow.core.protobuf import trackable_object_graph_pb2  # pylint: disable=import-outside-toplevel
   graph = trackable_object_graph_pb2.TrackableObjectGraph()
   graph.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
   node = graph.nodes[0]
@@ -191,172 +248,151 @@ def init_towers(model, path: str) -> None:
     raise ValueError(f"--init {prefix}: neither a two-tower nor an MLM checkpoint")
 
 
+def two_tower_builder(cfg: config_lib.PretrainConfig, init: str | None) -> BuildModel:
+  """build_model for `train`: the two towers of `cfg.model`, restored from `init` if given."""
+  def build(vocab_size: int) -> keras.Model:
+    from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
+    model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
+                            cfg.trainer.grad_cache_chunk)
+    if init and init.lower() != "none":
+      init_towers(model, init)
+    else:
+      logger.warning("INIT: random initialisation of the towers (no --init)")
+    return model
+  return build
+
+
 # ------------------------------------------------------------------------------------------
-# The training loop.
+# The one training path.
 # ------------------------------------------------------------------------------------------
 
 
-class _SaveCheckpoint(keras.callbacks.Callback):
-  """Saves model + optimizer at the end of each Keras epoch, numbered by optimizer step."""
-
-  def __init__(self, manager: tf.train.CheckpointManager):
-    super().__init__()
-    self.manager = manager
-
-  def on_epoch_end(self, epoch, logs=None):
-    step = int(self.model.optimizer.iterations.numpy())
-    path = self.manager.save(checkpoint_number=step)
-    logger.info("checkpoint at step %d: %s", step, path)
+def write_config(out_dir: str, cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> None:
+  text = cfg.to_yaml()
+  if extra:
+    import yaml  # pylint: disable=import-outside-toplevel
+    text += yaml.safe_dump({"run": dict(extra)}, sort_keys=False)
+  io.write_text(contracts.run_config_path(out_dir), text)
 
 
-def _is_chief(strategy) -> bool:
-  resolver = getattr(strategy, "cluster_resolver", None)
-  if resolver is None or not resolver.task_type:
-    return True
-  return resolver.task_type == "chief" or (
-      resolver.task_type == "worker" and resolver.task_id == 0)
+def train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
+          learning_rate: float, steps: int, callbacks: MakeCallbacks | None = None,
+          select: str = "", exportable: bool = True,
+          run_info: Mapping[str, Any] | None = None) -> TrainResult:
+  """Builds, trains (resuming from OUT/checkpoints), selects and exports one model.
+
+  Args:
+    job: the run (config, out dir, vocabulary, progress, export).
+    build_model: the model factory, called in the strategy scope.
+    make_datasets: the dataset factory; not called when there is nothing left to train.
+    learning_rate, steps: the peak learning rate and the optimizer steps (rounded up to a
+      multiple of `trainer.checkpoint_every`).
+    callbacks: extra callbacks (e.g. validation Recall@k), run first at each checkpoint.
+    select: a logged metric ("val_R@100"): export the best checkpoint by it (higher is
+      better, lower for losses) instead of the last one.
+    exportable: the model has query and document towers to export (not MLM).
+    run_info: extra fields for the `run:` section of OUT/config.yaml.
+  """
+  # Op determinism is process-wide: what a run sets, it puts back (the next run, or the
+  # caller's own TensorFlow code, e.g. unseeded random ops or XLA, is not changed by it).
+  before = _op_determinism()
+  try:
+    return _train(job, build_model, make_datasets, learning_rate=learning_rate, steps=steps,
+                  callbacks=callbacks, select=select, exportable=exportable, run_info=run_info)
+  finally:
+    _set_op_determinism(before)
 
 
-def fit(model: keras.Model, train_ds: tf.data.Dataset, eval_ds: tf.data.Dataset | None,
-        cfg: config_lib.PretrainConfig, out_dir: str, strategy: tf.distribute.Strategy,
-        steps: int, callbacks: Sequence[keras.callbacks.Callback] = (),
-        verbose: int | str = "auto") -> dict:
-  """Trains `model` (built and compiled in `strategy.scope()`) to `steps` optimizer steps,
-  resuming from `<out_dir>/checkpoints` when a checkpoint is there. Returns the history
-  of this invocation ({metric: [per epoch]})."""
-  t = cfg.trainer
+def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
+           learning_rate: float, steps: int, callbacks: MakeCallbacks | None, select: str,
+           exportable: bool, run_info: Mapping[str, Any] | None) -> TrainResult:
+  from twotower.model import export as export_lib  # pylint: disable=import-outside-toplevel
+  from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  started = time.perf_counter()
+  cfg, t = job.config, job.config.trainer
+  set_up(t)
+  strategy = make_strategy(cfg.runtime)
+  worker = _worker(strategy)
+  tokenizer = Tokenizer.from_file(job.vocab, cfg.model.query_len, cfg.model.doc_len)
   per_epoch = max(1, min(t.checkpoint_every, steps))
   epochs = math.ceil(steps / per_epoch)
   if epochs * per_epoch != steps:
     logger.info("steps %d rounded up to %d (a multiple of checkpoint_every=%d)", steps,
                 epochs * per_epoch, per_epoch)
-  ckpt_dir = os.path.join(out_dir, CHECKPOINT_DIR)
-  if not _is_chief(strategy):  # every worker writes; only the chief's copy is kept
-    ckpt_dir = os.path.join(out_dir, "tmp_workers", f"worker_{strategy.cluster_resolver.task_id}")
+  io.makedirs(job.out)
+  write_config(job.out, cfg, {"vocab": job.vocab, "init": job.init, "steps": steps,
+                              "learning_rate": learning_rate,
+                              "replicas": strategy.num_replicas_in_sync, "select": select,
+                              **(run_info or {})})
+  io.log_settings("train", {"out": job.out, "strategy": cfg.runtime.strategy,
+                            "replicas": strategy.num_replicas_in_sync, "steps": steps,
+                            "lr": learning_rate, "batch": cfg.data.batch_size,
+                            "mixed_precision": t.mixed_precision,
+                            "deterministic": t.deterministic, "seed": t.seed})
   with strategy.scope():
+    model = build_model(cfg.model.vocab_size or tokenizer.vocab_size)
+    model.compile(optimizer=make_optimizer(learning_rate, steps, t.warmup_fraction,
+                                           t.weight_decay), jit_compile=t.jit_compile)
     model.optimizer.build(model.trainable_variables)
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-  manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=t.keep_checkpoints)
+  logger.info("%s: %.2fM parameters (%s)", model.name, model.count_params() / 1e6, cfg.model)
+  if t.jit_compile and not model.jit_compile:
+    # Keras compiles nothing with XLA while op determinism is on (not every XLA op has a
+    # deterministic kernel).
+    logger.warning("jit_compile ignored: Keras turns XLA off under op determinism; "
+                   "--no_deterministic to compile the train step")
+
+  # Resume, then train what is left.
+  own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"
+  manager = loop.checkpoint_manager(model, job.out, t.keep_checkpoints, worker)
   if manager.latest_checkpoint:
-    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    manager.checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
     logger.warning("RESUME: restored %s (step %d)", manager.latest_checkpoint,
                    int(model.optimizer.iterations.numpy()))
   step = int(model.optimizer.iterations.numpy())
+  history = loop.History(contracts.history_path(job.out) if worker is None else None, step)
+  keep_best = (loop.KeepBest(select, contracts.best_checkpoint_dir(own_dir), history, model)
+               if select else None)
   initial_epoch = step // per_epoch
   if initial_epoch >= epochs:
     logger.info("already trained %d steps (>= %d): nothing to do", step, steps)
-    return {}
-  if cfg.runtime.strategy == "multi_worker":
-    return _custom_loop(model, train_ds, strategy, manager, per_epoch, epochs, initial_epoch,
-                        out_dir)
-  cbs = list(callbacks) + [
-      _SaveCheckpoint(manager),
-      keras.callbacks.TensorBoard(os.path.join(out_dir, LOG_DIR), update_freq=max(1, per_epoch // 10)),
-      keras.callbacks.CSVLogger(os.path.join(out_dir, HISTORY_FILE), append=True),
-  ]
-  history = model.fit(train_ds, epochs=epochs, steps_per_epoch=per_epoch,
-                      initial_epoch=initial_epoch, validation_data=eval_ds,
-                      validation_steps=t.eval_steps if eval_ds is not None else None,
-                      callbacks=cbs, verbose=verbose)
-  return history.history
+  else:
+    train_ds, eval_ds = make_datasets(tokenizer)
+    cbs = list(callbacks(model, tokenizer) if callbacks else [])
+    cbs += [keep_best] if keep_best else []
+    cbs += [loop.SaveCheckpoint(manager), history,
+            loop.Progress(job.progress, epochs * per_epoch, step)]
+    loop.fit(model, train_ds, eval_ds, strategy=strategy,
+             custom_loop=cfg.runtime.strategy == "multi_worker", epochs=epochs,
+             per_epoch=per_epoch, initial_epoch=initial_epoch, eval_steps=t.eval_steps,
+             callbacks=cbs, log_dir=contracts.log_dir(job.out) if worker is None else None)
+  steps_done = int(model.optimizer.iterations.numpy())
+  selected = keep_best.restore(model) if keep_best else None
+  if keep_best and selected is not None:
+    logger.warning("SELECT: exporting step %d of %d, the best %s (%.4f)", selected, steps_done,
+                   select, keep_best.best)
+
+  saved = None
+  if job.export and exportable and worker is None:
+    saved = export_lib.export(model, tokenizer, job.vocab, contracts.export_dir(job.out),
+                              cfg.to_yaml())
+  return TrainResult(out=job.out, history=history.as_dict(), saved_model=saved,
+                     steps=steps_done, seconds=time.perf_counter() - started,
+                     selected_step=selected if selected is not None else steps_done,
+                     select=select)
 
 
-def _custom_loop(model, train_ds, strategy, manager, per_epoch, epochs, initial_epoch,
-                 out_dir) -> dict:
-  """`strategy.run(model.train_step)` for MultiWorkerMirroredStrategy (no Keras fit)."""
-  dist_ds = strategy.experimental_distribute_dataset(train_ds)
-  writer = tf.summary.create_file_writer(os.path.join(out_dir, LOG_DIR, "train"))
-
-  @tf.function
-  def step_fn(batch):
-    logs = strategy.run(model.train_step, args=(batch,))
-    return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in logs.items()}
-
-  history: dict[str, list] = {}
-  iterator = iter(dist_ds)
-  for epoch in range(initial_epoch, epochs):
-    for m in model.metrics:
-      m.reset_state()
-    bar = keras.utils.Progbar(per_epoch, stateful_metrics=None)
-    for i in range(per_epoch):
-      logs = step_fn(next(iterator))
-      bar.update(i + 1, [(k, float(v)) for k, v in logs.items()])
-    step = int(model.optimizer.iterations.numpy())
-    with writer.as_default(step=step):
-      for k, v in logs.items():
-        tf.summary.scalar(f"epoch_{k}", v)
-        history.setdefault(k, []).append(float(v))
-    manager.save(checkpoint_number=step)
-    logger.info("epoch %d/%d step %d: %s", epoch + 1, epochs, step,
-                json.dumps({k: round(float(v), 4) for k, v in logs.items()}))
-  return history
-
-
-def write_config(out_dir: str, cfg: config_lib.PretrainConfig, extra: dict | None = None) -> None:
-  text = cfg.to_yaml()
-  if extra:
-    import yaml
-    text += yaml.safe_dump({"run": extra}, sort_keys=False)
-  io.write_text(os.path.join(out_dir, CONFIG_FILE), text)
-
-
-def log_params(model: keras.Model, cfg: config_lib.PretrainConfig) -> None:
-  m = cfg.model
-  logger.info("model: %s L%d/H%d/A%d d=%d q%d/d%d, %s towers, %.2fM parameters", m.encoder,
-              m.num_layers, m.hidden_dim, m.num_heads, m.embedding_dim, m.query_len, m.doc_len,
-              "shared" if m.shared_towers else "separate", model.count_params() / 1e6)
-
-
-def train_two_tower(cfg: config_lib.PretrainConfig, args: argparse.Namespace,
-                    make_datasets: Callable, learning_rate: float, steps: int,
-                    callbacks: Callable | None = None) -> tuple[keras.Model, dict]:
-  """Builds (in the strategy scope), initialises, trains and exports a TwoTowerModel.
-
-  `make_datasets(tokenizer) -> (train_ds, eval_ds or None)`; `callbacks(model, tokenizer)`
-  returns extra Keras callbacks (e.g. validation Recall@k).
-  """
-  from twotower.model import data as data_lib  # noqa: F401  (import cost paid here)
-  from twotower.model import export as export_lib
-  from twotower.model.tokenizer import Tokenizer
-  from twotower.model.two_tower import build_two_tower
-
-  set_precision(cfg.trainer.mixed_precision)
-  keras.utils.set_random_seed(cfg.trainer.seed)
-  strategy = make_strategy(cfg.runtime)
-  tokenizer = Tokenizer.from_file(args.vocab, cfg.model.query_len, cfg.model.doc_len)
-  vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
-  io.makedirs(args.out)
-  write_config(args.out, cfg, {"vocab": args.vocab, "init": args.init, "steps": steps,
-                               "learning_rate": learning_rate,
-                               "replicas": strategy.num_replicas_in_sync})
-  io.log_settings("train", {"out": args.out, "strategy": cfg.runtime.strategy,
-                            "replicas": strategy.num_replicas_in_sync, "steps": steps,
-                            "lr": learning_rate, "batch": cfg.data.batch_size,
-                            "mixed_precision": cfg.trainer.mixed_precision})
-  with strategy.scope():
-    model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
-                            cfg.trainer.grad_cache_chunk)
-    if args.init and args.init.lower() != "none":
-      init_towers(model, args.init)
-    else:
-      logger.warning("INIT: random initialisation of the towers (no --init)")
-    model.compile(optimizer=make_optimizer(learning_rate, steps, cfg.trainer.warmup_fraction,
-                                           cfg.trainer.weight_decay),
-                  jit_compile=cfg.trainer.jit_compile)
-  log_params(model, cfg)
-  train_ds, eval_ds = make_datasets(tokenizer)
-  extra = callbacks(model, tokenizer) if callbacks else []
-  verbose = args.verbose if args.verbose is not None else "auto"
-  history = fit(model, train_ds, eval_ds, cfg, args.out, strategy, steps, extra, verbose)
-  if not args.no_export and _is_chief(strategy):
-    export_lib.export(model, tokenizer, args.vocab, os.path.join(args.out, EXPORT_DIR),
-                      cfg.to_yaml())
-  return model, history
-
-
-def summary_table(history: dict) -> str:
-  """The last value of each metric, one line each (the CLI's final summary)."""
-  if not history:
-    return "nothing trained (already at the requested step)"
-  width = max(map(len, history))
-  return "\n".join(f"{k:<{width}}  {v[-1]:.4f}" for k, v in history.items() if v)
+def summary_table(result: TrainResult) -> str:
+  """The command's result: the last value of each metric, the exported step and paths."""
+  if not result.history.get("step"):
+    return f"nothing trained: {result.out} has no history"
+  metrics = {k: v for k, v in result.history.items() if k not in ("step", "epoch")}
+  width = max([len(k) for k in metrics] + [14])
+  lines = [f"{'steps':<{width}}  {result.steps}"]
+  lines += [f"{k:<{width}}  {v[-1]:.4f}" for k, v in metrics.items() if v]
+  if result.select:
+    lines.append(f"{'selected step':<{width}}  {result.selected_step} (best {result.select})")
+  lines.append(f"{'run dir':<{width}}  {result.out}")
+  if result.saved_model:
+    lines.append(f"{'saved model':<{width}}  {result.saved_model}")
+  lines.append(f"{'seconds':<{width}}  {result.seconds:.0f}")
+  return "\n".join(lines)

@@ -404,7 +404,7 @@ def test_tpu_script_parses_and_names_missing_variables():
 
 def test_tpu_script_trains_with_the_tpu_strategy_on_gcs_paths():
   import shlex
-  from twotower.model import pretrain
+  from twotower.commands import pretrain as pretrain_cmd
   done = subprocess.run(["bash", str(TPU_SCRIPT), "train", "--steps", "100"],
                         capture_output=True, text=True, check=True,
                         env={"PATH": os.environ["PATH"], **TPU_ENV, "DRY_RUN": "1"})
@@ -412,9 +412,10 @@ def test_tpu_script_trains_with_the_tpu_strategy_on_gcs_paths():
   assert gcloud[:4] == ["gcloud", "compute", "tpus", "tpu-vm"] and "--worker=all" in gcloud
   remote = shlex.split(gcloud[gcloud.index("--command") + 1])
   assert remote[:4] == ["python3", "-m", "twotower.cli", "pretrain"]
-  args = pretrain._parser().parse_args(remote[4:])  # pylint: disable=protected-access
-  assert (args.strategy, args.tpu, args.steps) == ("tpu", "twotower-v3-32", 100)
-  assert all(p.startswith("gs://my-bucket/") for p in (args.pairs, args.vocab, args.out))
+  job = pretrain_cmd.parse(remote[4:])
+  runtime = job.config.runtime
+  assert (runtime.strategy, runtime.tpu, job.config.trainer.steps) == ("tpu", "twotower-v3-32", 100)
+  assert all(p.startswith("gs://my-bucket/") for p in (job.pairs, job.vocab, job.out))
 
 
 # ---------------------------------------------------------------------------------------------

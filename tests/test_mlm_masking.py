@@ -1,5 +1,6 @@
 """MLM masks 15 % of the word pieces of real pair documents at every sequence length (issue 11:
-a fixed cap of 20 predictions masked about 7 % of a 288-piece document)."""
+a fixed cap of 20 predictions masked about 7 % of a 288-piece document), and never reads the
+passages of the pages the pair pipeline held out (issue 11)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower.model import config, data
+from twotower import contracts
+from twotower.model import config, data, mlm
 from twotower.model.tokenizer import Tokenizer
 from twotower.commands import pairs as pairs_cmd
 from twotower.pipelines import vocab
@@ -27,10 +29,11 @@ def long_article(page_id: int, title: str) -> DumpPage:
   return DumpPage(page_id, title, f"{lead}\n\n== History ==\n{body}\n\n== Legacy ==\n{body}")
 
 
-def pipeline_pairs(dump: str, out: str) -> tuple[list[str], str]:
+def pipeline_pairs(dump: str, out: str, heldout_percent: float = 0) -> tuple[list[str], str]:
   """Pair shards and a vocabulary, as `twotower pairs` and `twotower vocab` write them."""
-  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", "0", "--max_doc_tokens",
-             "1024", "--min_passage_tokens", "600", "--ict_per_page", "8"])
+  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", str(heldout_percent),
+                  "--max_doc_tokens", "1024", "--min_passage_tokens", "600", "--ict_per_page",
+                  "8"])
   vocab_path = f"{out}/vocab.txt"
   vocab.run(vocab.VocabConfig(passages=out, out=vocab_path, vocab_size=2000))
   return sorted(glob.glob(f"{out}/pairs/*/train-*.tfrecord")), vocab_path
@@ -107,3 +110,27 @@ def test_masking_replaces_80_percent_with_mask_and_never_touches_special_tokens(
   touched[rows, positions] = True
   np.testing.assert_array_equal(out["token_ids"].numpy()[~touched],
                                 packed["token_ids"].numpy()[~touched])
+
+
+def test_mlm_skips_the_passages_of_pages_the_pair_pipeline_held_out(tmp_path):
+  dump = write_dump(tmp_path / "heldout-pages-articles.xml",
+                    [long_article(i + 1, f"Topic {i}") for i in range(12)])
+  out = str(tmp_path / "out")
+  _, vocab_path = pipeline_pairs(dump, out, heldout_percent=40)
+  passages = contracts.passages_dir(out)
+  percent = mlm.heldout_percent(passages, None)  # from the pipeline's config.json
+  assert percent == 40.0
+  every = list(contracts.codecs.read_passages(passages))
+  kept = [p for p in every if not contracts.is_heldout(p.page_id, percent)]
+  assert 0 < len(kept) < len(every)  # some pages are held out, some are not
+  tokenizer = Tokenizer.from_file(vocab_path, 16, 128)
+  ds = data.mlm_dataset(tokenizer, 1, 128, 0.15, passages_dir=passages,
+                        heldout_percent=percent, shuffle=False, repeat=False)
+  rows = []
+  for batch in ds:  # undo the masking: the rows MLM trained on
+    ids = batch["token_ids"].numpy()[0].copy()
+    real = batch["mask_weights"].numpy()[0] > 0
+    ids[batch["mask_positions"].numpy()[0][real]] = batch["mask_ids"].numpy()[0][real]
+    rows.append(ids)
+  expected = tokenizer.passages(tf.constant([f"{p.title} {p.text}" for p in kept]), 128)
+  np.testing.assert_array_equal(np.stack(rows), expected["token_ids"].numpy())

@@ -1,15 +1,24 @@
-"""Input pipeline (static shapes, task mixing) and configs (presets, overrides)."""
+"""Input pipeline (static shapes, task mixing by equal or pooled shares, held-out pages kept
+out of MLM) and configs (presets, overrides)."""
 
 from __future__ import annotations
 
 import collections
+import logging
+import os
+import shutil
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from twotower.model import config, data, testing
+from twotower import contracts, io
+from twotower.contracts import counters
+from twotower.model import config, data, mlm
 from twotower.model.tokenizer import Tokenizer
+from twotower.testing import pairs as testing
 
 
 @pytest.fixture
@@ -39,17 +48,102 @@ def test_pair_dataset_element_spec_is_fully_static(pairs_root, tokenizer):
   assert (batch["query"]["token_ids"].numpy()[:, 0] == tokenizer.cls_id).all()
 
 
-def test_tasks_are_mixed_uniformly(pairs_root, tokenizer, tmp_path):
-  # bfs pairs get doc ids >= 1000 so each batch row says which task it came from.
-  bfs = [dict(p, doc_page_id=p["doc_page_id"] + 1000) for p in testing.synthetic_pairs(40, task="bfs")]
-  testing.write_pairs(pairs_root, "bfs", "train", bfs)
-  ds = data.pretrain_dataset(pairs_root, ["ict", "bfs"], "train", tokenizer, 8, seed=3)
+def _bfs_share(ds, batches: int) -> float:
+  """Share of bfs rows (doc page ids >= 1000) in the first `batches` batches."""
   counts = collections.Counter()
-  for batch in ds.take(25):
+  for batch in ds.take(batches):
     for page in batch["doc_id"].numpy()[:, 0]:
       counts["bfs" if page >= 1000 else "ict"] += 1
-  share = counts["bfs"] / sum(counts.values())
-  assert 0.4 < share < 0.6, counts
+  return counts["bfs"] / sum(counts.values())
+
+
+def test_tasks_are_mixed_uniformly(pairs_root, tokenizer, tmp_path):
+  # bfs pairs get doc ids >= 1000 so each batch row says which task it came from.
+  testing.write_pairs(pairs_root, "bfs", "train",
+                      testing.synthetic_pairs(40, task="bfs", first_page=1000))
+  ds = data.pretrain_dataset(pairs_root, ["ict", "bfs"], "train", tokenizer, 8, seed=3)
+  assert 0.4 < _bfs_share(ds, 25) < 0.6
+
+
+@pytest.fixture
+def unequal_pairs(tmp_path):
+  """60 ict and 20 bfs training pairs (+ held-out ones), and the pair pipeline's counts."""
+  root = str(tmp_path)
+  testing.write_pairs(root, "ict", "train", testing.synthetic_pairs(60, task="ict"))
+  testing.write_pairs(root, "bfs", "train",
+                      testing.synthetic_pairs(20, task="bfs", first_page=1000))
+  testing.write_pairs(root, "ict", "heldout", testing.synthetic_pairs(10, task="ict", seed=2))
+  testing.write_pairs(root, "bfs", "heldout", testing.synthetic_pairs(5, task="bfs", seed=2))
+  stats = {counters.pairs("ict"): 70, counters.pairs("ict", contracts.HELDOUT): 10,
+           counters.pairs("bfs"): 25, counters.pairs("bfs", contracts.HELDOUT): 5}
+  return root, stats
+
+
+@pytest.mark.parametrize("with_stats", [True, False], ids=["stats.json", "counted"])
+def test_pooled_mixture_samples_tasks_in_proportion_to_their_training_pairs(
+    unequal_pairs, tokenizer, with_stats, caplog):
+  root, stats = unequal_pairs
+  if with_stats:
+    io.write_json(f"{root}/{contracts.STATS_FILE}", stats)
+  with caplog.at_level(logging.WARNING):
+    weights = data.task_weights(root, ["ict", "bfs"], contracts.TRAIN, "pooled")
+  assert weights == {"ict": 0.75, "bfs": 0.25}  # 60 / 80 and 20 / 80 training pairs
+  assert ("counting the records" in caplog.text) is not with_stats
+  assert data.task_weights(root, ["ict", "bfs"], contracts.HELDOUT, "pooled") == {
+      "ict": 10 / 15, "bfs": 5 / 15}
+  # 100 batches of 8: 800 draws, binomial sd of the share 0.015.
+  pooled = data.pretrain_dataset(root, ["ict", "bfs"], "train", tokenizer, 8, weights=weights,
+                                 seed=1)
+  assert abs(_bfs_share(pooled, 100) - 0.25) < 0.05
+  equal = data.pretrain_dataset(root, ["ict", "bfs"], "train", tokenizer, 8,
+                                weights=data.task_weights(root, ["ict", "bfs"], "train", "equal"),
+                                seed=1)
+  assert abs(_bfs_share(equal, 100) - 0.5) < 0.06
+
+
+def test_mixture_is_a_config_field_checked_on_load():
+  assert config.load("tiny").data.mixture == "equal"  # the paper's reading so far
+  assert config.load("tiny", ["data.mixture=pooled"]).data.mixture == "pooled"
+  with pytest.raises(ValueError, match="data.mixture='sizes'"):
+    config.load("tiny", ["data.mixture=sizes"])
+
+
+def _write_passages(directory, pages: range) -> None:
+  """One passage per page, its text the page's own word (w<page>) three times."""
+  rows = [contracts.Passage(page, 0, f"w{page}", f"w{page} w{page} w{page}", (), True).to_row()
+          for page in pages]
+  directory.mkdir(parents=True)
+  pq.write_table(pa.Table.from_pylist(rows, schema=contracts.PASSAGE_SCHEMA),
+                 str(directory / "passages-00000-of-00001.parquet"))
+
+
+def test_mlm_never_reads_passages_of_heldout_pages(tmp_path, tokenizer):
+  out = tmp_path / "pairs_out"
+  _write_passages(out / "passages", range(200))
+  io.write_json(f"{out}/{contracts.PAIRS_CONFIG_FILE}", {"heldout_percent": 20.0})
+  passages = str(out / "passages")
+  percent = mlm.heldout_percent(passages, None)
+  assert percent == 20.0
+  ds = data.mlm_dataset(tokenizer, 1, 20, 0.15, passages_dir=passages, heldout_percent=percent,
+                        shuffle=False, repeat=False)
+  vocab = testing.write_vocab(str(tmp_path / "v.txt"))
+  words = open(vocab, encoding="utf-8").read().split("\n")
+  seen = set()
+  for batch in ds:
+    ids = batch["token_ids"].numpy()[0].copy()
+    real = batch["mask_weights"].numpy()[0] > 0
+    ids[batch["mask_positions"].numpy()[0][real]] = batch["mask_ids"].numpy()[0][real]  # unmask
+    seen |= {int(words[i][1:]) for i in ids if words[i].startswith("w")}
+  heldout = {p for p in range(200) if contracts.is_heldout(p, 20.0)}
+  assert 20 <= len(heldout) <= 60
+  assert seen == set(range(200)) - heldout
+
+
+def test_mlm_without_the_pair_config_reads_every_passage_and_says_so(tmp_path, caplog):
+  _write_passages(tmp_path / "passages", range(3))
+  with caplog.at_level(logging.WARNING):
+    assert mlm.heldout_percent(str(tmp_path / "passages"), None) == 0.0
+  assert "every passage feeds MLM" in caplog.text
 
 
 def test_mlm_dataset_is_static_and_masks(pairs_root, tokenizer):
@@ -119,3 +213,37 @@ def test_overrides_and_yaml_round_trip(tmp_path):
     config.load("cpu-small", ["model.layers=3"])
   with pytest.raises(ValueError, match="neither a file nor a preset"):
     config.load("no-such-preset")
+
+
+def _pipeline_output(dump: str, out: str) -> str:
+  """`twotower pairs` on `dump`, 30 % of the pages held out."""
+  from twotower.commands import pairs as pairs_cmd
+  pairs_cmd.main(["--dump", dump, "--out", out, "--heldout_percent", "30"])
+  return out
+
+
+def _check_counts_from_stats_match_the_records(out: str) -> None:
+  """Pooled weights read from the pipeline's stats.json equal the ones counted from its
+  shards: `pairs_<task>` minus `pairs_<task>_heldout` is the number of train records."""
+  tasks = [t for t in contracts.PRETRAIN_TASKS if data.count_pairs(out, t, contracts.TRAIN)]
+  assert len(tasks) >= 2, tasks
+  from_stats = {s: data.task_weights(out, tasks, s, "pooled") for s in contracts.PAIR_SPLITS}
+  counted = {s: {t: sum(1 for _ in contracts.codecs.read_tfrecords(data.pair_files(out, t, s)))
+                 for t in tasks} for s in contracts.PAIR_SPLITS}
+  shutil.move(os.path.join(out, contracts.STATS_FILE), os.path.join(out, "stats.moved"))
+  for split in contracts.PAIR_SPLITS:
+    assert {t: data.count_pairs(out, t, split) for t in tasks} == counted[split]
+    assert data.task_weights(out, tasks, split, "pooled") == pytest.approx(from_stats[split])
+
+
+def test_pooled_counts_of_a_pipeline_output(tmp_path):
+  from wikidump_fixtures import many_pages, write_dump
+  dump = write_dump(tmp_path / "pages-articles.xml", many_pages(20))
+  _check_counts_from_stats_match_the_records(_pipeline_output(dump, str(tmp_path / "out")))
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_pooled_counts_on_the_enwiki_slice(enwiki_slice, tmp_path):
+  _check_counts_from_stats_match_the_records(
+      _pipeline_output(str(enwiki_slice), str(tmp_path / "out")))

@@ -1,6 +1,8 @@
-"""End to end on tiny data: `twotower pretrain` (resume after SIGKILL, export round trip in a
-process that imports only TensorFlow + tensorflow_text), `twotower finetune` from a
-pre-training run, from an MLM run and from random weights, with validation Recall@k."""
+"""End to end on tiny data through the typed jobs: `pretrain.run(PretrainJob)` (history,
+export round trip in a process that imports only TensorFlow + tensorflow_text, resume after
+SIGKILL through `python -m`), `finetune.run(FinetuneJob)` from a pre-training run, from an
+MLM run and from random weights, with validation Recall@k choosing the exported checkpoint
+(never reading the test split)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,17 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 import tensorflow as tf
 
-from twotower import contracts, texts
-from twotower.model import finetune, pretrain, testing, train
+from twotower import cli, contracts, texts
+from twotower.contracts import Pair
+from twotower.model import config, finetune, pretrain, train
+from twotower.testing import pairs as testing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,27 +39,63 @@ def workdir(tmp_path_factory):
   return root
 
 
-def _pretrain_args(root, out, *extra):
-  return ["--config", "tiny", "--pairs", str(root), "--vocab", str(root / "vocab.txt"),
-          "--out", str(out), "--verbose", "0", *extra]
+def pretrain_job(root, out, tasks="ict", steps=10, *overrides, **fields) -> pretrain.PretrainJob:
+  cfg = config.load("tiny", [f"data.tasks={tasks}", f"trainer.steps={steps}", *overrides])
+  return pretrain.PretrainJob(config=cfg, out=str(out), vocab=str(root / "vocab.txt"),
+                              pairs=str(root), progress="none", **fields)
 
 
 @pytest.fixture(scope="module")
 def pretrained(workdir):
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = pretrain.run(pretrain_job(workdir, workdir / "pre", "ict,bfs"))
+  shuffle_warnings = [w for w in caught if "`shuffle=True` was passed" in str(w.message)]
+  return result, shuffle_warnings
+
+
+def test_pretrain_returns_its_history_and_writes_checkpoints_logs_and_export(workdir, pretrained):
+  result, shuffle_warnings = pretrained
   out = workdir / "pre"
-  pretrain.run(_pretrain_args(workdir, out, "--tasks", "ict,bfs", "--steps", "10"))
-  return out
+  assert result.out == str(out) and result.steps == 10 and result.seconds > 0
+  assert result.history["step"] == [5.0, 10.0]  # tiny: checkpoint_every=5
+  assert {"loss", "in_batch_accuracy", "val_loss", "val_in_batch_accuracy"} <= set(result.history)
+  assert result.saved_model == contracts.saved_model_path(str(out))
+  assert result.selected_step == 10 and result.select == ""
+  assert tf.train.latest_checkpoint(contracts.checkpoint_dir(str(out))).endswith("ckpt-10")
+  on_disk = pd.read_csv(contracts.history_path(str(out)))
+  assert on_disk["step"].tolist() == [5, 10]
+  np.testing.assert_allclose(on_disk["loss"], result.history["loss"])
+  assert os.listdir(out / contracts.LOG_DIR)
+  assert "tasks:\n  - ict\n  - bfs" in (out / contracts.RUN_CONFIG_FILE).read_text()
+  for name in (contracts.SAVED_MODEL_DIR, contracts.KERAS_FILE, contracts.VOCAB_FILE,
+               contracts.RUN_CONFIG_FILE):
+    assert (out / contracts.EXPORT_DIR / name).exists(), name
+  assert shuffle_warnings == []  # Keras's "shuffle=True ... will be ignored" is silenced
 
 
-def test_pretrain_writes_checkpoints_logs_history_and_export(pretrained):
-  assert tf.train.latest_checkpoint(str(pretrained / "checkpoints")).endswith("ckpt-10")
-  history = pd.read_csv(pretrained / "history.csv")
-  assert {"loss", "in_batch_accuracy", "val_loss", "val_in_batch_accuracy"} <= set(history)
-  assert len(history) == 2  # tiny: checkpoint_every=5
-  assert os.listdir(pretrained / "logs")
-  assert "tasks:\n  - ict\n  - bfs" in (pretrained / "config.yaml").read_text()
-  for name in ("saved_model", "two_tower.keras", "vocab.txt", "config.yaml"):
-    assert (pretrained / "export" / name).exists(), name
+def test_curves_plot_a_result_and_a_run_dir(workdir, pretrained, tmp_path, capsys):
+  from twotower.model import curves
+  result = pretrained[0]
+  png = curves.plot({"ICT+BFS": curves.Curve(result.history, 8)}, str(tmp_path / "a.png"))
+  assert os.path.getsize(png) > 1000
+  assert cli.main(["curves", "--run", f"ICT+BFS={result.out}", "--out",
+                   str(tmp_path / "b.png")]) == 0
+  assert capsys.readouterr().out.strip() == str(tmp_path / "b.png")
+  assert curves.load(result.out).history["step"] == result.history["step"]
+  assert cli.main(["curves", "--run", result.out, "--out", str(tmp_path / "c.png")]) == 2
+
+
+def test_run_takes_a_job_not_argv():
+  with pytest.raises(TypeError, match="takes a PretrainJob"):
+    pretrain.run(["--config", "tiny"])
+
+
+def test_a_finished_job_run_again_trains_nothing_and_returns_the_whole_history(
+    workdir, pretrained):
+  again = pretrain.run(pretrain_job(workdir, workdir / "pre", "ict,bfs", export=False))
+  assert again.steps == 10 and again.saved_model is None
+  assert again.history == pretrained[0].history
 
 
 _CONSUMER = textwrap.dedent("""
@@ -73,18 +114,20 @@ _CONSUMER = textwrap.dedent("""
 def test_export_round_trip_in_a_fresh_process(pretrained, tmp_path):
   import keras
   from twotower.model.tokenizer import Tokenizer
+  result = pretrained[0]
   queries = ["who wrote the cat", "w1 w2 w3", "Ünïcode PARIS?"]
   titles = ["title w1", "", "paris"]
   bodies = ["the cat sat on the mat . " * 20, "w4 w5", "river city king"]
   out = subprocess.run(
-      [sys.executable, "-c", _CONSUMER, str(pretrained / "export" / "saved_model"),
+      [sys.executable, "-c", _CONSUMER, result.saved_model,
        json.dumps(queries), json.dumps(titles), json.dumps(bodies),
        str(tmp_path / "q.npy"), str(tmp_path / "d.npy")],
       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
   assert out.returncode == 0, out.stderr[-3000:]
   q_saved, d_saved = np.load(tmp_path / "q.npy"), np.load(tmp_path / "d.npy")
-  model = keras.saving.load_model(str(pretrained / "export" / "two_tower.keras"))
-  tok = Tokenizer.from_file(str(pretrained / "export" / "vocab.txt"), 12, 24)
+  export = os.path.join(result.out, contracts.EXPORT_DIR)
+  model = keras.saving.load_model(os.path.join(export, contracts.KERAS_FILE))
+  tok = Tokenizer.from_file(os.path.join(export, contracts.VOCAB_FILE), 12, 24)
   q_keras = model.query_tower(tok.queries(tf.constant(queries))).numpy()
   d_keras = model.doc_tower(tok.docs(tf.constant(titles), tf.constant(bodies))).numpy()
   assert q_saved.shape == (3, 16) and d_saved.shape == (3, 16) and q_saved.dtype == np.float32
@@ -93,14 +136,20 @@ def test_export_round_trip_in_a_fresh_process(pretrained, tmp_path):
   assert np.abs(q_saved[0] - q_saved[1]).max() > 1e-4  # different inputs, different outputs
 
 
+def _pretrain_argv(root, out, *extra):
+  return ["--config", "tiny", "--pairs", str(root), "--vocab", str(root / "vocab.txt"),
+          "--out", str(out), *extra]
+
+
 @pytest.mark.slow
 def test_resume_after_sigkill_continues_from_the_last_checkpoint(workdir):
   out = workdir / "resume"
   cmd = [sys.executable, "-m", "twotower.model.pretrain",
-         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "400", "--no_export",
-                         "--set", "trainer.checkpoint_every=10", "--set", "trainer.eval_steps=0")]
+         *_pretrain_argv(workdir, out, "--tasks", "ict", "--steps", "400", "--no_export",
+                         "--progress", "epoch", "--set", "trainer.checkpoint_every=10",
+                         "--set", "trainer.eval_steps=0")]
   proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  ckpts = str(out / "checkpoints")
+  ckpts = contracts.checkpoint_dir(str(out))
   deadline = time.time() + 240
   latest = None
   while time.time() < deadline and proc.poll() is None:
@@ -117,13 +166,18 @@ def test_resume_after_sigkill_continues_from_the_last_checkpoint(workdir):
   assert again.returncode == 0, again.stderr[-3000:]
   assert f"RESUME: restored {ckpts}/ckpt-{killed_at} (step {killed_at})" in again.stderr
   assert tf.train.latest_checkpoint(ckpts).endswith("ckpt-400")
-  # The second run's first epoch starts after the checkpoint, not at step 0.
-  assert f"Epoch {killed_at // 10 + 1}/40" in again.stdout or "Epoch 1/40" not in again.stdout
+  # The second run's first checkpoint comes after the restored one, not at step 10 ...
+  assert f"step {killed_at + 10}/400:" in again.stderr and "step 10/400:" not in again.stderr
+  # ... and history.csv holds each checkpoint of the whole run once.
+  steps = pd.read_csv(contracts.history_path(str(out)))["step"].tolist()
+  assert steps[-1] == 400 and steps == sorted(set(steps)) and killed_at in steps
+  assert "steps" in again.stdout and "400" in again.stdout  # the result table
 
 
 @pytest.fixture(scope="module")
 def reqa_dir(workdir):
-  """A tiny ReQA dir: candidates, validation questions, fine-tuning pairs (pair schema)."""
+  """A tiny ReQA dir: candidates, validation questions, fine-tuning pairs (pair schema),
+  and a test split that is not a Parquet file: reading it would fail."""
   root = workdir / "reqa"
   rng = np.random.default_rng(0)
   words = [f"w{i}" for i in range(200)]
@@ -131,39 +185,71 @@ def reqa_dir(workdir):
   cands = pd.DataFrame({"candidate_id": np.arange(30, dtype=np.int64), "sentence": sentences,
                         "passage": [s + " w1 w2" for s in sentences],
                         "title": [f"title w{i}" for i in range(30)], "source": "test"})
-  os.makedirs(root / "finetune")
-  cands.to_parquet(root / contracts.CANDIDATES_FILE)
+  root.mkdir()
+  cands.to_parquet(contracts.candidates_path(str(root)))
   qs = pd.DataFrame({"question_id": [f"q{i}" for i in range(10)],
                      "question": [" ".join(s.split()[:4]) for s in sentences[:10]],
                      "gold_candidate_ids": [[i] for i in range(10)]})
-  qs.to_parquet(root / contracts.questions_file("validation-5"))
-  pairs = [{"task": contracts.REQA_TASK, "query": " ".join(s.split()[2:6]), "doc_title": t,
-            "doc_text": texts.candidate_doc_text(s, p), "query_page_id": i, "doc_page_id": i,
-            "doc_passage_id": i}
+  qs.to_parquet(contracts.questions_path(str(root), "validation-5"))
+  (root / contracts.questions_file("test-5")).write_bytes(b"never read the test split")
+  pairs = [Pair(task=contracts.REQA_TASK, query=" ".join(s.split()[2:6]), doc_title=t,
+                doc_text=texts.candidate_doc_text(s, p), query_page_id=i, doc_page_id=i,
+                doc_passage_id=i)
            for i, (s, p, t) in enumerate(zip(sentences, cands.passage, cands.title))]
-  with tf.io.TFRecordWriter(str(root / "finetune" / "train-5-00000-of-00001.tfrecord")) as w:
-    for p in pairs:
-      w.write(testing.pair_example(p))
+  contracts.codecs.write_pairs(contracts.finetune_prefix(str(root), "train-5"), pairs)
   return root
 
 
-def _finetune_args(workdir, reqa_dir, out, init):
-  return ["--config", "tiny", "--reqa", str(reqa_dir), "--split", "5", "--vocab",
-          str(workdir / "vocab.txt"), "--out", str(out), "--init", init, "--verbose", "0",
-          "--no_export"]
+def finetune_job(workdir, reqa_dir, out, init, *overrides, **fields) -> finetune.FinetuneJob:
+  return finetune.FinetuneJob(config=config.load("tiny", list(overrides)), out=str(out),
+                              vocab=str(workdir / "vocab.txt"), init=init, reqa=str(reqa_dir),
+                              split="5", progress="none", **fields)
 
 
-def test_finetune_from_pretraining_restores_towers_and_reports_recall(
-    workdir, reqa_dir, pretrained, caplog):
+def test_finetune_exports_the_best_validation_checkpoint(workdir, reqa_dir, pretrained, caplog):
+  import keras
+  from twotower.model.two_tower import build_two_tower
   out = workdir / "ft"
   with caplog.at_level(logging.INFO):
-    finetune.run(_finetune_args(workdir, reqa_dir, out, str(pretrained)))
+    result = finetune.run(finetune_job(workdir, reqa_dir, out, pretrained[0].out,
+                                       "trainer.finetune_steps=20", select="R@5"))
   assert "INIT: restored query_tower + doc_tower" in caplog.text
-  history = pd.read_csv(out / "history.csv")
+  history = result.history
+  assert history["step"] == [5.0, 10.0, 15.0, 20.0]
   for k in (1, 5, 10):
-    assert f"val_R@{k}" in history and 0.0 <= history[f"val_R@{k}"].iloc[-1] <= 1.0
-  assert "val_R@50" not in history  # only 30 candidates
-  assert history["val_R@10"].iloc[-1] >= history["val_R@1"].iloc[-1]
+    assert all(0.0 <= v <= 1.0 for v in history[f"val_R@{k}"])
+  assert "val_R@50" not in history and "val_MRR" in history  # only 30 candidates
+  assert all(a <= b for a, b in zip(history["val_R@1"], history["val_R@10"]))
+  # The exported step is the first best of the validation curve ...
+  curve = result.curve("val_R@5")
+  best = max(v for _, v in curve)
+  assert result.select == "val_R@5"
+  assert result.selected_step == next(s for s, v in curve if v == best)
+  best_dir = contracts.best_checkpoint_dir(str(out))
+  assert tf.train.latest_checkpoint(best_dir).endswith(f"ckpt-{result.selected_step}")
+  # ... and the export holds that checkpoint's weights.
+  cfg = config.load("tiny")
+  expected = build_two_tower(cfg.model, 226)
+  tf.train.Checkpoint(model=expected).restore(
+      tf.train.latest_checkpoint(best_dir)).assert_existing_objects_matched()
+  exported = keras.saving.load_model(
+      os.path.join(out, contracts.EXPORT_DIR, contracts.KERAS_FILE))
+  for a, b in zip(expected.get_weights(), exported.get_weights()):
+    np.testing.assert_array_equal(a, b)
+  assert "selected step" in train.summary_table(result)
+
+
+def test_select_needs_a_metric_that_validation_logs(workdir, reqa_dir):
+  with pytest.raises(ValueError, match=r"select='R@100': validation logs R@1, R@5, R@10, MRR"):
+    finetune.run(finetune_job(workdir, reqa_dir, workdir / "ft-100", "none"))
+
+
+def test_without_validation_the_last_checkpoint_is_exported(workdir, reqa_dir):
+  result = finetune.run(finetune_job(workdir, reqa_dir, workdir / "ft-norecall", "none",
+                                     "trainer.finetune_steps=10", validation_recall=False,
+                                     export=False))
+  assert result.select == "" and result.selected_step == 10
+  assert not any(k.startswith("val_R@") for k in result.history)
 
 
 def test_init_towers_restores_every_variable_of_the_pretrained_towers(workdir, pretrained):
@@ -172,15 +258,15 @@ def test_init_towers_restores_every_variable_of_the_pretrained_towers(workdir, p
   # independent of the model path that --init restores through. Every tower variable must
   # come back, the Transformer blocks included (a Keras-tracked list of blocks once hid them
   # from tf.train.Checkpoint, and fine-tuning silently started from random blocks).
-  from twotower.model import config
   from twotower.model.tokenizer import Tokenizer
   from twotower.model.two_tower import build_two_tower
+  out = pretrained[0].out
   cfg = config.load("tiny")
   vocab_size = Tokenizer.from_file(str(workdir / "vocab.txt"), cfg.model.query_len,
                                    cfg.model.doc_len).vocab_size
   model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature)
-  train.init_towers(model, str(pretrained))
-  reader = tf.train.load_checkpoint(train.resolve_checkpoint(str(pretrained)))
+  train.init_towers(model, out)
+  reader = tf.train.load_checkpoint(train.resolve_checkpoint(out))
   towers = {id(v) for v in model.query_tower.weights + model.doc_tower.weights}
   checked = 0
   for i, v in enumerate(model.trainable_variables):
@@ -195,38 +281,62 @@ def test_init_towers_restores_every_variable_of_the_pretrained_towers(workdir, p
 @pytest.mark.slow
 def test_mlm_then_towers_start_from_the_mlm_backbone(workdir, reqa_dir, caplog):
   mlm_out = workdir / "mlm"
-  pretrain.run(_pretrain_args(workdir, mlm_out, "--tasks", "mlm", "--steps", "5"))
-  history = pd.read_csv(mlm_out / "history.csv")
-  assert "mlm_accuracy" in history and np.isfinite(history["loss"]).all()
+  result = pretrain.run(pretrain_job(workdir, mlm_out, "mlm", 5))
+  assert "mlm_accuracy" in result.history and np.isfinite(result.history["loss"]).all()
+  assert result.saved_model is None  # a backbone, no towers to export
   out = workdir / "ft-mlm"
   with caplog.at_level(logging.INFO):
-    finetune.run(_finetune_args(workdir, reqa_dir, out, str(mlm_out)) + ["--steps", "5"])
+    finetune.run(finetune_job(workdir, reqa_dir, out, str(mlm_out), "trainer.finetune_steps=5",
+                              select="R@10", export=False))
   assert "INIT: restored the MLM backbone" in caplog.text
   # Both towers' backbones equal the MLM backbone right after initialisation.
-  from twotower.model import config
+  from twotower.model import mlm
   from twotower.model.two_tower import build_two_tower
   cfg = config.load("tiny")
   model = build_two_tower(cfg.model, 226)
   train.init_towers(model, str(mlm_out))
-  from twotower.model.encoders import TransformerBackbone
-  from twotower.model.two_tower import MlmModel
-  m = cfg.model
-  mlm = MlmModel(TransformerBackbone(226, max(m.query_len, m.doc_len), m.num_layers,
-                                     m.hidden_dim, m.num_heads, m.intermediate_dim, m.dropout,
-                                     name="backbone"))
-  mlm.build_from_lengths(m.doc_len, cfg.data.mlm_predictions(m.doc_len))
-  tf.train.Checkpoint(model=mlm).restore(
+  backbone_model = mlm.build_model(cfg, None)(226)
+  tf.train.Checkpoint(model=backbone_model).restore(
       tf.train.latest_checkpoint(str(mlm_out / "checkpoints"))).expect_partial()
-  saved = mlm.backbone.token_embedding.embeddings.numpy()
+  saved = backbone_model.backbone.token_embedding.embeddings.numpy()
   for tower in (model.query_tower, model.doc_tower):
     np.testing.assert_array_equal(tower.backbone.token_embedding.embeddings.numpy(), saved)
   assert np.abs(model.query_tower.projection.kernel.numpy()).max() > 0
 
 
-def test_finetune_without_init_is_refused(workdir, reqa_dir):
-  with pytest.raises(ValueError, match="--init is required"):
-    finetune.run(["--config", "tiny", "--reqa", str(reqa_dir), "--vocab",
-                  str(workdir / "vocab.txt"), "--out", str(workdir / "x")])
+def test_mlm_refuses_init(workdir):
+  with pytest.raises(ValueError, match="MLM pre-training starts from random weights"):
+    pretrain.run(pretrain_job(workdir, workdir / "mlm-init", "mlm", 5, init="somewhere"))
+
+
+def test_cli_finetune_without_init_is_a_usage_error(workdir, reqa_dir, capsys):
+  assert cli.main(["finetune", "--config", "tiny", "--reqa", str(reqa_dir), "--vocab",
+                   str(workdir / "vocab.txt"), "--out", str(workdir / "x")]) == 2
+  assert "--init" in capsys.readouterr().err
+
+
+def test_cli_flags_become_the_job(workdir, reqa_dir):
+  from twotower.commands import finetune as finetune_cmd
+  from twotower.commands import pretrain as pretrain_cmd
+  job = pretrain_cmd.parse(_pretrain_argv(
+      workdir, workdir / "p", "--tasks", "ict,wlp", "--mixture", "pooled", "--steps", "7",
+      "--batch_size", "4", "--no_deterministic", "--no_export", "--progress", "epoch",
+      "--set", "trainer.seed=3", "--eval_split", "train", "-v"))
+  assert isinstance(job, pretrain.PretrainJob)
+  assert job.config.data.tasks == ("ict", "wlp") and job.config.data.mixture == "pooled"
+  assert (job.config.trainer.steps, job.config.data.batch_size, job.config.trainer.seed) == (7, 4, 3)
+  assert job.config.trainer.deterministic is False and job.export is False
+  assert (job.progress, job.eval_split, job.pairs) == ("epoch", "train", str(workdir))
+  ft = finetune_cmd.parse(["--config", "tiny", "--reqa", str(reqa_dir), "--vocab", "v.txt",
+                           "--out", "o", "--init", "none", "--steps", "9", "--batch_size", "2",
+                           "--no_recall", "--select", "", "--split", "80"])
+  assert isinstance(ft, finetune.FinetuneJob)
+  assert (ft.config.trainer.finetune_steps, ft.config.trainer.finetune_batch_size) == (9, 2)
+  assert ft.validation_recall is False and ft.select == "" and ft.split == "80"
+  assert ft.config.trainer.deterministic is True  # the default
+  base = ["--config", "tiny", "--out", "o", "--vocab", "v", "--set", "trainer.deterministic=false"]
+  assert pretrain_cmd.parse(base).config.trainer.deterministic is False  # the config's
+  assert pretrain_cmd.parse(base + ["--deterministic"]).config.trainer.deterministic is True
 
 
 @pytest.mark.slow
@@ -236,9 +346,10 @@ def test_multi_worker_runs_the_custom_loop_and_checkpoints(workdir):
   env = dict(os.environ, TF_CONFIG=json.dumps(
       {"cluster": {"worker": ["localhost:23917"]}, "task": {"type": "worker", "index": 0}}))
   cmd = [sys.executable, "-m", "twotower.model.pretrain",
-         *_pretrain_args(workdir, out, "--tasks", "ict", "--steps", "10", "--no_export",
-                         "--strategy", "multi_worker")]
+         *_pretrain_argv(workdir, out, "--tasks", "ict", "--steps", "10", "--no_export",
+                         "--strategy", "multi_worker", "--progress", "epoch")]
   done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-3000:]
-  assert "epoch 2/2 step 10" in done.stderr
-  assert tf.train.latest_checkpoint(str(out / "checkpoints")).endswith("ckpt-10")
+  assert "step 10/10: " in done.stderr
+  assert tf.train.latest_checkpoint(contracts.checkpoint_dir(str(out))).endswith("ckpt-10")
+  assert pd.read_csv(contracts.history_path(str(out)))["step"].tolist() == [5, 10]

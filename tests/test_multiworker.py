@@ -62,7 +62,7 @@ def _tail(path: str, lines: int = 25) -> str:
 @pytest.mark.slow
 def test_two_localhost_workers_end_with_the_same_weights(tmp_path):
   import tensorflow as tf
-  from twotower.model import testing
+  from twotower.testing import pairs as testing
 
   vocab = testing.write_vocab(str(tmp_path / "vocab.txt"))
   testing.write_pairs(str(tmp_path), "ict", "train", testing.synthetic_pairs(64, seed=1),
@@ -75,7 +75,7 @@ def test_two_localhost_workers_end_with_the_same_weights(tmp_path):
                      "--pairs", str(tmp_path), "--vocab", vocab, "--out", str(out),
                      "--tasks", "ict", "--strategy", "multi_worker", "--steps", str(STEPS),
                      "--batch_size", str(GLOBAL_BATCH), "--set", "trainer.checkpoint_every=2",
-                     "--set", "trainer.eval_steps=0", "--no_export", "--verbose", "0"])
+                     "--set", "trainer.eval_steps=0", "--no_export", "--progress", "none"])
     envs.append({**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                  "TF_CONFIG": json.dumps({"cluster": cluster,
                                           "task": {"type": "worker", "index": index}})})

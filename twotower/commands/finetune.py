@@ -1,10 +1,49 @@
-"""`twotower finetune` (transitional: delegates to twotower.model.finetune.run(argv) until its typed API lands)."""
+"""`twotower finetune --config PRESET_OR_FILE --init RUN_OR_none --reqa DIR --out DIR --vocab
+FILE`: the flags of model.finetune parsed into a `FinetuneJob` (training flags shared with
+`twotower pretrain`)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Iterable
+
+from twotower import texts
+from twotower.commands import flags
+from twotower.commands import pretrain as pretrain_cmd
+from twotower.model import finetune, train
+
+_STEPS, _BATCH = "trainer.finetune_steps", "trainer.finetune_batch_size"
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = flags.parser("finetune", finetune.__doc__)
+  pretrain_cmd.add_training_flags(p, steps=_STEPS, batch=_BATCH)
+  p.add_argument("--init", required=True,
+                 help="checkpoint (prefix or run dir) of a pre-training or MLM run; 'none' "
+                      "for random initialisation (the No-SSL baseline)")
+  g = p.add_argument_group("data")
+  g.add_argument("--reqa", required=True, help="ReQA dir (twotower reqa --out)")
+  g.add_argument("--split", default="5",
+                 help="train ratio: reads finetune/train-<ratio>-* and "
+                      "questions-validation-<ratio>")
+  g.add_argument("--no_recall", "--no-recall", action="store_true",
+                 help="skip validation Recall@k (and so export the last checkpoint)")
+  g.add_argument("--select", default=finetune.DEFAULT_SELECT,
+                 help="validation metric (R@k or MRR) whose best checkpoint is exported; '' "
+                      "for the last checkpoint")
+  g.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
+                 help="candidate text layout; must match the one `twotower reqa` used")
+  return p
+
+
+def parse(argv: Iterable[str] | None) -> finetune.FinetuneJob:
+  args = build_parser().parse_args(None if argv is None else list(argv))
+  cfg = pretrain_cmd.training_config(args, steps=_STEPS, batch=_BATCH)
+  return finetune.FinetuneJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
+                              export=not args.no_export, progress=args.progress,
+                              reqa=args.reqa, split=args.split, doc_text=args.doc_text,
+                              validation_recall=not args.no_recall, select=args.select)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  from twotower.model.finetune import run  # pylint: disable=import-outside-toplevel
-  run(None if argv is None else [a for a in argv if a not in ("-v", "--verbose")])
+  print(train.summary_table(finetune.run(parse(argv))))

@@ -7,8 +7,8 @@ per file layout, so that no stage spells another's paths.
                  finetune/<split>-SSSSS-of-NNNNN.tfrecord, stats.json;
                  `twotower hardneg`: finetune/<split>-hn<k>-SSSSS-of-NNNNN.tfrecord,
                  finetune/hn<k>-stats.json, finetune/hn<k>-config.json
-    RUN_DIR/     config.yaml, checkpoints/, logs/, history.csv,
-                 export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
+    RUN_DIR/     config.yaml, checkpoints/ (best/: the checkpoint selected on validation),
+                 logs/, history.csv, export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
     BM25_OUT/    run.trec, metrics.{json,md,csv,png}
 """
@@ -49,8 +49,22 @@ def pairs_pattern(out_dir: str, task: str, split: str) -> str:
   return shards_pattern(pairs_prefix(out_dir, task, split))
 
 
+#: The pair pipeline's passages folder, under its output dir.
+PASSAGES_DIR = "passages"
+
+
 def passages_dir(out_dir: str) -> str:
-  return _join(out_dir, "passages")
+  return _join(out_dir, PASSAGES_DIR)
+
+
+def pairs_out_of(path: str) -> str:
+  """The pair pipeline output dir of its passages/ dir (where stats.json and config.json
+  are); any other path is returned as it is."""
+  stripped = path.rstrip("/")
+  head, _, tail = stripped.rpartition("/")
+  if tail != PASSAGES_DIR:
+    return stripped
+  return head or ("/" if stripped.startswith("/") else ".")
 
 
 def passages_prefix(out_dir: str) -> str:
@@ -131,6 +145,8 @@ def hard_negatives_config_path(reqa_dir: str, k: int) -> str:
 # Training runs.
 RUN_CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
+#: Under checkpoints/: the model weights of the checkpoint selected by a validation metric.
+BEST_CHECKPOINT_DIR = "best"
 LOG_DIR = "logs"
 HISTORY_FILE = "history.csv"
 EXPORT_DIR = "export"
@@ -150,6 +166,23 @@ def saved_model_path(run_dir: str) -> str:
 
 def checkpoint_dir(run_dir: str) -> str:
   return _join(run_dir, CHECKPOINT_DIR)
+
+
+def best_checkpoint_dir(run_dir: str) -> str:
+  return _join(run_dir, CHECKPOINT_DIR, BEST_CHECKPOINT_DIR)
+
+
+def history_path(run_dir: str) -> str:
+  """One row per checkpoint: `step`, `epoch`, then the logged metrics."""
+  return _join(run_dir, HISTORY_FILE)
+
+
+def run_config_path(run_dir: str) -> str:
+  return _join(run_dir, RUN_CONFIG_FILE)
+
+
+def log_dir(run_dir: str) -> str:
+  return _join(run_dir, LOG_DIR)
 
 
 # Embeddings.

@@ -1,5 +1,6 @@
-"""Test fixtures that ship with the package (tests and benchmarks import them): nothing here
-is used by a stage.
+"""Helpers for tests and benchmarks (as `apache_beam.testing`): tiny, deterministic inputs
+written with the product's own codecs, never shipped as stand-ins inside a stage.
 
+  pairs          a WordPiece vocabulary file and synthetic ICT-like pairs (pair TFRecords)
   embed_standin  a small real SavedModel with the export's signatures (BoW-MLP shaped)
 """

@@ -1,0 +1,238 @@
+"""The training loop of `train.train`: Keras `fit` (default, mirrored, TPU) or a
+`strategy.run` loop (multi_worker: Keras 3 `fit` fails there, keras-team/keras#20585), both
+driving the same callbacks.
+
+One Keras "epoch" is `checkpoint_every` optimizer steps. At the end of each, in this order:
+
+  extra callbacks  e.g. finetune.RecallAtK, which adds `val_R@k` to the logs
+  KeepBest         the best checkpoint so far by a logged metric, in checkpoints/best/
+  SaveCheckpoint   model + optimizer, numbered by optimizer step (a killed run resumes there)
+  History          one row per checkpoint (its step first) in history.csv and in memory
+  Progress         a tqdm bar over all steps, or one line per checkpoint, or nothing
+  TensorBoard      logs/ (Keras fit; the custom loop writes the same epoch scalars itself)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import time
+from typing import Sequence
+
+import keras
+import tensorflow as tf
+
+from twotower import contracts
+from twotower import io as tio
+from twotower import logs as logs_lib
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_MODES = ("bar", "epoch", "none")
+
+
+def _step(model: keras.Model) -> int:
+  return int(model.optimizer.iterations.numpy())
+
+
+def _floats(logs) -> dict[str, float]:
+  return {k: float(v) for k, v in (logs or {}).items()}
+
+
+class SaveCheckpoint(keras.callbacks.Callback):
+  """Saves model + optimizer at the end of each epoch, numbered by optimizer step."""
+
+  def __init__(self, manager: tf.train.CheckpointManager):
+    super().__init__()
+    self.manager = manager
+
+  def on_epoch_end(self, epoch, logs=None):
+    step = _step(self.model)
+    logger.info("checkpoint at step %d: %s", step, self.manager.save(checkpoint_number=step))
+
+
+class History(keras.callbacks.Callback):
+  """One row per checkpoint, `step` and `epoch` first, kept in memory and rewritten to
+  history.csv (atomically: a kill never leaves half a row). A resumed run starts from the
+  rows of the earlier invocations up to the restored step, so the history covers the run."""
+
+  def __init__(self, path: str | None, start_step: int):
+    super().__init__()
+    self.path = path
+    self.rows: list[dict[str, float]] = []
+    if path and tf.io.gfile.exists(path):
+      rows = list(csv.DictReader(io.StringIO(tio.read_text(path))))
+      self.rows = [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in rows
+                   if "step" in r and float(r["step"]) <= start_step]
+
+  def on_epoch_end(self, epoch, logs=None):
+    self.rows.append({"step": float(_step(self.model)), "epoch": float(epoch), **_floats(logs)})
+    if self.path:
+      columns = list(dict.fromkeys(k for row in self.rows for k in row))
+      out = io.StringIO()
+      writer = csv.DictWriter(out, fieldnames=columns, restval="")
+      writer.writeheader()
+      writer.writerows({k: (int(v) if k in ("step", "epoch") else v) for k, v in row.items()}
+                       for row in self.rows)
+      tio.write_text(self.path, out.getvalue())
+
+  def as_dict(self) -> dict[str, list[float]]:
+    """{metric: [value per checkpoint]} (NaN where a checkpoint did not log the metric)."""
+    columns = list(dict.fromkeys(k for row in self.rows for k in row))
+    return {c: [row.get(c, math.nan) for row in self.rows] for c in columns}
+
+
+def higher_is_better(metric: str) -> bool:
+  """Recalls, MRR and accuracies go up; losses go down."""
+  return "loss" not in metric
+
+
+class KeepBest(keras.callbacks.Callback):
+  """Keeps the model weights of the checkpoint with the best `monitor` (a key of the epoch
+  logs, e.g. "val_R@100") under `directory`, numbered by step; ties keep the earlier step.
+  On resume, the best so far comes back from the checkpoint there and the history rows."""
+
+  def __init__(self, monitor: str, directory: str, history: History, model: keras.Model):
+    super().__init__()
+    self.monitor = monitor
+    self.best_step: int | None = None
+    self.best: float | None = None
+    self.manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
+                                              max_to_keep=1)
+    latest = self.manager.latest_checkpoint
+    if latest:
+      step = int(latest.rsplit("-", 1)[1])
+      values = [r[monitor] for r in history.rows if int(r["step"]) == step and monitor in r]
+      if values:
+        self.best_step, self.best = step, values[-1]
+
+  def on_epoch_end(self, epoch, logs=None):
+    if self.monitor not in (logs or {}):
+      raise ValueError(f"cannot select the checkpoint by {self.monitor!r}: it is not logged "
+                       f"(logged: {', '.join(sorted(logs or {}))})")
+    value, step = float(logs[self.monitor]), _step(self.model)
+    better = (self.best is None or (value > self.best if higher_is_better(self.monitor)
+                                    else value < self.best))
+    if better:
+      self.best, self.best_step = value, step
+      self.manager.save(checkpoint_number=step)
+    logger.info("%s=%.4f at step %d; best %.4f at step %d", self.monitor, value, step,
+                self.best, self.best_step)
+
+  def restore(self, model: keras.Model) -> int | None:
+    """Loads the best checkpoint's weights into `model`; returns its step (None if none)."""
+    if not self.manager.latest_checkpoint:
+      return None
+    status = tf.train.Checkpoint(model=model).restore(self.manager.latest_checkpoint)
+    status.expect_partial().assert_existing_objects_matched()
+    return self.best_step
+
+
+class Progress(keras.callbacks.Callback):
+  """What the user sees while it trains (TrainJob.progress):
+
+  "bar"    one tqdm bar over all steps, loss / accuracy as its postfix (refreshed at most
+           once a second); the per-checkpoint summary only at INFO (`--verbose`)
+  "epoch"  one progress line per checkpoint
+  "none"   nothing
+  """
+
+  def __init__(self, mode: str, total_steps: int, initial_step: int):
+    super().__init__()
+    if mode not in PROGRESS_MODES:
+      raise ValueError(f"progress={mode!r}: expected one of {PROGRESS_MODES}")
+    self.mode, self.total, self.initial = mode, total_steps, initial_step
+    self.bar = None
+    self._last_postfix = 0.0
+
+  def on_train_begin(self, logs=None):
+    if self.mode == "bar":
+      from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+      self.bar = tqdm(total=self.total, initial=self.initial, unit="step", dynamic_ncols=True,
+                      desc="train")
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self.bar is None:
+      return
+    self.bar.update(1)
+    now = time.monotonic()
+    if logs and now - self._last_postfix >= 1.0:
+      self._last_postfix = now
+      self.bar.set_postfix({k: f"{v:.4f}" for k, v in _floats(logs).items()}, refresh=False)
+
+  def on_epoch_end(self, epoch, logs=None):
+    line = f"step {_step(self.model)}/{self.total}: " + ", ".join(
+        f"{k} {v:.4f}" for k, v in _floats(logs).items())
+    if self.mode == "epoch":
+      logs_lib.progress(line)
+    else:
+      logger.info(line)
+
+  def on_train_end(self, logs=None):
+    if self.bar is not None:
+      self.bar.close()
+      self.bar = None
+
+
+def fit(model: keras.Model, train_ds: tf.data.Dataset, eval_ds: tf.data.Dataset | None, *,
+        strategy: tf.distribute.Strategy, custom_loop: bool, epochs: int, per_epoch: int,
+        initial_epoch: int, eval_steps: int, callbacks: Sequence[keras.callbacks.Callback],
+        log_dir: str | None) -> None:
+  """Trains from `initial_epoch` to `epochs` epochs of `per_epoch` steps."""
+  if custom_loop:
+    _custom_loop(model, train_ds, strategy, list(callbacks), per_epoch, epochs, initial_epoch,
+                 log_dir)
+    return
+  cbs = list(callbacks)
+  if log_dir:
+    cbs.append(keras.callbacks.TensorBoard(log_dir, update_freq=max(1, per_epoch // 10)))
+  # shuffle=False: the datasets shuffle themselves (seeded); Keras's default True only warns
+  # that it is ignored for a tf.data input.
+  model.fit(train_ds, epochs=epochs, steps_per_epoch=per_epoch, initial_epoch=initial_epoch,
+            validation_data=eval_ds, validation_steps=eval_steps if eval_ds is not None else None,
+            callbacks=cbs, verbose=0, shuffle=False)
+
+
+def _custom_loop(model, train_ds, strategy, callbacks, per_epoch, epochs, initial_epoch,
+                 log_dir) -> None:
+  """`strategy.run(model.train_step)` for MultiWorkerMirroredStrategy, with the callbacks
+  called as Keras fit calls them."""
+  dist_ds = strategy.experimental_distribute_dataset(train_ds)
+  writer = tf.summary.create_file_writer(f"{log_dir}/train") if log_dir else None
+
+  @tf.function
+  def step_fn(batch):
+    logs = strategy.run(model.train_step, args=(batch,))
+    return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in logs.items()}
+
+  cbs = keras.callbacks.CallbackList(callbacks, model=model)
+  cbs.on_train_begin()
+  iterator = iter(dist_ds)
+  for epoch in range(initial_epoch, epochs):
+    for m in model.metrics:
+      m.reset_state()
+    cbs.on_epoch_begin(epoch)
+    logs = {}
+    for i in range(per_epoch):
+      logs = step_fn(next(iterator))
+      cbs.on_train_batch_end(i, logs)
+    logs = _floats(logs)
+    if writer is not None:
+      with writer.as_default(step=_step(model)):
+        for k, v in logs.items():
+          tf.summary.scalar(f"epoch_{k}", v)
+    cbs.on_epoch_end(epoch, logs)
+  cbs.on_train_end()
+
+
+def checkpoint_manager(model: keras.Model, run_dir: str, keep: int,
+                       worker: int | None) -> tf.train.CheckpointManager:
+  """Model + optimizer under `run_dir/checkpoints`; a non-chief worker of a multi-worker run
+  writes its own copy under `run_dir/tmp_workers/worker_<i>` (only the chief's is kept)."""
+  directory = contracts.checkpoint_dir(run_dir)
+  if worker is not None:
+    directory = f"{run_dir.rstrip('/')}/tmp_workers/worker_{worker}"
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
