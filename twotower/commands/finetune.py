@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("--select", default=finetune.DEFAULT_SELECT,
                  help="validation metric (R@k or MRR) whose best checkpoint is exported; '' "
                       "for the last checkpoint")
+  g.add_argument("--hard_negatives", type=int, default=0, metavar="K",
+                 help="K BM25 hard negatives per question in the softmax (the pairs "
+                      "`twotower hardneg --k K` wrote); 0: in-batch negatives only")
   g.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
                  help="candidate text layout; must match the one `twotower reqa` used")
   return p
@@ -42,7 +45,8 @@ def parse(argv: Iterable[str] | None) -> finetune.FinetuneJob:
   return finetune.FinetuneJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
                               reqa=args.reqa, split=args.split, doc_text=args.doc_text,
-                              validation_recall=not args.no_recall, select=args.select)
+                              validation_recall=not args.no_recall, select=args.select,
+                              hard_negatives=args.hard_negatives)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -42,6 +42,9 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   g.add_argument("--no_deterministic", "--no-deterministic", dest="deterministic",
                  action="store_false", default=argparse.SUPPRESS,
                  help="trade reproducibility for speed")
+  g.add_argument("--grad_cache_chunk", type=int, default=None, metavar="N",
+                 help="gradient cache: the global batch embedded N pairs at a time, memory "
+                      "bounded by N, the same gradients (trainer.grad_cache_chunk; 0: off)")
   g.add_argument("--no_export", "--no-export", action="store_true",
                  help="skip the SavedModel export")
   g.add_argument("--progress", choices=train.PROGRESS_MODES, default="bar",
@@ -56,6 +59,7 @@ def training_config(args: argparse.Namespace, *, steps: str,
   chosen = {"runtime": {"strategy": args.strategy, "tpu": args.tpu},
             "trainer": {"mixed_precision": args.mixed_precision,
                         "jit_compile": args.jit_compile,
+                        "grad_cache_chunk": args.grad_cache_chunk,
                         "deterministic": getattr(args, "deterministic", None)}}
   for name, value in ((steps, args.steps), (batch, args.batch_size)):
     section, field = name.split(".")
