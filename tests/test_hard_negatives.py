@@ -57,8 +57,8 @@ def mined(tmp_path_factory):
   (root / "squad.json").write_text(json.dumps({"version": "t", "data": ARTICLES}),
                                    encoding="utf-8")
   out = str(root / "reqa")
-  reqa.run_pipeline(reqa.ReqaConfig(out=out, squad=str(root / "squad.json"), ratios=(5, 80),
-                                    validation_percent=0.0), [])
+  reqa.run(reqa.ReqaConfig(out=out, squad=str(root / "squad.json"), ratios=(5, 80),
+                           validation_percent=0.0))
   stats = {k: hardneg.run(hardneg.HardNegConfig(reqa=out, ratios=(5, 80), k=k, threads=1))
            for k in (1, 2)}
   return out, stats
@@ -166,9 +166,9 @@ def test_a_pairs_layout_other_than_doc_text_is_an_error(mined):
 
 
 def _write_vocab(path, *corpora):
-  from twotower.model.tokenizer import SPECIAL_TOKENS  # pylint: disable=import-outside-toplevel
+  from twotower.contracts import RESERVED_TOKENS  # pylint: disable=import-outside-toplevel
   words = sorted({w.strip(".,?").lower() for text in corpora for w in text.split()} - {""})
-  path.write_text("\n".join(list(SPECIAL_TOKENS) + words + [".", ",", "?"]) + "\n",
+  path.write_text("\n".join(list(RESERVED_TOKENS) + words + [".", ",", "?"]) + "\n",
                   encoding="utf-8")
   return str(path)
 
