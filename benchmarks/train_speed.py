@@ -3,18 +3,19 @@ tokenizer in tf.data) against the same batches cached in memory, and achieved FL
 against a matmul roofline measured in the same run.
 
   .venv/bin/python -m benchmarks.train_speed [--pairs DIR --vocab FILE] [--steps N]
-      [--deterministic | --no_deterministic] [--compare_determinism]
+      [--determinism ordered|op|none] [--compare_determinism]
 
 Without --pairs it writes synthetic ICT-like pairs (documents of ~doc_len word pieces) to a
 temp dir. A pipeline/cached ratio >= 0.9 says the input pipeline is not the bottleneck.
 FLOPs are counted analytically (matmuls of both towers, attention scores, the in-batch
 logits; training = 3x forward), so the FLOP/s column is a lower bound on work done.
 
-The trainer's set-up (`train.set_up`: op determinism and seeds when
-`trainer.deterministic`, the default) and the datasets' order flag follow
---deterministic / --no_deterministic. `--compare_determinism` measures cpu-small both ways,
+The trainer's set-up (`train.set_up`) and the datasets' order follow `--determinism`:
+`ordered` (the default, `trainer.deterministic`: seeds and ordered tf.data, which make runs
+identical on CPU), `op` (plus TensorFlow op determinism, `trainer.op_determinism`, for GPUs)
+or `none` (unordered parallel input). `--compare_determinism` measures cpu-small in each mode,
 each in its own process (op determinism is process-wide and read when kernels are built),
-alternating the two, and prints the examples/s ratio deterministic / not.
+alternating them, and prints the examples/s ratio of each mode to `none`.
 """
 
 from __future__ import annotations
@@ -86,11 +87,16 @@ def time_steps(model, iterator, steps: int, warmup: int) -> float:
   return time.perf_counter() - t
 
 
+MODES = ("ordered", "op", "none")
+
+
 def measure(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds,
-            deterministic: bool = True) -> dict:
+            determinism: str = "ordered") -> dict:
   cfg = config_lib.load(preset)
   m = dataclasses.replace(cfg.model, **overrides)
-  train.set_up(dataclasses.replace(cfg.trainer, deterministic=deterministic, seed=0))
+  deterministic = determinism != "none"
+  train.set_up(dataclasses.replace(cfg.trainer, deterministic=deterministic,
+                                   op_determinism=determinism == "op", seed=0))
   tok = Tokenizer.from_file(vocab, m.query_len, m.doc_len)
   model = build_two_tower(m, tok.vocab_size)
   model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
@@ -110,36 +116,35 @@ def measure(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds
   flops = train_flops_per_example(m, batch)
   return {"setting": label, "params_M": model.count_params() / 1e6, "batch": batch,
           "pipeline_ex_s": ex_real, "cached_ex_s": ex_cached, "ratio": ex_real / ex_cached,
-          "gflop_s": flops * ex_real / 1e9, "deterministic": deterministic}
+          "gflop_s": flops * ex_real / 1e9, "determinism": determinism}
 
 
 def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds: int) -> dict:
-  """cpu-small with and without determinism, each in a fresh process, alternating. Per mode:
+  """cpu-small in every determinism mode, each in a fresh process, alternating. Per mode:
   every round's examples/s (input pipeline included, and cached), their best and median
   (on a shared machine the median resists bursts of load in either direction)."""
-  runs: dict[bool, list[dict]] = {True: [], False: []}
+  runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
   with tempfile.TemporaryDirectory(prefix="train_speed-det-") as tmp:
     for r in range(rounds):
-      for deterministic in (True, False):
-        out = os.path.join(tmp, f"{r}-{deterministic}.json")
+      for mode in MODES:
+        out = os.path.join(tmp, f"{r}-{mode}.json")
         cmd = [sys.executable, "-m", "benchmarks.train_speed", "--pairs", pairs, "--vocab", vocab,
                "--only", SETTINGS[0][0], "--steps", str(steps), "--warmup", str(warmup),
-               "--rounds", "1", "--json", out,
-               "--deterministic" if deterministic else "--no_deterministic"]
+               "--rounds", "1", "--json", out, "--determinism", mode]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode:
           raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
         with open(out, encoding="utf-8") as f:
           (row,) = json.load(f)
-        logger.warning("round %d deterministic=%s: %.1f ex/s (cached %.1f)", r + 1,
-                       deterministic, row["pipeline_ex_s"], row["cached_ex_s"])
-        runs[deterministic].append(row)
+        logger.warning("round %d determinism=%s: %.1f ex/s (cached %.1f)", r + 1, mode,
+                       row["pipeline_ex_s"], row["cached_ex_s"])
+        runs[mode].append(row)
   summary = {}
-  for deterministic, name in ((True, "deterministic"), (False, "not")):
+  for mode in MODES:
     for key in ("pipeline_ex_s", "cached_ex_s"):
-      values = [row[key] for row in runs[deterministic]]
-      summary[name, key, "best"] = max(values)
-      summary[name, key, "median"] = float(np.median(values))
+      values = [row[key] for row in runs[mode]]
+      summary[mode, key, "best"] = max(values)
+      summary[mode, key, "median"] = float(np.median(values))
   return summary
 
 
@@ -151,13 +156,11 @@ def run(argv: list[str] | None = None) -> None:
                  help="timed steps per measurement (default: 24 for cpu-small, 6 for L4/H256)")
   p.add_argument("--rounds", type=int, default=3, help="alternating rounds; best is kept")
   p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-  p.add_argument("--deterministic", dest="deterministic", action="store_true", default=True,
-                 help="op determinism, seeds and ordered tf.data, as trainer.deterministic "
-                      "(default)")
-  p.add_argument("--no_deterministic", dest="deterministic", action="store_false",
-                 help="no op determinism; tf.data may reorder")
+  p.add_argument("--determinism", choices=MODES, default="ordered",
+                 help="ordered: seeds + ordered tf.data (trainer.deterministic, the default); "
+                      "op: + TensorFlow op determinism (trainer.op_determinism); none")
   p.add_argument("--compare_determinism", action="store_true",
-                 help="cpu-small with and without determinism (separate processes)")
+                 help="cpu-small in every determinism mode (separate processes)")
   p.add_argument("--only", default="", help="only the settings whose label starts with this")
   p.add_argument("--json", default="", help="also write the rows to this JSON file")
   args = p.parse_args(argv)
@@ -184,20 +187,17 @@ def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -
     c = compare_determinism(pairs, vocab, args.steps or 24, args.warmup, args.rounds)
     print(f"\n{SETTINGS[0][0]}, data: {'synthetic' if synthetic else pairs}; {args.rounds} "
           "alternating rounds, one process each")
-    print(f"{'mode':<14} {'pipeline ex/s best':>18} {'median':>7} {'cached ex/s best':>16} "
-          f"{'median':>7}")
-    for name in ("deterministic", "not"):
-      print(f"{name:<14} {c[name, 'pipeline_ex_s', 'best']:>18.1f} "
-            f"{c[name, 'pipeline_ex_s', 'median']:>7.1f} {c[name, 'cached_ex_s', 'best']:>16.1f} "
-            f"{c[name, 'cached_ex_s', 'median']:>7.1f}")
-    for stat in ("best", "median"):
-      print(f"ratio deterministic / not, {stat}: "
-            f"{c['deterministic', 'pipeline_ex_s', stat] / c['not', 'pipeline_ex_s', stat]:.3f} "
-            f"(cached: {c['deterministic', 'cached_ex_s', stat] / c['not', 'cached_ex_s', stat]:.3f})")
+    print(f"{'mode':<10} {'pipeline ex/s best':>18} {'median':>7} {'cached ex/s best':>16} "
+          f"{'median':>7} {'vs none (median)':>16}")
+    for mode in MODES:
+      ratio = c[mode, "pipeline_ex_s", "median"] / c["none", "pipeline_ex_s", "median"]
+      print(f"{mode:<10} {c[mode, 'pipeline_ex_s', 'best']:>18.1f} "
+            f"{c[mode, 'pipeline_ex_s', 'median']:>7.1f} {c[mode, 'cached_ex_s', 'best']:>16.1f} "
+            f"{c[mode, 'cached_ex_s', 'median']:>7.1f} {ratio:>16.3f}")
     return
   roof_before = matmul_roofline()
   rows = [measure(*s, pairs, vocab, args.steps or (24 if s[3] >= 64 else 6), args.warmup,
-                  args.rounds, args.deterministic)
+                  args.rounds, args.determinism)
           for s in SETTINGS if s[0].startswith(args.only)]
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
@@ -205,7 +205,7 @@ def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -
   roof = max(roof_before, matmul_roofline())
   print(f"\nmatmul roofline (2048^2 float32, best of 10): {roof / 1e9:.1f} GFLOP/s; "
         f"data: {'synthetic' if synthetic else pairs}; best of {args.rounds} alternating rounds; "
-        f"deterministic: {args.deterministic}")
+        f"determinism: {args.determinism}")
   print(f"{'setting':<28} {'params':>8} {'batch':>5} {'pipeline ex/s':>13} {'cached ex/s':>11} "
         f"{'ratio':>6} {'GFLOP/s':>8} {'of roof':>7}")
   for r in rows:

@@ -126,10 +126,15 @@ class TrainerConfig:
       with the gradient cache (model/grad_cache.py): memory bounded by N pairs whatever the
       batch, the same gradients, a second forward pass (~1/3 more compute). N must divide
       the per-replica batch.
-    deterministic: the same job gives the same weights: TensorFlow op determinism
-      (`tf.config.experimental.enable_op_determinism`), every seed set (Python, NumPy,
-      tf.random, Keras) from a fresh Keras state, and tf.data kept in order. Costs some
-      speed (benchmarks/train_speed.py --compare_determinism); false trades it for speed.
+    deterministic: the same job gives the same weights: every seed set (Python, NumPy,
+      tf.random, Keras) from a fresh Keras state, and tf.data kept in order. On CPU that is
+      enough: two runs end bit-identical (tests/test_model_determinism.py). False trades it
+      for a little speed (unordered parallel input).
+    op_determinism: also TensorFlow op determinism
+      (`tf.config.experimental.enable_op_determinism`), which GPUs need for identical runs
+      (their reductions use atomics). Off by default: on this 2-core CPU it runs the train
+      step on about one core, 1.6x slower (40 s -> 64 s per 100 cpu-small steps, idle), for
+      results that are already identical; and Keras turns XLA off under it.
     finetune_learning_rate / finetune_batch_size / finetune_steps: `twotower finetune`.
   """
   learning_rate: float = 5e-4
@@ -145,6 +150,7 @@ class TrainerConfig:
   seed: int = 0
   grad_cache_chunk: int = 0
   deterministic: bool = True
+  op_determinism: bool = False
   finetune_learning_rate: float = 5e-5
   finetune_batch_size: int = 64
   finetune_steps: int = 500

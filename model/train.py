@@ -2,8 +2,8 @@
 backbone) and `twotower finetune`: a typed job in, a `TrainResult` out, no flags.
 
   train(job, build_model, make_datasets, learning_rate=, steps=, ...) -> TrainResult
-    1. set-up     a fresh Keras state, the precision, op determinism and every seed
-                  (TrainerConfig.deterministic), the strategy, the tokenizer, OUT/config.yaml
+    1. set-up     a fresh Keras state, the precision, every seed (TrainerConfig.deterministic;
+                  op_determinism for GPUs), the strategy, the tokenizer, OUT/config.yaml
     2. model      build_model(vocab_size) in the strategy scope (two_tower_builder restores
                   `init` towers), compiled with AdamW, warm-up and linear decay
     3. data       make_datasets(tokenizer) -> (train, held-out or None)
@@ -109,12 +109,13 @@ class TrainResult:
 
 def set_up(trainer: config_lib.TrainerConfig) -> None:
   """A fresh Keras state (what ran before in this process changes nothing), the compute
-  precision, op determinism when `trainer.deterministic`, and every seed (Python, NumPy,
-  tf.random, Keras initialisers and dropout); data order is seeded by the datasets."""
+  precision, op determinism when `trainer.op_determinism` (and `deterministic`), and every
+  seed (Python, NumPy, tf.random, Keras initialisers and dropout); data order is seeded by
+  the datasets."""
   keras.backend.clear_session()
   keras.mixed_precision.set_global_policy(
       "mixed_bfloat16" if trainer.mixed_precision else "float32")
-  _set_op_determinism(trainer.deterministic)
+  _set_op_determinism(trainer.deterministic and trainer.op_determinism)
   keras.utils.set_random_seed(trainer.seed)
 
 
@@ -328,7 +329,8 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
                             "replicas": strategy.num_replicas_in_sync, "steps": steps,
                             "lr": learning_rate, "batch": cfg.data.batch_size,
                             "mixed_precision": t.mixed_precision,
-                            "deterministic": t.deterministic, "seed": t.seed})
+                            "deterministic": t.deterministic,
+                            "op_determinism": t.op_determinism, "seed": t.seed})
   with strategy.scope():
     model = build_model(cfg.model.vocab_size or tokenizer.vocab_size)
     model.compile(optimizer=make_optimizer(learning_rate, steps, t.warmup_fraction,
@@ -339,7 +341,7 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
     # Keras compiles nothing with XLA while op determinism is on (not every XLA op has a
     # deterministic kernel).
     logger.warning("jit_compile ignored: Keras turns XLA off under op determinism; "
-                   "--no_deterministic to compile the train step")
+                   "set trainer.op_determinism=false to compile the train step")
 
   # Resume, then train what is left.
   own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"

@@ -37,7 +37,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   # SUPPRESS: neither flag given leaves trainer.deterministic as the config says.
   g.add_argument("--deterministic", dest="deterministic", action="store_true",
                  default=argparse.SUPPRESS,
-                 help="op determinism and every seed: the same command gives the same "
+                 help="every seed and ordered input: the same command gives the same "
                       "weights (trainer.deterministic; on in every preset)")
   g.add_argument("--no_deterministic", "--no-deterministic", dest="deterministic",
                  action="store_false", default=argparse.SUPPRESS,
