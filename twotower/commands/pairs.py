@@ -47,13 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--num_shards", type=int, default=0,
                  help="shards per output (pairs per task and split, passages); 0 = runner's "
                       "choice")
+  p.add_argument("--shuffle", choices=pairs.SHUFFLES, default="auto",
+                 help="how joins move data: 'disk' (files, bounded memory; auto's choice on "
+                      "the local runner), 'beam' (the runner's GroupByKey; auto's choice "
+                      "elsewhere)")
+  p.add_argument("--shuffle_dir", default="",
+                 help="directory for the disk shuffle's files (removed after the run); "
+                      "default: inside --out")
+  p.add_argument("--shuffle_buckets", type=int, default=0,
+                 help="disk shuffle buckets; 0 = one per 64 MB of dump XML (at least 8); "
+                      "memory holds about one bucket")
   return p
 
 
 def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
-  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"))
+  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards",
+                               "shuffle_buckets"))
   if not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
   if not 0 <= args.ict_keep_prob <= 1:
@@ -69,7 +80,8 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
                        min_query_words=args.min_query_words,
                        min_doc_words=args.min_doc_words),
       max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
-      num_shards=args.num_shards, beam_args=beam_args)
+      num_shards=args.num_shards, shuffle=args.shuffle, shuffle_dir=args.shuffle_dir,
+      shuffle_buckets=args.shuffle_buckets, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
