@@ -229,7 +229,9 @@ class _Tokenizer:
     self.patterns: dict[str, list[tuple[tuple[str, ...], str]]] = {}
     for key in rules.matcher_keys:
       tokens = tuple(text for _, text in self.tokens(key, with_specials=False))
-      if tokens:
+      # A one-token match that the special case leaves as it is changes nothing, and can
+      # only overlap one-token matches of the same text in spaCy's filtering: left out.
+      if tokens and not (len(tokens) == 1 and self.specials[key] == tokens):
         self.patterns.setdefault(tokens[0], []).append((tokens, key))
     self.cache: dict[str, tuple[str, ...]] = {}
 

@@ -52,7 +52,7 @@ BUCKET_XML_BYTES = 64 << 20
 MIN_BUCKETS = 8
 MAX_BUCKETS = 4096
 #: A spill writer flushes its buffers to disk after about this many bytes.
-_FLUSH_BYTES = 16 << 20
+_FLUSH_BYTES = 4 << 20
 _FIRST_FLUSH_RECORDS = 2_000
 
 
