@@ -56,7 +56,7 @@ _WHITESPACE = re.compile(r"\s+")  # = str.isspace(), the test spaCy's tokenizer 
 #: Whitespace other than single spaces between chunks: such texts take the general path.
 _NOT_SIMPLE = re.compile(r"[^\S ]|  |^ | $")
 #: Caches hold distinct chunks; a corpus has millions, so they are reset when full.
-_CACHE_LIMIT = 500_000
+_CACHE_LIMIT = 100_000
 
 
 @dataclasses.dataclass(frozen=True)

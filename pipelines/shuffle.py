@@ -10,8 +10,8 @@ memory grows with the dump. A distributed runner shuffles through its own servic
 * `Shuffle()` (any runner; the default off the local runner): Beam's own `GroupByKey`,
   `CoGroupByKey`, `Reshuffle`. The graph is exactly Beam's.
 * `Shuffle(directory, buckets)` (the default on the local runner): a *disk shuffle*. The
-  stage that produces (key, value) pairs appends them, pickled in batches, to one file per
-  hash bucket of the key (`_SpillFn`, fused into the producing stage); only (bucket, file)
+  stage that produces (key, value) pairs appends them, pickled, to one file per hash bucket
+  of the key (`_SpillFn`, fused into the producing stage); only (bucket, file)
   references go through Beam's GroupByKey; the consuming stage reads one bucket's files at a
   time and groups them in memory (`_GroupBucketFn`). Memory holds one bucket, and the number
   of buckets grows with the dump (`buckets_for`), so peak memory does not. With
@@ -46,18 +46,18 @@ import apache_beam as beam
 from apache_beam.transforms import window
 
 #: Target size of one bucket, in bytes of dump XML that produced it: a bucket of pages or
-#: passages from 64 MB of XML is about 100 MB of Python objects.
-BUCKET_XML_BYTES = 64 << 20
+#: passages from 32 MB of XML is about 50 MB of Python objects.
+BUCKET_XML_BYTES = 32 << 20
 #: At least this many buckets: work for a few workers even on a small dump.
 MIN_BUCKETS = 8
 MAX_BUCKETS = 4096
-#: A spill writer flushes its buffers to disk after about this many bytes.
-_FLUSH_BYTES = 4 << 20
-_FIRST_FLUSH_RECORDS = 2_000
+#: A spill writer appends its buffers to disk after this many pickled bytes.
+_FLUSH_BYTES = 1 << 20
 
 
 def buckets_for(xml_bytes: int) -> int:
-  """Buckets for a dump of `xml_bytes` (decompressed): one per BUCKET_XML_BYTES."""
+  """Buckets for a dump of `xml_bytes` (decompressed): one per BUCKET_XML_BYTES, within
+  [MIN_BUCKETS, MAX_BUCKETS]."""
   return max(MIN_BUCKETS, min(MAX_BUCKETS, math.ceil(xml_bytes / BUCKET_XML_BYTES)))
 
 
@@ -82,24 +82,25 @@ def _global(value):
 
 
 class _SpillFn(beam.DoFn):
-  """(K, V) -> nothing per element; at the end of a bundle, (bucket, path) per file written.
+  """(K, V) -> nothing per element; at the end of a bundle, (bucket, (tag, path)) per file
+  written.
 
-  Records are buffered per bucket and appended to the bucket's file as pickled lists, so
-  memory holds one flush (about _FLUSH_BYTES), whatever the bundle's size.
+  Each record is pickled as it comes and buffered per bucket; the buffers are appended to
+  the buckets' files every _FLUSH_BYTES, so memory holds at most that much, whatever the
+  records' sizes (a batch count would not: a dump's pages run from 100 bytes to 1 MB).
   """
 
-  def __init__(self, directory: str, buckets: int, keyed: bool = True):
+  def __init__(self, directory: str, buckets: int, tag: str = "", keyed: bool = True):
     self.directory = directory
     self.buckets = buckets
+    self.tag = tag  # the CoGroupByKey tag of these records
     self.keyed = keyed  # False: spread elements round-robin (Reshuffle), no key
 
   def start_bundle(self):
-    self._buffers: list[list] = [[] for _ in range(self.buckets)]
-    self._files: dict[int, object] = {}
+    self._buffers = [bytearray() for _ in range(self.buckets)]
     self._paths: dict[int, str] = {}
     self._bundle = uuid.uuid4().hex
-    self._pending = 0
-    self._flush_every = _FIRST_FLUSH_RECORDS
+    self._buffered = 0
     self._next = 0
 
   def process(self, element):
@@ -108,53 +109,43 @@ class _SpillFn(beam.DoFn):
     else:
       bucket = self._next
       self._next = (bucket + 1) % self.buckets
-    self._buffers[bucket].append(element)
-    self._pending += 1
-    if self._pending >= self._flush_every:
+    data = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+    self._buffers[bucket] += data
+    self._buffered += len(data)
+    if self._buffered >= _FLUSH_BYTES:
       self._flush()
 
   def _flush(self):
-    written = 0
-    for bucket, records in enumerate(self._buffers):
-      if not records:
+    for bucket, buffer in enumerate(self._buffers):
+      if not buffer:
         continue
-      f = self._files.get(bucket)
-      if f is None:
+      path = self._paths.get(bucket)
+      if path is None:
         os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"{bucket:05d}-{self._bundle}.pickle")
-        f = self._files[bucket] = open(path, "wb")  # pylint: disable=consider-using-with
-        self._paths[bucket] = path
-      data = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
-      f.write(len(data).to_bytes(8, "little"))
-      f.write(data)
-      written += len(data)
-      records.clear()
-    # Next flush after about _FLUSH_BYTES, at this batch's bytes per record.
-    if self._pending:
-      per_record = max(1, written // self._pending)
-      self._flush_every = max(_FIRST_FLUSH_RECORDS, _FLUSH_BYTES // per_record)
-    self._pending = 0
+        path = self._paths[bucket] = os.path.join(self.directory,
+                                                  f"{bucket:05d}-{self._bundle}.pickle")
+      # Opened per flush: a process may spill to thousands of bucket files.
+      with open(path, "ab") as f:
+        f.write(buffer)
+      buffer.clear()
+    self._buffered = 0
 
   def finish_bundle(self):
     self._flush()
-    for f in self._files.values():
-      f.close()
     for bucket, path in sorted(self._paths.items()):
-      yield _global((bucket, path))
+      yield _global((bucket, (self.tag, path)))
 
 
-def _read_spill(path: str) -> Iterator[list]:
-  """The record batches of one spill file, in order."""
-  with open(path, "rb") as f:
+def _read_spill(path: str) -> Iterator:
+  """The records of one spill file, in order."""
+  with open(path, "rb", buffering=1 << 20) as f:
     while True:
-      head = f.read(8)
-      if not head:
+      try:
+        yield pickle.load(f)
+      except EOFError:
         return
-      size = int.from_bytes(head, "little")
-      data = f.read(size)
-      if len(data) != size:
-        raise ValueError(f"{path}: truncated spill file (a worker died while writing?)")
-      yield pickle.loads(data)
+      except pickle.UnpicklingError as e:
+        raise ValueError(f"{path}: damaged spill file (a worker died while writing?): {e}")
 
 
 class _GroupBucketFn(beam.DoFn):
@@ -168,30 +159,28 @@ class _GroupBucketFn(beam.DoFn):
     _, refs = element
     groups: dict = {}
     for tag, path in sorted(refs):
-      for records in _read_spill(path):
-        if self.tags is None:
-          for key, value in records:
-            values = groups.get(key)
-            if values is None:
-              groups[key] = [value]
-            else:
-              values.append(value)
-        else:
-          for key, value in records:
-            entry = groups.get(key)
-            if entry is None:
-              entry = groups[key] = {t: [] for t in self.tags}
-            entry[tag].append(value)
+      if self.tags is None:
+        for key, value in _read_spill(path):
+          values = groups.get(key)
+          if values is None:
+            groups[key] = [value]
+          else:
+            values.append(value)
+      else:
+        for key, value in _read_spill(path):
+          entry = groups.get(key)
+          if entry is None:
+            entry = groups[key] = {t: [] for t in self.tags}
+          entry[tag].append(value)
     while groups:  # hand groups on, and let go of each one
       yield groups.popitem()
 
 
 def _read_bucket(element) -> Iterator:
-  """(bucket, [path]) -> every element spilled to the bucket (Reshuffle)."""
-  _, paths = element
-  for path in sorted(paths):
-    for records in _read_spill(path):
-      yield from records
+  """(bucket, [(tag, path)]) -> every element spilled to the bucket (Reshuffle)."""
+  _, refs = element
+  for _, path in sorted(refs):
+    yield from _read_spill(path)
 
 
 def _spill(pcoll, kind: str, shuffle: Shuffle, tag: str = "", name: str = "",
@@ -200,9 +189,8 @@ def _spill(pcoll, kind: str, shuffle: Shuffle, tag: str = "", name: str = "",
   label = "".join(part.title() for part in re.split(r"[^A-Za-z0-9]+", name or tag))
   directory = os.path.join(shuffle.directory, f"{kind}-{uuid.uuid4().hex[:8]}",
                            re.sub(r"[^A-Za-z0-9]+", "-", name or tag or "_"))
-  return (pcoll
-          | f"Spill{label}" >> beam.ParDo(_SpillFn(directory, shuffle.buckets, keyed))
-          | f"Tag{label}" >> beam.MapTuple(lambda bucket, path, t=tag: (bucket, (t, path))))
+  return pcoll | f"Spill{label}" >> beam.ParDo(
+      _SpillFn(directory, shuffle.buckets, tag, keyed))
 
 
 class GroupByKey(beam.PTransform):
@@ -260,6 +248,5 @@ class Reshuffle(beam.PTransform):
     if not self.shuffle.on_disk:
       return pcoll | "Reshuffle" >> beam.Reshuffle()
     return (_spill(pcoll, "reshuffle", self.shuffle, keyed=False)
-            | "PathOnly" >> beam.MapTuple(lambda bucket, ref: (bucket, ref[1]))
             | "GroupFiles" >> beam.GroupByKey()
             | "ReadBucket" >> beam.FlatMap(_read_bucket))
