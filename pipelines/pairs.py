@@ -165,7 +165,7 @@ class PairsConfig:
   num_shards: int = 0  # 0: the runner decides
   shuffle: str = "auto"  # "auto" (disk on the local runner, else beam) | "beam" | "disk"
   shuffle_dir: str = ""  # disk shuffle files; "" = OUT/.shuffle-<id> (or the temp dir)
-  shuffle_buckets: int = 0  # 0 = one per 32 MB of dump XML (shuffle.buckets_for)
+  shuffle_buckets: int = 0  # 0 = one per 8 MB of dump XML (shuffle.buckets_for)
   beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 

@@ -45,9 +45,10 @@ from typing import Iterator, Optional, Sequence
 import apache_beam as beam
 from apache_beam.transforms import window
 
-#: Target size of one bucket, in bytes of dump XML that produced it: a bucket of pages or
-#: passages from 32 MB of XML is about 50 MB of Python objects.
-BUCKET_XML_BYTES = 32 << 20
+#: Target size of one bucket, in bytes of dump XML that produced it: the largest bucket in
+#: memory (cleaned pages, grouped by title) is about 3 bytes of Python objects per byte of
+#: XML, so about 25 MB here. Thousands of buckets cost nothing much (a file each per spill).
+BUCKET_XML_BYTES = 8 << 20
 #: At least this many buckets: work for a few workers even on a small dump.
 MIN_BUCKETS = 8
 MAX_BUCKETS = 4096

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="directory for the disk shuffle's files (removed after the run); "
                       "default: inside --out")
   p.add_argument("--shuffle_buckets", type=int, default=0,
-                 help="disk shuffle buckets; 0 = one per 32 MB of dump XML (at least 8); "
+                 help="disk shuffle buckets; 0 = one per 8 MB of dump XML (at least 8); "
                       "memory holds about one bucket")
   return p
 
