@@ -96,10 +96,11 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
 
 
 class _TreeMemory:
-  """Peak summed RSS of a process and all its descendants, sampled from /proc (Linux)."""
+  """Peak summed RSS of a process and all its descendants (`peak`), and the peak RSS of the
+  largest one (`largest`), sampled from /proc (Linux)."""
 
   def __init__(self, pid: int, every: float = 0.2):
-    self.pid, self.every, self.peak = pid, every, 0
+    self.pid, self.every, self.peak, self.largest = pid, every, 0, 0
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._run, daemon=True)
     self._page = os.sysconf("SC_PAGE_SIZE")
@@ -112,7 +113,7 @@ class _TreeMemory:
     self._stop.set()
     self._thread.join()
 
-  def _tree_rss(self) -> int:
+  def _tree_rss(self) -> tuple[int, int]:
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
       if entry.isdigit():
@@ -129,18 +130,21 @@ class _TreeMemory:
         if ppid == parent and pid not in tree:
           tree.add(pid)
           frontier.append(pid)
-    total = 0
+    total = largest = 0
     for pid in tree:
       try:
         with open(f"/proc/{pid}/statm") as f:
-          total += int(f.read().split()[1]) * self._page
+          rss = int(f.read().split()[1]) * self._page
       except (OSError, ValueError, IndexError):
         continue
-    return total
+      total += rss
+      largest = max(largest, rss)
+    return total, largest
 
   def _run(self):
     while not self._stop.is_set():
-      self.peak = max(self.peak, self._tree_rss())
+      total, largest = self._tree_rss()
+      self.peak, self.largest = max(self.peak, total), max(self.largest, largest)
       self._stop.wait(self.every)
 
 
@@ -164,7 +168,7 @@ def run_pairs(dump: str, out: str, workers: int, extra: list[str]) -> dict:
                        f"{stderr.decode(errors='replace')[-2000:]}")
   cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
   return {"wall": wall, "cpu": cpu, "peak_mb": memory.peak / 2**20,
-          "largest_mb": after.ru_maxrss / 1024, "load": (load, os.getloadavg()[0])}
+          "largest_mb": memory.largest / 2**20, "load": (load, os.getloadavg()[0])}
 
 
 def breakdown(dump: str) -> None:
