@@ -192,7 +192,8 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   _ = passages | "WritePassages" >> shards.WriteShards(
       {"passages": shards.Output(contracts.passages_prefix(out), ".parquet", "parquet",
                                  contracts.PASSAGE_SCHEMA)},
-      _passage_rows, f"{out}/.tmp-passages-{run_id}", config.num_shards)
+      _passage_rows, f"{out}/.tmp-passages-{run_id}", config.num_shards,
+      distribute=not shuffle.on_disk)
   # {task: Pair}
   pairs = ({"passages": passages, "inlinks": resolved["inlinks"]}
            | "MakePairs" >> MakePairs(config.pairs, shuffle))
@@ -201,7 +202,8 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
              for task in contracts.PRETRAIN_TASKS for split in contracts.PAIR_SPLITS}
   _ = (tuple(pairs[task] for task in contracts.PRETRAIN_TASKS)
        | "WritePairs" >> shards.WriteShards(outputs, _PairRecords(config.heldout_percent),
-                                            f"{out}/.tmp-pairs-{run_id}", config.num_shards))
+                                            f"{out}/.tmp-pairs-{run_id}", config.num_shards,
+                                            distribute=not shuffle.on_disk))
 
 
 def dump_xml_bytes(pattern: str) -> int:

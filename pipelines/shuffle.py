@@ -46,8 +46,9 @@ import apache_beam as beam
 from apache_beam.transforms import window
 
 #: Target size of one bucket, in bytes of dump XML that produced it: the largest bucket in
-#: memory (cleaned pages, grouped by title) is about 3 bytes of Python objects per byte of
-#: XML, so about 25 MB here. Thousands of buckets cost nothing much (a file each per spill).
+#: memory (cleaned pages, grouped by title) takes about 2.5 bytes of Python objects per byte
+#: of XML (16 MB measured for a 7 MB bucket), so about 20 MB here. Thousands of buckets cost
+#: little: a file each per spilling stage.
 BUCKET_XML_BYTES = 8 << 20
 #: At least this many buckets: work for a few workers even on a small dump.
 MIN_BUCKETS = 8

@@ -216,11 +216,16 @@ def test_single_and_multi_process_runs_and_both_shuffles_write_the_same_outputs(
   assert digests[0] == digests[1] == digests[2]
 
 
-def test_num_shards_writes_exactly_that_many_files_with_the_same_records(small_run, tmp_path):
+@pytest.mark.parametrize("shuffle", ["disk", "beam"])
+def test_num_shards_writes_exactly_that_many_files_with_the_same_records(small_run, tmp_path,
+                                                                         shuffle):
+  """Fixed shards: re-packed at the end on the local runner's disk shuffle, dealt through
+  the runner's shuffle otherwise (as on Dataflow); empty shards are written too."""
   out, _ = small_run
   dump = write_dump(tmp_path / "testwiki-pages-articles.xml.bz2", CASES)
   run_pairs(dump, tmp_path / "sharded", "--heldout_percent", "0", "--ict_per_page", "10",
-            "--bfs_per_page", "3", "--wlp_per_page", "3", "--num_shards", "2")
+            "--bfs_per_page", "3", "--wlp_per_page", "3", "--num_shards", "2",
+            f"--shuffle={shuffle}")
   for task in contracts.PRETRAIN_TASKS:
     names = sorted(p.name for p in (tmp_path / "sharded" / "pairs" / task).iterdir())
     assert names == [f"{split}-0000{i}-of-00002.tfrecord"
