@@ -23,6 +23,8 @@ from __future__ import annotations
 import abc
 from typing import Callable, Iterable, Iterator
 
+from twotower.pipelines import sentencizer
+
 Span = tuple[int, int]  # [start, end) character offsets into the text
 
 
@@ -42,14 +44,6 @@ class SentenceSplitter(abc.ABC):
 
   def split(self, text: str) -> list[str]:
     return next(self.split_many([text]))
-
-
-def _strip_span(text: str, start: int, end: int) -> Span | None:
-  while start < end and text[start].isspace():
-    start += 1
-  while end > start and text[end - 1].isspace():
-    end -= 1
-  return (start, end) if end > start else None
 
 
 class SpacySplitter(SentenceSplitter):
@@ -72,7 +66,8 @@ class SpacySplitter(SentenceSplitter):
 
   def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
     for doc in self.nlp.pipe(texts, batch_size=self.batch_size):
-      spans = (_strip_span(doc.text, s.start_char, s.end_char) for s in doc.sents)
+      spans = (sentencizer.strip_span(doc.text, s.start_char, s.end_char)
+               for s in doc.sents)
       yield [span for span in spans if span]
 
 
@@ -80,7 +75,6 @@ class RuleSplitter(SentenceSplitter):
   """spaCy's blank pipeline + sentencizer, by pipelines.sentencizer (no spaCy import)."""
 
   def __init__(self, lang: str = "en"):
-    from twotower.pipelines import sentencizer  # pylint: disable=import-outside-toplevel
     self.name = "spacy" if lang == "en" else f"spacy-{lang}"
     self._sentencizer = sentencizer.sentencizer(lang)
 

@@ -17,16 +17,13 @@ thinc). This module gives the same sentences, character for character, at about 
    sentence-final character (`punct_chars`), after a token that is a sentence-final
    character (spaCy's `Sentencizer.predict`). Spans are stripped of whitespace.
 
-The rules (regular expressions, special cases, sentence-final characters) are data taken from
-the installed spaCy by `rules_from_spacy` and stored in `sentencizer_rules/<lang>.json`;
-tests/test_sentences.py checks that the stored rules are those of the installed spaCy and that
-this module splits real dumps exactly as spaCy does. Regenerate after a spaCy upgrade with
-`write_rules()`.
+The rules (regular expressions, special cases, sentence-final characters) are data from the
+installed spaCy (`rules_from_spacy`), stored in `sentencizer_rules/<lang>.json`; regenerate
+them after a spaCy upgrade with `write_rules()`. tests/test_sentences.py checks that they are
+the installed spaCy's and that this module splits real dumps and fuzzed texts as spaCy does.
 
-Speed: most paragraphs hold single spaces only, so their chunks are `text.split(" ")`, and
-each distinct chunk's effect on the sentencizer's state is computed once and cached
-(`_ChunkInfo`); a paragraph whose chunks could meet a multi-token special case takes the
-general path (all tokens, the special-case matcher, the sentencizer loop).
+Speed: each distinct chunk's effect on the sentencizer's state is computed once and cached
+(`_ChunkInfo`); only a text where a multi-token special case may apply is tokenized whole.
 """
 
 from __future__ import annotations
@@ -37,11 +34,7 @@ import json
 import pathlib
 import re
 import unicodedata
-
-try:  # Python 3.11+
-  from re import _parser
-except ImportError:  # pragma: no cover
-  import sre_parse as _parser  # pylint: disable=deprecated-module
+from re import _parser  # regular-expression widths (Python 3.11+)
 from typing import Callable, Iterable, Iterator, Optional
 
 RULES_DIR = pathlib.Path(__file__).resolve().with_name("sentencizer_rules")
@@ -295,8 +288,6 @@ class _Tokenizer:
       special = specials.get(string)
       if special is not None:
         tokens.extend(special)
-      elif (with_specials and string in self.cache):
-        tokens.extend(self.cache[string])
       elif ((self.token_match is not None and self.token_match(string))
             or (self.url_match is not None and self.url_match(string))):
         tokens.append(string)
@@ -489,7 +480,7 @@ class RuleSentencizer:
       starts = self._starts_by_token(text)
     spans = []
     for start, end in zip(starts, starts[1:] + [len(text)]):
-      span = _strip(text, start, end)
+      span = strip_span(text, start, end)
       if span is not None:
         spans.append(span)
     return spans
@@ -511,7 +502,8 @@ def _chunks(text: str) -> Iterator[tuple[int, str]]:
     yield start, text[start:]
 
 
-def _strip(text: str, start: int, end: int) -> Optional[Span]:
+def strip_span(text: str, start: int, end: int) -> Optional[Span]:
+  """[start, end) without the whitespace at its ends; None if nothing is left."""
   while start < end and text[start].isspace():
     start += 1
   while end > start and text[end - 1].isspace():
@@ -523,9 +515,3 @@ def _strip(text: str, start: int, end: int) -> Optional[Span]:
 def sentencizer(lang: str = "en") -> RuleSentencizer:
   """One RuleSentencizer per language and process (its caches are shared)."""
   return RuleSentencizer(lang)
-
-
-def spans_many(texts: Iterable[str], lang: str = "en") -> Iterator[list[Span]]:
-  splitter = sentencizer(lang)
-  for text in texts:
-    yield splitter.spans(text)
