@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--out", required=True, help="output directory")
   pc, pp = passages.PassageConfig(), PairConfig()
   p.add_argument("--splitter", default=pc.splitter,
-                 help="sentence splitter: spacy, spacy-xx, spacy:<installed pipeline>, reqa")
+                 help="sentence splitter: spacy (spaCy's blank English sentencizer, computed "
+                      "without spaCy), spacy-xx, spacy:<installed pipeline> (spaCy itself; "
+                      "spacy:blank:en = the library run of 'spacy'), reqa")
   p.add_argument("--max_doc_tokens", type=int, default=pc.max_doc_tokens,
                  help="document tower length in word pieces; a passage fits it with its title")
   p.add_argument("--max_passage_tokens", type=int, default=pc.max_passage_tokens,
