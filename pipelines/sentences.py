@@ -7,7 +7,7 @@
 Names:
   * ``spacy`` (default): the sentences of ``spacy.blank("en")`` with the ``sentencizer``,
     computed by pipelines.sentencizer, an exact re-implementation that does not import spaCy
-    (10x faster, and no 2 s `import spacy` per worker); nothing to download.
+    (3-11x faster, and no 2 s `import spacy` per worker); nothing to download.
   * ``spacy-xx``: the same on spaCy's multi-language tokenizer (non-English wikis).
   * ``spacy:<pipeline>``: spaCy itself, with a pipeline the user has installed (package name
     or path), e.g. ``spacy:en_core_web_sm``; loaded, never downloaded. ``spacy:blank:en`` is
