@@ -33,6 +33,7 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower.contracts import counters as C
+from twotower.pipelines import shuffle as shuffle_lib
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +152,17 @@ class ResolveLinks(beam.PTransform):
   {"pages": PCollection[Page] (unique titles), "inlinks": PCollection[(target_id,
   (linking_id, link_titles))] (one per linked page pair, self-links dropped)}.
 
-  Titles in both inputs are already normalised (pipelines.titles).
+  Titles in both inputs are already normalised (pipelines.titles). Every grouping goes
+  through `shuffle` (Beam's GroupByKey, or files on the local runner: pipelines.shuffle).
   """
 
-  def __init__(self, max_hops: int = DEFAULT_MAX_HOPS):
+  def __init__(self, max_hops: int = DEFAULT_MAX_HOPS,
+               shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
     super().__init__()
     if max_hops < 1:
       raise ValueError(f"max_hops must be >= 1, got {max_hops}")
     self.max_hops = max_hops
+    self.shuffle = shuffle
 
   def expand(self, inputs):
     articles, redirects = inputs["articles"], inputs["redirects"]
@@ -166,13 +170,13 @@ class ResolveLinks(beam.PTransform):
     # (title, Page) -> kept Page, tagged "ids": (title, page_id)
     deduped = (articles
                | "KeyByTitle" >> beam.Map(lambda page: (page.title, page))
-               | "GroupByTitle" >> beam.GroupByKey()
+               | "GroupByTitle" >> shuffle_lib.GroupByKey(self.shuffle)
                | "DedupeTitles" >> beam.ParDo(_DedupeTitles()).with_outputs("ids", main="pages"))
     pages, ids = deduped.pages, deduped.ids
 
     # (source, target): one target per source (the smallest, should a dump disagree)
     redirect_next = (redirects
-                     | "GroupRedirects" >> beam.GroupByKey()
+                     | "GroupRedirects" >> shuffle_lib.GroupByKey(self.shuffle)
                      | "OneTargetPerSource" >> beam.MapTuple(lambda s, ts: (s, min(ts))))
 
     # Open chains, keyed by the title they are at: (title, _Chain)
@@ -182,25 +186,26 @@ class ResolveLinks(beam.PTransform):
     for hop in range(1, self.max_hops + 1):
       # (title, {"chains": [_Chain], "ids": [page_id], "next": [target]})
       stepped = ({"chains": open_chains, "ids": ids, "next": redirect_next}
-                 | f"JoinHop{hop}" >> beam.CoGroupByKey()
+                 | f"JoinHop{hop}" >> shuffle_lib.CoGroupByKey(self.shuffle)
                  | f"FollowHop{hop}" >> beam.FlatMap(
                      _follow, self.max_hops, hop == self.max_hops).with_outputs("done", "open"))
       done.append(stepped.done)  # (source, Resolution)
       open_chains = stepped.open
-    # (title, Resolution): articles first-class, redirects by their chain's end
-    table = ((ids | "ArticleResolution" >> beam.MapTuple(lambda t, i: (t, Resolution(i, 0))),
-              *done)
-             | "FlattenTable" >> beam.Flatten())
+    # (title, Resolution): articles first-class, redirects by their chain's end; the join
+    # takes them as one "table" input ("table:<n>" names)
+    table = {"table": ids | "ArticleResolution" >> beam.MapTuple(
+        lambda t, i: (t, Resolution(i, 0)))}
+    table.update({f"table:{hop}": chains for hop, chains in enumerate(done, 1)})
 
     # (target_title, linking_id)
     links = pages | "Links" >> beam.FlatMap(
         lambda page: ((target, page.page_id) for target in page.links))
     # (target_id, (linking_id, link_title))
-    resolved = ({"links": links, "table": table}
-                | "JoinLinks" >> beam.CoGroupByKey()
+    resolved = ({"links": links, **table}
+                | "JoinLinks" >> shuffle_lib.CoGroupByKey(self.shuffle)
                 | "ResolveTargets" >> beam.ParDo(_ResolveLinksFn()))
     inlinks = (resolved
                | "KeyByEdge" >> beam.MapTuple(lambda t, v: ((t, v[0]), v[1]))
-               | "GroupEdges" >> beam.GroupByKey()
+               | "GroupEdges" >> shuffle_lib.GroupByKey(self.shuffle)
                | "DedupeInlinks" >> beam.ParDo(_DedupeInlinks()))
     return {"pages": pages, "inlinks": inlinks}

@@ -2,9 +2,9 @@
 
     dump files --ReadDumpPages--> RawPage --ParsePages--> Page + (redirect source, target)
       --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
-      --MakePassages--> (page_id, tuple[Passage])  --> passages/*.parquet
-      --MakePairs-----> Pair (ICT, BFS per page; WLP joined by target page id)
-                        --> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
+      --MakePassages--> (page_id, tuple[Passage])  --WritePassages--> passages/*.parquet
+      --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id)
+                        --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
@@ -12,6 +12,12 @@ to `heldout` when *either* of its pages is held out (a WLP pair joins two pages)
 `train`, so that no held-out page feeds training. Lengths in stats.json are estimated word pieces
 (whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
 document text without its title.
+
+Memory. On the local runner (DirectRunner, one process or `--direct_num_workers` of them)
+the joins go through files (pipelines.shuffle, `--shuffle=disk`, the default there), and the
+outputs are written by the stage that makes them (pipelines.shards), so that no stage
+boundary holds the dump's pages or passages in memory: peak memory stays flat as the dump
+grows. Other runners shuffle with Beam's own GroupByKey (`--shuffle=beam`).
 
 `run(PairsConfig)` is the typed entry point; `twotower pairs` (twotower.commands.pairs) is
 its flag parser, and passes every flag it does not know as a Beam pipeline option
@@ -22,7 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import shutil
 import sys
+import tempfile
+import uuid
 
 import apache_beam as beam
 
@@ -31,6 +41,8 @@ from twotower import io as tio
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
 from twotower.pipelines import passages as passages_lib
+from twotower.pipelines import shards
+from twotower.pipelines import shuffle as shuffle_lib
 from twotower.contracts import Pair, Passage
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
@@ -39,20 +51,20 @@ from twotower.pipelines.pair_tasks import PairConfig
 logger = logging.getLogger(__name__)
 
 
-class _CountPairs(beam.DoFn):
-  """Pair -> Pair, counting pairs and estimated query / document word pieces per task and
-  split (the Table 1 columns)."""
+class _PairRecords:
+  """Pair -> ("<task>_<split>", serialised tf.train.Example), counting pairs and estimated
+  query / document word pieces per task and split (the Table 1 columns)."""
 
   def __init__(self, heldout_percent: float):
     self.heldout_percent = heldout_percent
-    self.counters = {}
+    self.counters: dict = {}  # made in the worker, on first use
 
   def _inc(self, name: str, value: int = 1):
     if name not in self.counters:
       self.counters[name] = tio.counter(name)
     self.counters[name].inc(value)
 
-  def process(self, pair: Pair):
+  def __call__(self, pair: Pair):
     task = pair.task
     self._inc(C.pairs(task))
     self._inc(C.query_tokens(task), pair_tasks.estimate_wordpieces(pair.query))
@@ -60,7 +72,23 @@ class _CountPairs(beam.DoFn):
     split = contracts.pair_split(pair.query_page_id, pair.doc_page_id, self.heldout_percent)
     if split != contracts.TRAIN:
       self._inc(C.pairs(task, split))
-    yield pair
+    yield _output_name(task, split), codecs.encode_pair(pair)
+
+
+def _output_name(task: str, split: str) -> str:
+  return f"{task}_{split}"
+
+
+def _passage_rows(element):
+  """(page_id, tuple[Passage]) -> ("passages", row) per passage."""
+  for passage in element[1]:
+    yield "passages", passage.to_row()
+
+
+def _wlp_docs(page_id: int, passages: tuple[Passage, ...]):
+  """What WLP needs of a page's passages as documents: their text, not their sentences (half
+  the bytes a join moves)."""
+  return page_id, tuple(dataclasses.replace(p, sentences=()) for p in passages)
 
 
 def _wlp_requests(element, config: PairConfig):
@@ -85,11 +113,18 @@ def _wlp_pairs(element, config: PairConfig):
 
 class MakePairs(beam.PTransform):
   """{"passages": PCollection[(page_id, tuple[Passage])], "inlinks": PCollection[(target_id,
-  (linking_id, link_titles))]} -> PCollection[Pair] of all three tasks."""
+  (linking_id, link_titles))]} -> {"ict", "bfs", "wlp": PCollection[Pair]}.
 
-  def __init__(self, config: PairConfig = PairConfig()):
+  The tasks stay apart: ICT and BFS pairs are made (and written) in the stage that makes the
+  passages, WLP pairs after two joins; a Flatten across the two would be held in memory by
+  the local runner.
+  """
+
+  def __init__(self, config: PairConfig = PairConfig(),
+               shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
     super().__init__()
     self.config = config
+    self.shuffle = shuffle
 
   def expand(self, inputs):
     passages, inlinks = inputs["passages"], inputs["inlinks"]
@@ -107,13 +142,15 @@ class MakePairs(beam.PTransform):
                | "HasLead" >> beam.Filter(lambda kv: bool(kv[1][1])))
     # (linking_id, WlpRequest): A's side, joined with A's inlinks by A's page id
     requests = ({"query": queries, "inlinks": inlinks}
-                | "JoinLeadWithInlinks" >> beam.CoGroupByKey()
+                | "JoinLeadWithInlinks" >> shuffle_lib.CoGroupByKey(self.shuffle)
                 | "WlpRequests" >> beam.FlatMap(_wlp_requests, config))
+    # (page_id, tuple[Passage] without sentences): B's documents
+    docs = passages | "WlpDocs" >> beam.MapTuple(_wlp_docs)
     # Pair: B's side, joined with B's passages by B's page id
-    wlp = ({"requests": requests, "passages": passages}
-           | "JoinRequestsWithPassages" >> beam.CoGroupByKey()
+    wlp = ({"requests": requests, "passages": docs}
+           | "JoinRequestsWithPassages" >> shuffle_lib.CoGroupByKey(self.shuffle)
            | "WlpPairs" >> beam.FlatMap(_wlp_pairs, config))
-    return (ict, bfs, wlp) | "FlattenTasks" >> beam.Flatten()
+    return {"ict": ict, "bfs": bfs, "wlp": wlp}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,43 +163,74 @@ class PairsConfig:
   max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
   heldout_percent: float = 5.0
   num_shards: int = 0  # 0: the runner decides
+  shuffle: str = "auto"  # "auto" (disk on the local runner, else beam) | "beam" | "disk"
+  shuffle_dir: str = ""  # disk shuffle files; "" = OUT/.shuffle-<id> (or the temp dir)
+  shuffle_buckets: int = 0  # 0 = one per 8 MB of dump XML (shuffle.buckets_for)
   beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 
-def build(pipeline: beam.Pipeline, config: PairsConfig) -> None:
-  """Adds the whole pairs job to `pipeline`."""
+SHUFFLES = ("auto", "beam", "disk")
+#: Decompressed size of a compressed dump, per compressed byte (bz2 wikitext: about 3.6).
+_EXPANSION = {".bz2": 4, ".gz": 4}
+
+
+def build(pipeline: beam.Pipeline, config: PairsConfig,
+          shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()) -> None:
+  """Adds the whole pairs job to `pipeline`; `shuffle` says how its joins move data (Beam's
+  GroupByKey by default; `run` picks the disk shuffle on the local runner)."""
   from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
+  run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
   # RawPage
-  raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(config.dump)
+  raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(config.dump, shuffle)
   # .articles: Page; .redirects: (source_title, target_title)
   parsed = raw | "ParsePages" >> wikitext.ParsePages()
   resolved = ({"articles": parsed.articles, "redirects": parsed.redirects}
-              | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops))
+              | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle))
   # (page_id, tuple[Passage])
   passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(config.passages)
-  _ = (passages
-       | "PassageRows" >> beam.FlatMapTuple(lambda _, ps: [p.to_row() for p in ps])
-       | "WritePassages" >> beam.io.WriteToParquet(
-           contracts.passages_prefix(out), contracts.PASSAGE_SCHEMA,
-           file_name_suffix=".parquet", num_shards=config.num_shards))
-  # Pair
+  _ = passages | "WritePassages" >> shards.WriteShards(
+      {"passages": shards.Output(contracts.passages_prefix(out), ".parquet", "parquet",
+                                 contracts.PASSAGE_SCHEMA)},
+      _passage_rows, f"{out}/.tmp-passages-{run_id}", config.num_shards,
+      distribute=not shuffle.on_disk)
+  # {task: Pair}
   pairs = ({"passages": passages, "inlinks": resolved["inlinks"]}
-           | "MakePairs" >> MakePairs(config.pairs)
-           | "CountPairs" >> beam.ParDo(_CountPairs(config.heldout_percent)))
-  outputs = [(task, split) for task in contracts.PRETRAIN_TASKS
-             for split in contracts.PAIR_SPLITS]
-  percent = config.heldout_percent
-  parts = pairs | "ByTaskAndSplit" >> beam.Partition(
-      lambda pair, _: outputs.index((pair.task, contracts.pair_split(
-          pair.query_page_id, pair.doc_page_id, percent))),
-      len(outputs))
-  for (task, split), part in zip(outputs, parts):
-    _ = (part
-         | f"Encode_{task}_{split}" >> beam.Map(codecs.encode_pair)
-         | f"Write_{task}_{split}" >> beam.io.WriteToTFRecord(
-             contracts.pairs_prefix(out, task, split), file_name_suffix=contracts.PAIRS_SUFFIX,
-             num_shards=config.num_shards))
+           | "MakePairs" >> MakePairs(config.pairs, shuffle))
+  outputs = {_output_name(task, split): shards.Output(
+                 contracts.pairs_prefix(out, task, split), contracts.PAIRS_SUFFIX, "tfrecord")
+             for task in contracts.PRETRAIN_TASKS for split in contracts.PAIR_SPLITS}
+  _ = (tuple(pairs[task] for task in contracts.PRETRAIN_TASKS)
+       | "WritePairs" >> shards.WriteShards(outputs, _PairRecords(config.heldout_percent),
+                                            f"{out}/.tmp-pairs-{run_id}", config.num_shards,
+                                            distribute=not shuffle.on_disk))
+
+
+def dump_xml_bytes(pattern: str) -> int:
+  """Estimated decompressed size of the dump files matching `pattern`."""
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+  total = 0
+  for path in tio.match_files(pattern):
+    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    total += size * _EXPANSION.get(os.path.splitext(path)[1], 1)
+  return total
+
+
+def make_shuffle(config: PairsConfig) -> shuffle_lib.Shuffle:
+  """The shuffle `run` uses: on disk for the local runner (or when asked), else Beam's."""
+  if config.shuffle not in SHUFFLES:
+    raise ValueError(f"shuffle must be one of {SHUFFLES}, got {config.shuffle!r}")
+  if config.shuffle == "beam" or (config.shuffle == "auto"
+                                  and not tio.runs_locally(config.beam_args)):
+    return shuffle_lib.Shuffle()
+  if config.shuffle_dir:
+    directory = os.path.join(config.shuffle_dir, f".shuffle-{uuid.uuid4().hex[:12]}")
+  elif tio.is_local(config.out):
+    directory = os.path.join(config.out, f".shuffle-{uuid.uuid4().hex[:12]}")
+  else:
+    directory = tempfile.mkdtemp(prefix="twotower-shuffle-")
+  buckets = config.shuffle_buckets or shuffle_lib.buckets_for(dump_xml_bytes(config.dump))
+  return shuffle_lib.Shuffle(directory, buckets)
 
 
 def finish_stats(counters: dict[str, int]) -> dict:
@@ -208,8 +276,15 @@ def run(config: PairsConfig) -> dict:
   tio.makedirs(config.out)
   tio.write_json(f"{config.out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
                  dataclasses.asdict(config))
-  return tio.run_beam_job(lambda pipeline: build(pipeline, config), config.beam_args,
-                          stats_dir=config.out, finish=finish_stats)
+  shuffle = make_shuffle(config)
+  if shuffle.on_disk:
+    logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
+  try:
+    return tio.run_beam_job(lambda pipeline: build(pipeline, config, shuffle),
+                            config.beam_args, stats_dir=config.out, finish=finish_stats)
+  finally:
+    if shuffle.on_disk:
+      shutil.rmtree(shuffle.directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

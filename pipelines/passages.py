@@ -9,9 +9,10 @@ The budget defaults to what fits the paper's 288-word-piece document with its ti
 `[CLS] title [SEP] passage [SEP]`: 288 - 3 - pieces(title). No vocabulary exists yet at this
 stage, so word pieces are estimated as whitespace words x 1.3 (`pair_tasks.estimate_wordpieces`).
 
-Sentences come from a named splitter (`pipelines.sentences`, spaCy's rule-based sentencizer by
-default) built once per worker in `DoFn.setup` and fed whole batches of pages, so that
-`nlp.pipe` sees many paragraphs per call.
+Sentences come from a named splitter (`pipelines.sentences`; by default spaCy's rule-based
+sentencizer, computed without spaCy by pipelines.sentencizer) built once per worker in
+`DoFn.setup` and fed whole batches of pages (a spaCy pipeline's `nlp.pipe` wants many
+paragraphs per call).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class PassageConfig:
   max_doc_tokens: int = DOC_TOKENS  # document tower length the passage + title must fit
   max_passage_tokens: int = 0    # fixed passage budget; 0 = max_doc_tokens - 3 - title
   min_passage_tokens: int = 64   # keep packing paragraphs of a section below this
-  batch_pages: int = 16          # pages per nlp.pipe batch
+  batch_pages: int = 16          # pages per splitter call (nlp.pipe batch)
 
   def budget(self, title: str) -> int:
     if self.max_passage_tokens > 0:

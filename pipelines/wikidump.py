@@ -52,6 +52,7 @@ from apache_beam.io.filesystems import FileSystems
 from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
+from twotower.pipelines import shuffle as shuffle_lib
 
 logger = logging.getLogger(__name__)
 
@@ -339,16 +340,18 @@ class ReadDumpPages(beam.PTransform):
 
   The glob (comma-separated globs allowed) is expanded at pipeline construction with
   FileSystems (twotower.io.match_files), so a missing dump fails before anything runs. Files
-  are spread over workers, read as streams, and the pages re-spread (Reshuffle) so that the
-  expensive parse of one big file is not tied to the worker that read it (as TFDS does).
+  are spread over workers, read as streams, and the pages re-spread (Reshuffle, through
+  `shuffle`: files on the local runner, pipelines.shuffle) so that the expensive parse of
+  one big file is not tied to the worker that read it (as TFDS does).
 
   Counters: dump_files_read, dump_files_truncated, dump_xml_errors, pages_read,
   pages_skipped_<reason> (see the module docstring).
   """
 
-  def __init__(self, file_pattern: str):
+  def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
     super().__init__()
     self.file_pattern = file_pattern
+    self.shuffle = shuffle
 
   def expand(self, pbegin):
     paths = tio.match_files(self.file_pattern)
@@ -360,4 +363,4 @@ class ReadDumpPages(beam.PTransform):
         | "SpreadDumpFiles" >> beam.Reshuffle()
         # RawPage: every complete page of every file, all namespaces.
         | "ReadPages" >> beam.ParDo(_ReadDumpFileFn())
-        | "SpreadPages" >> beam.Reshuffle())
+        | "SpreadPages" >> shuffle_lib.Reshuffle(self.shuffle))

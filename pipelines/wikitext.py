@@ -425,6 +425,7 @@ class _ParsePageFn(beam.DoFn):
   def __init__(self, config: ParseConfig):
     self._config = config
     self._counters: dict = {}
+    self._sites: dict[SiteInfo, SiteInfo] = {}
 
   def _count(self, name: str) -> None:
     counter = self._counters.get(name)
@@ -438,6 +439,12 @@ class _ParsePageFn(beam.DoFn):
                    raw.title, reason, f": {detail}" if detail else "")
 
   def process(self, raw: RawPage) -> Iterator:
+    # A page that crossed a shuffle carries its own copy of the dump's SiteInfo, and the title
+    # caches (pipelines.titles) would keep one copy per page they miss on (~5 KB each): one
+    # shared copy per worker instead.
+    site = self._sites.setdefault(raw.site, raw.site)
+    if site is not raw.site:
+      raw = dataclasses.replace(raw, site=site)
     kind, value = route_page(raw, self._config)
     if kind == "article":
       yield value

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import collections
 import glob
+import hashlib
 import json
+import pathlib
 
 import pyarrow.parquet as pq
 import pytest
 
 from twotower import contracts
 from twotower.commands import pairs as pairs_cmd
+from twotower.contracts import codecs
 from wikidump_fixtures import DumpPage, article, many_pages, write_dump
+
+#: What `twotower pairs` wrote on the shared dumps before the pipeline was made fast (commit
+#: 8cf3ad4: spaCy's sentencizer, Beam's shuffles and sinks): per output, the number of
+#: records and a hash of their sorted serialisations; and stats.json. Regenerate only on
+#: purpose (`output_digest(out)`), and review the diff.
+GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 
 #: One page per case. Links cover: a lower-case first letter, an underscore, a #fragment, a
 #: missing target, a redirect, a chain of two redirects, a redirect loop, a self link.
@@ -61,6 +70,24 @@ def read_pairs(out: str, task: str) -> list[dict]:
 def read_passages(out: str):
   table = pq.read_table(sorted(glob.glob(f"{out}/passages/*.parquet")))
   return table
+
+
+def output_digest(out: str) -> dict:
+  """Order-free digest of a pairs output: the pairs multiset per task and split, the passage
+  rows multiset, and stats.json."""
+  digest = {}
+  for task in contracts.PRETRAIN_TASKS:
+    for split in contracts.PAIR_SPLITS:
+      records = sorted(codecs.encode_pair(p)
+                       for p in codecs.read_pairs(contracts.pairs_pattern(out, task, split)))
+      digest[f"pairs/{task}/{split}"] = {"count": len(records), "sha256": hashlib.sha256(
+          b"".join(hashlib.sha256(r).digest() for r in records)).hexdigest()}
+  rows = sorted(json.dumps(p.to_row(), ensure_ascii=False, sort_keys=True)
+                for p in codecs.read_passages(out))
+  digest["passages"] = {"count": len(rows),
+                        "sha256": hashlib.sha256("\n".join(rows).encode()).hexdigest()}
+  digest["stats"] = json.loads((pathlib.Path(out) / contracts.STATS_FILE).read_text())
+  return digest
 
 
 def run_pairs(dump, out, *flags) -> dict:
@@ -174,17 +201,37 @@ def test_no_training_pair_touches_a_heldout_page(tmp_path):
 
 
 @pytest.mark.slow
-def test_single_and_multi_process_runs_write_the_same_pairs(tmp_path):
+def test_single_and_multi_process_runs_and_both_shuffles_write_the_same_outputs(tmp_path):
+  """One process or two, joins through files (the local default) or through Beam's
+  GroupByKey (other runners): the same pairs, passages and stats; no shuffle file left."""
   dump = write_dump(tmp_path / "many-pages-articles.xml", many_pages(40))
-  outputs = []
-  for name, flags in (("single", []), ("multi", ["--direct_running_mode=multi_processing",
-                                                  "--direct_num_workers=2"])):
+  digests = []
+  for name, flags in (("single", []), ("beam", ["--shuffle=beam"]),
+                      ("multi", ["--direct_running_mode=multi_processing",
+                                 "--direct_num_workers=2", "--shuffle_buckets=3"])):
     stats = run_pairs(dump, tmp_path / name, *flags)
     assert all(stats[f"pairs_{t}"] > 0 for t in contracts.PRETRAIN_TASKS)
-    outputs.append(collections.Counter(
-        tuple(sorted(p.items())) for t in contracts.PRETRAIN_TASKS
-        for p in read_pairs(str(tmp_path / name), t)))
-  assert outputs[0] == outputs[1]
+    digests.append(output_digest(str(tmp_path / name)))
+    assert not list((tmp_path / name).glob(".*")), "temporary files left in --out"
+  assert digests[0] == digests[1] == digests[2]
+
+
+@pytest.mark.parametrize("shuffle", ["disk", "beam"])
+def test_num_shards_writes_exactly_that_many_files_with_the_same_records(small_run, tmp_path,
+                                                                         shuffle):
+  """Fixed shards: re-packed at the end on the local runner's disk shuffle, dealt through
+  the runner's shuffle otherwise (as on Dataflow); empty shards are written too."""
+  out, _ = small_run
+  dump = write_dump(tmp_path / "testwiki-pages-articles.xml.bz2", CASES)
+  run_pairs(dump, tmp_path / "sharded", "--heldout_percent", "0", "--ict_per_page", "10",
+            "--bfs_per_page", "3", "--wlp_per_page", "3", "--num_shards", "2",
+            f"--shuffle={shuffle}")
+  for task in contracts.PRETRAIN_TASKS:
+    names = sorted(p.name for p in (tmp_path / "sharded" / "pairs" / task).iterdir())
+    assert names == [f"{split}-0000{i}-of-00002.tfrecord"
+                     for split in sorted(contracts.PAIR_SPLITS) for i in (0, 1)]
+  assert len(list((tmp_path / "sharded" / "passages").glob("passages-*-of-00002.parquet"))) == 2
+  assert output_digest(str(tmp_path / "sharded")) == output_digest(out)
 
 
 @pytest.mark.slow
@@ -206,3 +253,23 @@ def test_shared_dumps_balance_and_give_all_three_tasks(dump_fixture, request, tm
   assert table.num_rows == stats["passages"] > 0
   leaks, _ = heldout_leaks(str(tmp_path / "out"), 5.0)  # ltgwiki had 48 before the fix
   assert not leaks
+  # The fast default (rule-based exact spaCy sentences, disk shuffle, fused writers) writes
+  # what the pipeline wrote before it (GOLDEN).
+  golden = json.loads((GOLDEN / f"{dump.name.split('-pages-')[0]}.json").read_text())
+  assert output_digest(str(tmp_path / "out")) == golden
+
+
+@pytest.mark.shared_data
+def test_a_dump_cut_mid_page_gives_every_complete_page_and_counts_the_cut(ltgwiki, tmp_path):
+  """The fast default (disk shuffle, fused writers) keeps the reader's guarantee end to end:
+  every complete page of a cut dump is read and accounted for, and the cut is counted."""
+  import bz2
+  xml = bz2.decompress(ltgwiki.read_bytes())
+  cut = xml[:len(xml) // 2]
+  (tmp_path / "ltgwiki-cut-pages-articles.xml.bz2").write_bytes(bz2.compress(cut))
+  stats = run_pairs(tmp_path / "ltgwiki-cut-pages-articles.xml.bz2", tmp_path / "out")
+  assert stats["dump_files_truncated"] == 1
+  assert stats["pages_read"] == cut.count(b"</page>") > 500
+  skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
+  assert stats["pages_read"] == stats["pages_kept"] + stats["pages_redirect"] + skipped
+  assert all(stats[f"pairs_{t}"] > 0 for t in contracts.PRETRAIN_TASKS)

@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
 from twotower import io as tio
+from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import wikidump
 from wikidump_fixtures import DumpPage, DumpSite, dump_xml, write_bytes, write_dump
 
@@ -217,14 +218,17 @@ def test_corrupt_bz2_block_yields_pages_before_it(shared_dump, tmp_path):
   assert counts["dump_files_truncated"] == 1
 
 
-def test_beam_reads_a_truncated_file_and_the_others(tmp_path, ltgwiki):
+@pytest.mark.parametrize("on_disk", [False, True], ids=["beam-shuffle", "disk-shuffle"])
+def test_beam_reads_a_truncated_file_and_the_others(tmp_path, ltgwiki, on_disk):
   xml = bz2.decompress(ltgwiki.read_bytes())
   cut = len(xml) // 2
   write_bytes(tmp_path / "a-cut.xml.bz2", xml[:cut])
   write_dump(tmp_path / "b-small.xml.gz", PAGES)
   expected_cut = _complete_pages(xml[:cut])
+  shuffle = (shuffle_lib.Shuffle(str(tmp_path / "shuffle"), buckets=4) if on_disk
+             else shuffle_lib.Shuffle())
   p = TestPipeline()
-  pages = p | wikidump.ReadDumpPages(f"{tmp_path}/*.xml.bz2,{tmp_path}/*.xml.gz")
+  pages = p | wikidump.ReadDumpPages(f"{tmp_path}/*.xml.bz2,{tmp_path}/*.xml.gz", shuffle)
   per_file = (pages | beam.Map(lambda page: (page.source.rsplit("/", 1)[-1], 1))
               | beam.CombinePerKey(sum))
   assert_that(per_file, equal_to([("a-cut.xml.bz2", expected_cut),

@@ -115,6 +115,17 @@ def log_settings(stage: str, settings: Mapping[str, Any]) -> None:
   logger.info("%s: %s", stage, ", ".join(f"{k}={v}" for k, v in settings.items()))
 
 
+#: `--runner` values that run on this machine, in process (Beam's FnApiRunner).
+LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
+
+
+def runs_locally(beam_args: Sequence[str]) -> bool:
+  """True when the pass-through flags select the local runner (make_pipeline's FnApiRunner),
+  with one process or several (`--direct_num_workers`)."""
+  from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+  return PipelineOptions(list(beam_args)).view_as(StandardOptions).runner in LOCAL_RUNNERS
+
+
 def make_pipeline(beam_args: Sequence[str], **defaults: Any):
   """A `beam.Pipeline` for the pass-through flags. With no `--runner` (or DirectRunner) it
   runs on Beam's in-process FnApiRunner directly: Beam 2.77's DirectRunner first tries the
@@ -124,7 +135,7 @@ def make_pipeline(beam_args: Sequence[str], **defaults: Any):
   from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
   options = PipelineOptions(list(beam_args), **defaults)
   runner = options.view_as(StandardOptions).runner
-  if runner in (None, "DirectRunner", "direct", "FnApiRunner"):
+  if runner in LOCAL_RUNNERS:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)
   return beam.Pipeline(options=options)

@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--out", required=True, help="output directory")
   pc, pp = passages.PassageConfig(), PairConfig()
   p.add_argument("--splitter", default=pc.splitter,
-                 help="sentence splitter: spacy, spacy-xx, spacy:<installed pipeline>, reqa")
+                 help="sentence splitter: spacy (spaCy's blank English sentencizer, computed "
+                      "without spaCy), spacy-xx, spacy:<installed pipeline> (spaCy itself; "
+                      "spacy:blank:en = the library run of 'spacy'), reqa")
   p.add_argument("--max_doc_tokens", type=int, default=pc.max_doc_tokens,
                  help="document tower length in word pieces; a passage fits it with its title")
   p.add_argument("--max_passage_tokens", type=int, default=pc.max_passage_tokens,
@@ -47,13 +49,24 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--num_shards", type=int, default=0,
                  help="shards per output (pairs per task and split, passages); 0 = runner's "
                       "choice")
+  p.add_argument("--shuffle", choices=pairs.SHUFFLES, default="auto",
+                 help="how joins move data: 'disk' (files, bounded memory; auto's choice on "
+                      "the local runner), 'beam' (the runner's GroupByKey; auto's choice "
+                      "elsewhere)")
+  p.add_argument("--shuffle_dir", default="",
+                 help="directory for the disk shuffle's files (removed after the run); "
+                      "default: inside --out")
+  p.add_argument("--shuffle_buckets", type=int, default=0,
+                 help="disk shuffle buckets; 0 = one per 8 MB of dump XML (at least 8); "
+                      "memory holds about one bucket")
   return p
 
 
 def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
-  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards"))
+  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards",
+                               "shuffle_buckets"))
   if not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
   if not 0 <= args.ict_keep_prob <= 1:
@@ -69,7 +82,8 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
                        min_query_words=args.min_query_words,
                        min_doc_words=args.min_doc_words),
       max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
-      num_shards=args.num_shards, beam_args=beam_args)
+      num_shards=args.num_shards, shuffle=args.shuffle, shuffle_dir=args.shuffle_dir,
+      shuffle_buckets=args.shuffle_buckets, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -165,14 +165,19 @@ def _masked_crc(data: bytes) -> int:
   return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def tfrecord_frame(data: bytes) -> bytes:
+  """One record in TFRecord framing, ready to append to a file."""
+  length = struct.pack("<Q", len(data))
+  return (length + struct.pack("<I", _masked_crc(length)) + data
+          + struct.pack("<I", _masked_crc(data)))
+
+
 def write_tfrecords(path: str, items: Iterable[bytes]) -> int:
   """Writes one uncompressed TFRecord file (local path); returns the number of records."""
   n = 0
   with open(path, "wb") as f:
     for data in items:
-      length = struct.pack("<Q", len(data))
-      f.write(length + struct.pack("<I", _masked_crc(length)) + data
-              + struct.pack("<I", _masked_crc(data)))
+      f.write(tfrecord_frame(data))
       n += 1
   return n
 
