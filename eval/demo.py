@@ -89,7 +89,7 @@ def run(config: DemoConfig) -> DemoResult:
   from twotower.eval import bm25, dense, report
   from twotower.model import config as config_lib
   from twotower.model import pretrain
-  from twotower.pipelines import heldout, pair_tasks, pairs, passages, vocab
+  from twotower.pipelines import heldout, pairs, vocab
 
   tio.log_settings("demo", dataclasses.asdict(config))
   tio.match_files(config.dump)  # a clear error before anything runs
@@ -104,8 +104,8 @@ def run(config: DemoConfig) -> DemoResult:
   # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
   progress.stage("pairs (Beam)", lambda: pairs.run(pairs.PairsConfig(
       dump=config.dump, out=pairs_dir, heldout_percent=config.heldout_percent,
-      passages=passages.PassageConfig(max_doc_tokens=128),
-      pairs=pair_tasks.PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20))))
+      passages=pairs.PassageConfig(max_doc_tokens=128),
+      pairs=pairs.PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20))))
   progress.stage("vocab", lambda: vocab.run(vocab.VocabConfig(
       passages=pairs_dir, out=vocab_path, vocab_size=config.vocab_size)))
   progress.stage("held-out benchmark", lambda: heldout.run(heldout.HeldoutConfig(

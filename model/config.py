@@ -151,7 +151,7 @@ class TrainerConfig:
   grad_cache_chunk: int = 0
   deterministic: bool = True
   op_determinism: bool = False
-  finetune_learning_rate: float = 5e-5
+  finetune_learning_rate: float = 3e-5  # the paper's (ICLR text, sec. 4.1; arXiv: 5e-5)
   finetune_batch_size: int = 64
   finetune_steps: int = 500
 

@@ -1,5 +1,7 @@
 """Training curves of one or more runs as a PNG: held-out and train in-batch accuracy against
-optimizer steps, with chance (1/batch) drawn, on the left; the losses on the right.
+optimizer steps, with chance (1/batch) drawn, on the left; the losses on the right. Fine-tuning
+runs that validated by retrieval (`val_R@100` in their history) show validation Recall@100 on
+the left instead, the number their length is chosen by.
 
   twotower curves --run ICT=runs/ict --run ICT+BFS+WLP=runs/all \
       --out docs/results/pretrain_cpu_small_curve.png
@@ -59,20 +61,24 @@ def plot(curves: Mapping[str, Curve], out: str, title: str = "") -> str:
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
   batch = None
+  recall = all("val_R@100" in c.history for c in curves.values())
   for i, (label, curve) in enumerate(curves.items()):
     h, batch, color = curve.history, curve.batch_size, f"C{i}"
-    if "val_in_batch_accuracy" in h:
+    if recall:
+      ax_acc.plot(h["step"], [100 * v for v in h["val_R@100"]], "-o", color=color,
+                  label=f"{label} validation")
+    elif "val_in_batch_accuracy" in h:
       ax_acc.plot(h["step"], h["val_in_batch_accuracy"], "-o", color=color,
                   label=f"{label} held-out")
       ax_loss.plot(h["step"], h["val_loss"], "-o", color=color, label=f"{label} held-out")
-    if "in_batch_accuracy" in h:
+    if "in_batch_accuracy" in h and not recall:
       ax_acc.plot(h["step"], h["in_batch_accuracy"], "--", color=color, alpha=0.6,
                   label=f"{label} train")
     ax_loss.plot(h["step"], h["loss"], "--", color=color, alpha=0.6, label=f"{label} train")
-  if batch:
+  if batch and not recall:
     ax_acc.axhline(1.0 / batch, color="gray", linestyle=":", label=f"chance 1/{batch}")
   ax_acc.set_xlabel("step")
-  ax_acc.set_ylabel("in-batch accuracy")
+  ax_acc.set_ylabel("validation Recall@100 (%)" if recall else "in-batch accuracy")
   ax_acc.legend(fontsize=8)
   ax_loss.set_xlabel("step")
   ax_loss.set_ylabel("in-batch softmax loss")

@@ -47,6 +47,8 @@ from twotower.contracts import Pair, Passage
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
 from twotower.pipelines.pair_tasks import PairConfig
+# The stage's typed API in one place: PairsConfig composes these two, so callers import `pairs`.
+PassageConfig = passages_lib.PassageConfig
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +160,7 @@ class PairsConfig:
   """Everything `twotower pairs` needs besides Beam's own options."""
   dump: str
   out: str
-  passages: passages_lib.PassageConfig = passages_lib.PassageConfig()
+  passages: PassageConfig = PassageConfig()
   pairs: PairConfig = PairConfig()
   max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
   heldout_percent: float = 5.0

@@ -4,6 +4,7 @@ nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -269,4 +270,18 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
 
   second = experiment.run(config)
   assert second.ran == ()
+
+  # Rendering alone, after the results dir was lost: the same tables, nothing run; the
+  # summary lands in a project README's block.
+  (results / "README.md").unlink()
+  project_readme = tmp_path / "PROJECT.md"
+  project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n")
+  rendered = experiment.run(dataclasses.replace(config, render_only=True,
+                                                readme=str(project_readme)))
+  assert rendered.ran == () and set(rendered.states.values()) == {"done"}
+  assert "9 of 9 cells done" in (results / "README.md").read_text()
+  block = project_readme.read_text()
+  assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
+  bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
+  assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
   assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 9:]} == {"skipped"}

@@ -198,7 +198,7 @@ def test_every_preset_loads_and_says_its_size():
   assert (paper.data.batch_size, paper.trainer.learning_rate, paper.trainer.steps) == (
       8192, 1e-4, 100_000)
   assert (paper.trainer.finetune_learning_rate, paper.trainer.finetune_batch_size,
-          paper.trainer.finetune_steps) == (5e-5, 512, 2000)
+          paper.trainer.finetune_steps) == (3e-5, 512, 2000)
 
 
 def test_overrides_and_yaml_round_trip(tmp_path):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 #: How a ReQA candidate (sentence, passage) becomes the document tower's `text` input:
 #:   "sentence":          the answer sentence alone (ReQA's "response" without context);
-#:   "sentence+passage":  the sentence, then its whole passage (the paper's (s, p) document:
-#:                        the sentence is repeated so that the tower sees which one it is).
+#:   "sentence+passage":  the sentence, then its whole passage. The paper retrieves (s, p)
+#:                        pairs but does not say how a pair becomes the document tower's text;
+#:                        this layout is our choice (the sentence first, so that the tower
+#:                        sees which sentence of the passage the candidate is).
 DOC_TEXT_MODES = ("sentence", "sentence+passage")
 DEFAULT_DOC_TEXT = "sentence+passage"
 

@@ -46,6 +46,8 @@ class ExperimentConfig:
   beam_args: tuple[str, ...] = ()
   keep_embeddings: bool = False
   dry_run: bool = False
+  render_only: bool = False                     # tables and README from finished cells only
+  readme: str = ""                              # a file whose results:<grid> block to refresh
   progress: str = "bar"
   command: tuple[str, ...] = ()                 # how it was invoked (for the README)
 
@@ -80,7 +82,15 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   def refresh() -> None:
     sections = render.write_tables(spec, the_plan, entries, work, results_dir)
     render.write_readme(spec, the_plan, work, config.command, results_dir, sections)
+    if config.readme and not render.update_block(
+        config.readme, spec.name, tio.read_text(os.path.join(results_dir, "summary.md"))):
+      raise ValueError(f"{config.readme}: no <!-- results:{spec.name} --> ... "
+                       f"<!-- /results:{spec.name} --> block to write the summary into")
 
+  if config.render_only:
+    # What a narrowed or interrupted run has left, shown against the whole grid.
+    refresh()
+    return ExperimentResult(text, (), states, results_dir)
   ran = execute.run_cells(the_plan, work, beam_args=config.beam_args,
                           keep_embeddings=config.keep_embeddings, progress=config.progress,
                           on_result=refresh)

@@ -29,7 +29,7 @@ class Context:
 
 
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.pipelines import pairs, pair_tasks, passages, squad_dump
+  from twotower.pipelines import pairs, squad_dump
   p = cell.params
   dump = p["dump"]
   if p["squad_text"]:
@@ -37,8 +37,8 @@ def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
         p["squad_text"], os.path.join(out, "squad-articles.xml"))
   stats = pairs.run(pairs.PairsConfig(
       dump=dump, out=out, heldout_percent=p["heldout_percent"],
-      pairs=pair_tasks.PairConfig(**p["pairs"]),
-      passages=passages.PassageConfig(**p["passages"]), beam_args=ctx.beam_args))
+      pairs=pairs.PairConfig(**p["pairs"]),
+      passages=pairs.PassageConfig(**p["passages"]), beam_args=ctx.beam_args))
   return {"stats": stats}
 
 

@@ -117,6 +117,44 @@ def markdown_table(spec: GridSpec, table: Table, aggs: Sequence[Aggregate]) -> s
   return "\n".join(lines) + "\n"
 
 
+def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
+  """R@10 / R@100 of every row of the recall tables (3, beyond) per ratio: the short table a
+  project README quotes. Cells not run yet read "todo"."""
+  lines = []
+  for table in spec.tables:
+    if table.layout != "recall":
+      continue
+    for dataset in sorted({a.dataset for a in aggs if a.table == table.id}):
+      by = {(a.system, a.variant, a.ratio): a for a in aggs
+            if a.table == table.id and a.dataset == dataset}
+      lines += [f"{table.title} ({dataset}), R@10 / R@100 (%):", "",
+                "| system | " + " | ".join(ratio_label(r) for r in table.ratios) + " |",
+                "|---|" + "---:|" * len(table.ratios)]
+      for row in table.rows:
+        system = spec.systems[row.system]
+        cells = []
+        for ratio in table.ratios:
+          agg = by.get((row.system, row.variant, ratio))
+          cells.append(f"{cell_text(agg, 'R@10')} / {cell_text(agg, 'R@100')}" if agg
+                       else "todo")
+        lines.append(f"| {system.encoder}, {system.pretraining} | " + " | ".join(cells) + " |")
+      lines.append("")
+  return "\n".join(lines)
+
+
+def update_block(path: str, name: str, text: str) -> bool:
+  """Replaces what stands between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in the
+  file `path` with `text`; False (file untouched) where the markers are absent."""
+  begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+  content = tio.read_text(path)
+  if begin not in content or end not in content:
+    return False
+  head, rest = content.split(begin, 1)
+  tail = rest.split(end, 1)[1]
+  tio.write_text(path, f"{head}{begin}\n{text.strip()}\n{end}{tail}")
+  return True
+
+
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
                  results_dir: str) -> list[str]:
   """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
@@ -154,6 +192,7 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
           if records:
             report.plot_recall(records, os.path.join(results_dir, f"{stem}-r{ratio}.png"),
                                f"{title}, {ratio_label(ratio)}: Recall@k")
+  tio.write_text(os.path.join(results_dir, "summary.md"), summary_markdown(spec, kept))
   _write_csv(kept, os.path.join(results_dir, "results.csv"))
   tio.write_json(os.path.join(results_dir, "results.json"),
                  {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],

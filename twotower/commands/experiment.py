@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
                  help="keep candidate embeddings and FAISS indexes of eval cells")
   p.add_argument("--dry_run", action="store_true",
                  help="print the cell plan with a rough time estimate; run nothing")
+  p.add_argument("--render_only", action="store_true",
+                 help="write the tables and README from the cells already done; run nothing "
+                      "(the whole grid's tables after a narrowed or interrupted run)")
+  p.add_argument("--readme", default="",
+                 help="also write the R@10 / R@100 summary into this file, between "
+                      "<!-- results:GRID --> and <!-- /results:GRID --> (the project README)")
   p.add_argument("--progress", choices=("bar", "epoch", "none"), default="bar",
                  help="training progress: a bar per training cell, a line per checkpoint, "
                       "or nothing")
@@ -46,8 +52,8 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
       results_dir=args.results_dir, ratios=flags.ints(args.ratios) or None,
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
       beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
-      dry_run=args.dry_run, progress=args.progress,
-      command=tuple(a for a in argv if a not in ("-v", "--verbose")))
+      dry_run=args.dry_run, render_only=args.render_only, readme=args.readme, progress=args.progress,
+      command=tuple(a for a in argv if a not in ("-v", "--verbose", "--render_only")))
 
 
 def main(argv: Iterable[str] | None = None) -> None:
