@@ -86,6 +86,19 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   assert seeds == [0, 1, 2]
 
 
+def test_a_narrowed_run_makes_the_whole_grids_cells():
+  """--ratios / --tables pick cells of the whole grid: BM25 and hard negatives serve every
+  ratio, so narrowing must not give them new keys (their results would not count later)."""
+  spec = grid.load("cpu-small")
+  whole, _ = plan.plan(spec, INPUTS)
+  narrow, _ = plan.plan(grid.restrict(spec, ratios=(1, 10), tables=("3", "beyond")), INPUTS)
+  for name in ("bm25/squad", "hardneg/squad/k1", "finetune/squad/ict/base/r10/s0",
+               "fuse/squad/hybrid/base/r1/s0"):
+    assert narrow[name].key == whole[name].key, name
+  assert len(narrow) < len(whole)
+  assert grid.load("cpu-small").variants["base"].label == "L2 / d128"
+
+
 def test_cell_keys_follow_every_setting_downstream(tmp_path):
   spec = grid.load("tiny")
   a, _ = plan.plan(spec, INPUTS)

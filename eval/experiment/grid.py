@@ -203,6 +203,9 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   variants = {BASE_VARIANT: Variant(BASE_VARIANT, raw.get("model", ""))}
   for vname, v in (raw.get("variants") or {}).items():
     v = dict(v or {})
+    if vname == BASE_VARIANT and v.get("set"):
+      raise ValueError(f"{where}: variant {BASE_VARIANT!r} is the preset itself; it takes a "
+                       f"label only (no 'set')")
     variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")))
   systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
   tables = tuple(_table(t, where) for t in raw.get("tables") or ())
@@ -260,6 +263,9 @@ def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,
              tables: Optional[tuple[str, ...]] = None,
              systems: Optional[tuple[str, ...]] = None) -> GridSpec:
   """The same grid on fewer ratios, tables or rows (command-line narrowing)."""
+  # The grid's own ratios stay: the cells that serve every ratio at once (BM25 over every
+  # split, hard negatives) must be the whole grid's, so that a narrowed run's results count
+  # when the whole grid is run or rendered later.
   keep_ratios = tuple(r for r in spec.ratios if ratios is None or r in ratios)
   out = []
   for t in spec.tables:
@@ -269,7 +275,7 @@ def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,
     t_ratios = tuple(r for r in t.ratios if r in keep_ratios)
     if rows and t_ratios:
       out.append(dataclasses.replace(t, rows=rows, ratios=t_ratios))
-  return dataclasses.replace(spec, ratios=keep_ratios, tables=tuple(out))
+  return dataclasses.replace(spec, tables=tuple(out))
 
 
 # ---------------------------------------------------------------------------------------------

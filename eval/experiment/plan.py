@@ -148,7 +148,7 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
       "pairs": dict(data.pairs), "passages": dict(data.passages),
       "heldout_percent": data.heldout_percent})
   vocab = p.add("vocab", "vocab/wiki", {"vocab_size": data.vocab_size}, {"pairs": pairs})
-  all_ratios = sorted({r for t in spec.tables for r in t.ratios})
+  all_ratios = sorted(spec.ratios)  # the whole grid's, also when narrowed (grid.restrict)
 
   def pretrain(system: System, variant: Variant, seed: int) -> Optional[str]:
     source = spec.pretraining_of(system)
