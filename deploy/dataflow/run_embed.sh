@@ -2,7 +2,7 @@
 # An exported SavedModel + texts on GCS -> embeddings-*.parquet shards on GCS, with Beam
 # RunInference on Dataflow (pipelines/embed.py).
 #
-#   PROJECT=... REGION=... BUCKET=... IMAGE=... MODEL=gs://my-bucket/runs/pretrain/export \
+#   PROJECT=... REGION=... BUCKET=... IMAGE=... MODEL=gs://my-bucket/runs/pretrain/export/saved_model \
 #   CANDIDATES=gs://my-bucket/runs/reqa-squad/candidates.parquet \
 #   deploy/dataflow/run_embed.sh [extra twotower embed / Beam flags, e.g. --batch_size 512]
 #
