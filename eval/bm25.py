@@ -96,7 +96,9 @@ def search(index_dir: str, queries: Sequence[tuple[str, str]], k1: float, b: flo
   searcher.set_bm25(k1, b)
   run: dict[str, runs_lib.Ranked] = {}
   batches = [queries[i:i + batch_size] for i in range(0, len(queries), batch_size)]
-  for chunk in tqdm(batches, desc="bm25 search", unit="batch", disable=not progress):
+  # disable=None: no bar where stderr is not a terminal (log files, CI).
+  for chunk in tqdm(batches, desc="bm25 search", unit="batch",
+                    disable=None if progress else True):
     if threads == 1:
       results = {qid: searcher.search(q, k=hits) for qid, q in chunk}
     else:

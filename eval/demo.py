@@ -98,7 +98,7 @@ def run(config: DemoConfig) -> DemoResult:
   bench, report_dir = os.path.join(out, "heldout"), os.path.join(out, "report")
   models = {"ict+bfs+wlp": os.path.join(out, "model-ict-bfs-wlp"),
             "no-ssl": os.path.join(out, "model-no-ssl")}
-  progress = Progress(total=7 + (3 if config.squad else 0))
+  progress = Progress(total=8 + (3 if config.squad else 0))
 
   # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
   # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).

@@ -85,7 +85,8 @@ def _to_numpy(batch: pa.RecordBatch, path: str) -> tuple[np.ndarray, np.ndarray]
 def iter_blocks(files: Sequence[str], block_rows: int = 65_536,
                 progress: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """Yields (ids int64[b] or str[b], vectors float32[b, d]) blocks, shard after shard."""
-  for f in tqdm(files, desc="shards", unit="shard", disable=not progress):
+  # disable=None: no bar where stderr is not a terminal (log files, CI).
+  for f in tqdm(files, desc="shards", unit="shard", disable=None if progress else True):
     pf = tio.open_parquet(f)
     for batch in pf.iter_batches(batch_size=block_rows, columns=["id", "embedding"]):
       yield _to_numpy(batch, f)
@@ -355,7 +356,8 @@ def search(index: faiss.Index, queries: np.ndarray, k: int, batch_size: int = 40
   scores = np.empty((len(queries), k), np.float32)
   ids = np.empty((len(queries), k), np.int64)
   t0 = time.perf_counter()
-  for i in tqdm(range(0, len(queries), batch_size), desc="search", disable=not progress):
+  for i in tqdm(range(0, len(queries), batch_size), desc="search",
+                disable=None if progress else True):
     scores[i:i + batch_size], ids[i:i + batch_size] = index.search(queries[i:i + batch_size], k)
   return scores, ids, time.perf_counter() - t0
 

@@ -18,6 +18,7 @@ import csv
 import io
 import logging
 import math
+import sys
 import time
 from typing import Sequence
 
@@ -134,7 +135,9 @@ class Progress(keras.callbacks.Callback):
   """What the user sees while it trains (TrainJob.progress):
 
   "bar"    one tqdm bar over all steps, loss / accuracy as its postfix (refreshed at most
-           once a second); the per-checkpoint summary only at INFO (`--verbose`)
+           once a second); the per-checkpoint summary only at INFO (`--verbose`). Where
+           stderr is not a terminal (a log file, CI) a bar would write every redraw into
+           it, so "bar" falls back to "epoch" there.
   "epoch"  one progress line per checkpoint
   "none"   nothing
   """
@@ -143,6 +146,8 @@ class Progress(keras.callbacks.Callback):
     super().__init__()
     if mode not in PROGRESS_MODES:
       raise ValueError(f"progress={mode!r}: expected one of {PROGRESS_MODES}")
+    if mode == "bar" and not sys.stderr.isatty():
+      mode = "epoch"
     self.mode, self.total, self.initial = mode, total_steps, initial_step
     self.bar = None
     self._last_postfix = 0.0

@@ -258,7 +258,7 @@ def two_tower_builder(cfg: config_lib.PretrainConfig, init: str | None) -> Build
     if init and init.lower() != "none":
       init_towers(model, init)
     else:
-      logger.warning("INIT: random initialisation of the towers (no --init)")
+      logger.info("INIT: random initialisation of the towers (no --init)")
     return model
   return build
 
