@@ -353,3 +353,14 @@ def test_multi_worker_runs_the_custom_loop_and_checkpoints(workdir):
   assert "step 10/10: " in done.stderr
   assert tf.train.latest_checkpoint(contracts.checkpoint_dir(str(out))).endswith("ckpt-10")
   assert pd.read_csv(contracts.history_path(str(out)))["step"].tolist() == [5, 10]
+
+
+def test_runs_train_exactly_the_steps_asked_for():
+  from twotower.model.train import checkpoint_interval
+  # (steps, checkpoint_every) -> steps between checkpoints; steps = a whole number of them.
+  cases = {(640, 100): 80, (150, 100): 75, (90, 100): 90, (300, 100): 100, (1500, 100): 100,
+           (40, 100): 40, (20, 5): 5, (7, 5): 5}
+  for (steps, every), interval in cases.items():
+    assert checkpoint_interval(steps, every) == interval, (steps, every)
+  # A prime number of steps has no divisor near the interval: it rounds up, as before.
+  assert checkpoint_interval(101, 100) == 100
