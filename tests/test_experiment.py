@@ -86,6 +86,21 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   assert seeds == [0, 1, 2]
 
 
+def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
+  """Issue 11: the paper's MLP row has no pre-training; the pre-trained BoW-MLP is a row of
+  its own, under its own name, in the same table."""
+  spec = grid.load("cpu-small")
+  the_plan, _ = plan.plan(spec, INPUTS)
+  table3 = next(t for t in spec.tables if t.id == "3")
+  assert {"bow-mlp", "bow-mlp-ict+bfs+wlp"} <= {r.system for r in table3.rows}
+  assert spec.systems["bow-mlp"].pretraining == "No pre-training"
+  untrained = the_plan["finetune/squad/bow-mlp/base/r5/s0"]
+  pretrained = the_plan["finetune/squad/bow-mlp-ict+bfs+wlp/base/r5/s0"]
+  assert "init" not in untrained.deps
+  assert pretrained.deps["init"] == "pretrain/bow-mlp-ict+bfs+wlp/base/s0"
+  assert untrained.params["config"]["model"]["encoder"] == "bow_mlp"
+
+
 def test_a_narrowed_run_makes_the_whole_grids_cells():
   """--ratios / --tables pick cells of the whole grid: BM25 and hard negatives serve every
   ratio, so narrowing must not give them new keys (their results would not count later)."""
