@@ -137,7 +137,9 @@ def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
           agg = by.get((row.system, row.variant, ratio))
           cells.append(f"{cell_text(agg, 'R@10')} / {cell_text(agg, 'R@100')}" if agg
                        else "todo")
-        lines.append(f"| {system.encoder}, {system.pretraining} | " + " | ".join(cells) + " |")
+        label = system.encoder if system.pretraining in ("", "-") else \
+            f"{system.encoder}, {system.pretraining}"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
       lines.append("")
   return "\n".join(lines)
 
