@@ -76,16 +76,19 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
+  if config.readme and not render.has_block(config.readme, spec.name):
+    # Said before any cell runs, not after the first one.
+    raise ValueError(f"{config.readme}: no <!-- results:{spec.name} --> ... "
+                     f"<!-- /results:{spec.name} --> block to write the summary into")
   tio.makedirs(work)
   logs.progress(text.splitlines()[0])
 
   def refresh() -> None:
     sections = render.write_tables(spec, the_plan, entries, work, results_dir)
     render.write_readme(spec, the_plan, work, config.command, results_dir, sections)
-    if config.readme and not render.update_block(
-        config.readme, spec.name, tio.read_text(os.path.join(results_dir, "summary.md"))):
-      raise ValueError(f"{config.readme}: no <!-- results:{spec.name} --> ... "
-                       f"<!-- /results:{spec.name} --> block to write the summary into")
+    if config.readme:
+      render.update_block(config.readme, spec.name,
+                          tio.read_text(os.path.join(results_dir, "summary.md")))
 
   if config.render_only:
     # What a narrowed or interrupted run has left, shown against the whole grid.

@@ -144,13 +144,23 @@ def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
   return "\n".join(lines)
 
 
+def _markers(name: str) -> tuple[str, str]:
+  return f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+
+
+def has_block(path: str, name: str) -> bool:
+  """Whether the file `path` has a `<!-- results:NAME -->` ... `<!-- /results:NAME -->` block."""
+  content = tio.read_text(path)
+  return all(marker in content for marker in _markers(name))
+
+
 def update_block(path: str, name: str, text: str) -> bool:
   """Replaces what stands between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in the
   file `path` with `text`; False (file untouched) where the markers are absent."""
-  begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
-  content = tio.read_text(path)
-  if begin not in content or end not in content:
+  if not has_block(path, name):
     return False
+  begin, end = _markers(name)
+  content = tio.read_text(path)
   head, rest = content.split(begin, 1)
   tail = rest.split(end, 1)[1]
   tio.write_text(path, f"{head}{begin}\n{text.strip()}\n{end}{tail}")
