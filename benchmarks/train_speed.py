@@ -42,7 +42,7 @@ from twotower.testing import pairs as testing
 
 logger = logging.getLogger(__name__)
 
-#: (label, preset, overrides, batch size): cpu-small as shipped, and DESIGN's L4/H256 point.
+#: (label, preset, overrides, batch size): cpu-small as shipped, and an L4/H256 point.
 SETTINGS = (
     ("cpu-small L2/H128 q32/d128", "cpu-small", {}, 64),
     ("L4/H256 q64/d288", "cpu-small", {"num_layers": 4, "hidden_dim": 256, "num_heads": 4,

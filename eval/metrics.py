@@ -5,7 +5,7 @@ A *run* maps a question id to its ranked candidate ids (best first). A question'
 
   R@k = mean over questions of [0 < rank <= k]      MRR = mean of 1/rank (0 when rank is 0)
 
-Gold conventions (DESIGN "ReQA"; every table says which one it uses):
+Gold conventions (every table says which one it uses):
   * ``pair`` (the paper's): the golds are the exact (sentence, passage) candidates of
     `gold_candidate_ids`; averaged over question ids.
   * ``sentence`` (ReQA's `squad_eval.py`): any candidate whose sentence text equals a gold

@@ -120,7 +120,7 @@ class TrainerConfig:
     checkpoint_every: steps between checkpoints (also the length of a Keras "epoch").
     keep_checkpoints: checkpoints kept on disk.
     eval_steps: held-out batches evaluated at each checkpoint (0: no held-out evaluation).
-    jit_compile: XLA-compile the train step (slower on this CPU; see DESIGN).
+    jit_compile: XLA-compile the train step (slower on this CPU; see deploy/tpu/README.md).
     seed: initialisation, dropout, data order and MLM masking.
     grad_cache_chunk: 0 (default) embeds each replica's batch under one tape; N > 0 trains
       with the gradient cache (model/grad_cache.py): memory bounded by N pairs whatever the

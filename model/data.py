@@ -1,4 +1,4 @@
-"""Input pipelines: pair TFRecords (DESIGN stage 5) -> tokenised, batched, static-shaped
+"""Input pipelines: pair TFRecords -> tokenised, batched, static-shaped
 dicts that feed `TwoTowerModel` on CPU, under MirroredStrategy and on TPU alike.
 
   pairs/<task>/<split>-*.tfrecord   (contracts.PAIR_FEATURES, one tf.train.Example per pair)

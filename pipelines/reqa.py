@@ -1,4 +1,4 @@
-"""`twotower reqa`: SQuAD / Natural Questions -> the ReQA benchmark (DESIGN stage 7), a Beam job.
+"""`twotower reqa`: SQuAD / Natural Questions -> the ReQA benchmark, a Beam job.
 
     twotower reqa --squad dev-v1.1.json --out reqa/squad
     twotower reqa --nq 'simplified-nq-dev.jsonl.gz' --out reqa/nq
@@ -40,7 +40,7 @@ without a global ordering; de-duplication is one GroupByKey on the id, which als
 was no hash collision (two texts under one id fail the job loudly). The trade-off: ids are not
 dense 0..N-1 (FAISS `IndexIDMap` and Parquet do not care), and the job scales to any N. A dense
 numbering would need one worker to sort all candidates: fine at ReQA's ~10k-100k, not at the
-paper's 1M+ open-domain pool. At ~10k candidates Beam is not faster than a loop (DESIGN:
+paper's 1M+ open-domain pool. At ~10k candidates Beam is not faster than a loop (development notes:
 DirectRunner ~1.07x of plain Python); it earns its keep on NQ train (300k records) and the
 open-domain pool over a full Wikipedia `passages/`.
 

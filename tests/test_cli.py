@@ -1,4 +1,4 @@
-"""The `twotower` entry point: every stage of the DESIGN contract is wired, usage errors exit 2,
+"""The `twotower` entry point: every stage is wired, usage errors exit 2,
 failures exit 1 with one clear stderr line, and `python -m <stage module>` behaves the same."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The data contracts between stages, in one place (DESIGN.md "Stages and the contracts").
+"""The data contracts between stages, in one place (docs/architecture.md maps them).
 
 Every stage imports its records, schemas, file layouts, codecs, counter names and reserved
 tokens from here and never restates them. Change a format here and the stages stay in step.

@@ -1,4 +1,4 @@
-"""Where every stage writes what (DESIGN "Stages and the contracts"): one function or constant
+"""Where every stage writes what (docs/architecture.md): one function or constant
 per file layout, so that no stage spells another's paths.
 
     PAIRS_OUT/   pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord, passages/passages-*.parquet,
