@@ -53,7 +53,21 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
       beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
       dry_run=args.dry_run, render_only=args.render_only, readme=args.readme, progress=args.progress,
-      command=tuple(a for a in argv if a not in ("-v", "--verbose", "--render_only")))
+      command=_grid_command(argv))
+
+
+def _grid_command(argv: list[str]) -> tuple[str, ...]:
+  """The flags that define the grid's cells (for its README): without verbosity, rendering
+  and the README to update, which change no cell."""
+  out, skip = [], False
+  for a in argv:
+    if skip:
+      skip = False
+    elif a == "--readme":
+      skip = True
+    elif a not in ("-v", "--verbose", "--render_only") and not a.startswith("--readme="):
+      out.append(a)
+  return tuple(out)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
