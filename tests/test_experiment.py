@@ -193,8 +193,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("9 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 bm25, 1 pretrain, "
-                        "1 finetune, 1 eval, 1 fuse); rough estimate")
+  assert out.startswith("12 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
+                        "1 pretrain, 2 finetune, 2 eval, 1 fuse); rough estimate")
   assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
   assert not (tmp_path / "w").exists()
 
@@ -270,7 +270,9 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert set(first.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "datastats/squad",
                             "bm25/squad",
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
-                            "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0"}
+                            "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0",
+                            "hardneg/squad/k1", "finetune/squad/ict-hn/base/r80/s0",
+                            "eval/squad/ict-hn/base/r80/s0"}
   assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
@@ -278,7 +280,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "80%/20% R@1" in md
   assert (results / "table3-squad-r80.png").read_bytes()[:4] == b"\x89PNG"
   data = json.loads((results / "results.json").read_text())
-  assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "hybrid"}
+  assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "ict-hn", "hybrid"}
   for a in data["aggregates"]:
     assert all(0.0 <= v <= 1.0 for v in a["mean"].values())
     assert a["mean"]["R@1"] <= a["mean"]["R@10"] <= a["mean"]["R@100"]
@@ -291,7 +293,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "9 of 9 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "12 of 12 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
@@ -307,9 +309,9 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
-  assert "9 of 9 cells done" in (results / "README.md").read_text()
+  assert "12 of 12 cells done" in (results / "README.md").read_text()
   block = project_readme.read_text()
   assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 9:]} == {"skipped"}
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 12:]} == {"skipped"}

@@ -73,7 +73,7 @@ def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
   p = cell.params
   stats = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p["k"],
                                             ratios=tuple(p["ratios"]),
-                                            doc_text=p["doc_text"], work=out))
+                                            doc_text=p["doc_text"]))
   return {"stats": stats}
 
 
