@@ -41,6 +41,7 @@ class Aggregate:
   std: Mapping[str, float]
   questions: int
   candidates: int
+  planned_seeds: int = 0    # seeds the grid asks for (0: as many as `seeds`)
 
 
 def collect(plan: Plan, work: str, gold: str = "pair") -> dict[tuple[str, str], dict]:
@@ -60,10 +61,13 @@ def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
   """Entries grouped by (table, dataset, row, ratio), metrics averaged over their seeds;
   entries without a result yet are left out."""
   groups: dict[tuple, dict[int, dict]] = {}
+  planned: dict[tuple, set[int]] = {}
   for e in entries:
+    key = (e.table, e.dataset, e.system, e.variant, e.ratio)
+    planned.setdefault(key, set()).add(e.seed)
     record = values.get((e.cell, e.split))
     if record is not None:
-      groups.setdefault((e.table, e.dataset, e.system, e.variant, e.ratio), {})[e.seed] = record
+      groups.setdefault(key, {})[e.seed] = record
   out = []
   for (table, dataset, system, variant, ratio), by_seed in groups.items():
     records = [by_seed[s] for s in sorted(by_seed)]
@@ -73,7 +77,8 @@ def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
       mu = sum(xs) / len(xs)
       mean[name], std[name] = mu, math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
     out.append(Aggregate(table, dataset, system, variant, ratio, tuple(sorted(by_seed)), mean,
-                         std, records[0]["questions"], records[0]["candidates"]))
+                         std, records[0]["questions"], records[0]["candidates"],
+                         len(planned[(table, dataset, system, variant, ratio)])))
   return out
 
 
@@ -87,6 +92,8 @@ def cell_text(agg: Optional[Aggregate], metric: str) -> str:
   text = f"{100 * agg.mean[metric]:.2f}"
   if len(agg.seeds) > 1:
     text += f" ± {100 * agg.std[metric]:.2f}"
+  if len(agg.seeds) < agg.planned_seeds:  # a mean of fewer seeds than the grid asks for
+    text += f" ({len(agg.seeds)} of {agg.planned_seeds} seeds)"
   return text
 
 
