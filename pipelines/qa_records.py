@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from twotower import contracts
+
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
@@ -57,3 +59,27 @@ def fix_answer_start(context: str, answer: Answer) -> tuple[Optional[int], bool]
       best = pos
     pos = context.find(answer.text, pos + 1)
   return best, True
+
+
+# Ids of the benchmark's rows: 63-bit hashes of their texts, so that every worker can name a
+# candidate without a global ordering (pipelines.reqa's docstring says why).
+INT63 = (1 << 63) - 1
+
+
+def stable_int63(*parts: object) -> int:
+  return contracts.stable_hash(*parts) & INT63
+
+
+def candidate_id(sentence: str, passage: str) -> int:
+  """Deterministic int64 id of a (sentence, passage) candidate."""
+  return stable_int63("candidate", sentence, passage)
+
+
+def passage_id(passage: str) -> int:
+  """Deterministic int64 id of a passage text (doc_page_id of the fine-tuning pairs)."""
+  return stable_int63("passage", passage)
+
+
+def passage_key(text: str) -> str:
+  """What makes an extra passage "a ReQA paragraph": case and spacing do not count."""
+  return " ".join(text.casefold().split())
