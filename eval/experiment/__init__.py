@@ -84,11 +84,10 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   logs.progress(text.splitlines()[0])
 
   def refresh() -> None:
-    sections = render.write_tables(spec, the_plan, entries, work, results_dir)
-    render.write_readme(spec, the_plan, work, config.command, results_dir, sections)
+    written = render.write_tables(spec, the_plan, entries, work, results_dir)
+    render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
-      render.update_block(config.readme, spec.name,
-                          tio.read_text(os.path.join(results_dir, "summary.md")))
+      render.update_block(config.readme, spec.name, written.summary)
 
   if config.render_only:
     # What a narrowed or interrupted run has left, shown against the whole grid.

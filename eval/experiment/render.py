@@ -164,20 +164,27 @@ def has_block(path: str, name: str) -> bool:
 def update_block(path: str, name: str, text: str) -> bool:
   """Replaces what stands between `<!-- results:NAME -->` and `<!-- /results:NAME -->` in the
   file `path` with `text`; False (file untouched) where the markers are absent."""
-  if not has_block(path, name):
-    return False
   begin, end = _markers(name)
   content = tio.read_text(path)
+  if begin not in content or end not in content:
+    return False
   head, rest = content.split(begin, 1)
   tail = rest.split(end, 1)[1]
   tio.write_text(path, f"{head}{begin}\n{text.strip()}\n{end}{tail}")
   return True
 
 
+@dataclasses.dataclass(frozen=True)
+class Written:
+  """What `write_tables` wrote: the README's sections and the summary (summary.md)."""
+  sections: list[str]
+  summary: str
+
+
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
-                 results_dir: str) -> list[str]:
+                 results_dir: str) -> Written:
   """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
-  results.json; returns the Markdown sections for the README."""
+  results.json, summary.md; returns the README's sections and the summary."""
   values = collect(plan, work)
   aggs = aggregate(entries, values)
   sections, kept = [], []
@@ -211,13 +218,14 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
           if records:
             report.plot_recall(records, os.path.join(results_dir, f"{stem}-r{ratio}.png"),
                                f"{title}, {ratio_label(ratio)}: Recall@k")
-  tio.write_text(os.path.join(results_dir, "summary.md"), summary_markdown(spec, kept))
+  summary = summary_markdown(spec, kept)
+  tio.write_text(os.path.join(results_dir, "summary.md"), summary)
   _write_csv(kept, os.path.join(results_dir, "results.csv"))
   tio.write_json(os.path.join(results_dir, "results.json"),
                  {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],
                   "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
                                for e in entries if (e.cell, e.split) in values]})
-  return sections
+  return Written(sections, summary)
 
 
 def _write_csv(aggs: Iterable[Aggregate], path: str) -> None:
