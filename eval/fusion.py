@@ -14,8 +14,14 @@ Methods:
 
 The interpolation weight is a hyper-parameter: `--weight auto` picks it on a validation split
 (`validation-<ratio>`, the 10 % of the train side the paper holds out "for hyper-parameter
-tuning"), by Recall@k, from a grid of weights; a test split is refused for tuning. The fused
-list keeps the top `depth` candidates.
+tuning"), by Recall@k, from a grid of weights; a test split is refused for tuning. Validation
+splits are small (18 questions at the 1 % ratio), so Recall@100 often ties over half the grid:
+ties go to the higher MRR, which still tells the weights apart, and only then to the weight
+nearest 0.5. The fused list keeps the top `depth` candidates.
+
+`choose_partner` does the same for the dense run itself: given several candidate runs, it
+keeps the one whose tuned fusion scores best on the validation split (the grid's hybrid row
+fuses BM25 with "the best dense row", chosen there and never on the test side).
 """
 
 from __future__ import annotations
@@ -79,20 +85,32 @@ def rrf(runs: Sequence[Run], k: int = RRF_K, depth: int = 100) -> Run:
   return fused
 
 
+#: Breaks ties of the tuning metric (see the module docstring).
+TIEBREAK_METRIC = "MRR"
+
+
 @dataclasses.dataclass(frozen=True)
 class Tuning:
-  """The weight chosen on a validation split, and the metric at every weight tried."""
+  """The weight chosen on a validation split, and the metrics at every weight tried."""
   split: str
   metric: str
   weight: float
   by_weight: tuple[tuple[float, float], ...]  # (weight, metric)
+  tiebreak_by_weight: tuple[tuple[float, float], ...] = ()  # (weight, MRR)
+
+  @property
+  def score(self) -> tuple[float, float]:
+    """(metric, MRR) at the chosen weight: how two tunings compare."""
+    return (dict(self.by_weight)[self.weight],
+            dict(self.tiebreak_by_weight).get(self.weight, 0.0))
 
 
 def tune_weight(a: Run, b: Run, split: evaluate_lib.ReqaSplit, metric: str = "R@100",
                 weights: Sequence[float] = WEIGHT_GRID, depth: int = 100) -> Tuning:
   """The interpolation weight that maximises `metric` on `split` (a validation split; ties
-  go to the weight nearest 0.5, then the smaller). Test splits are refused: a weight chosen
-  on the test side would make the hybrid's test numbers optimistic."""
+  go to the higher MRR, then to the weight nearest 0.5, then the smaller). Test splits are
+  refused: a weight chosen on the test side would make the hybrid's test numbers
+  optimistic."""
   if not split.split.startswith("validation"):
     raise ValueError(f"tuning the fusion weight on {split.split!r}: only a validation split "
                      "may choose hyper-parameters")
@@ -100,9 +118,26 @@ def tune_weight(a: Run, b: Run, split: evaluate_lib.ReqaSplit, metric: str = "R@
   for w in weights:
     (record,) = evaluate_lib.evaluate(runs_lib.ids_only(interpolate(a, b, w, depth)), "tune",
                                       [split], ("pair",))
-    table.append((float(w), record["metrics"][metric]))
-  best = max(table, key=lambda wm: (wm[1], -abs(wm[0] - 0.5), -wm[0]))
-  return Tuning(split.split, metric, best[0], tuple(table))
+    m = record["metrics"]
+    table.append((float(w), m[metric], m[TIEBREAK_METRIC]))
+  best = max(table, key=lambda t: (t[1], t[2], -abs(t[0] - 0.5), -t[0]))
+  return Tuning(split.split, metric, best[0], tuple((w, m) for w, m, _ in table),
+                tuple((w, t) for w, _, t in table))
+
+
+def choose_partner(first: Run, candidates: Mapping[str, Run], split: evaluate_lib.ReqaSplit,
+                   metric: str = "R@100", depth: int = 100) -> tuple[str, Tuning]:
+  """The candidate run whose fusion with `first`, at its own tuned weight, scores best on
+  `split` (by `metric`, then MRR; equal scores keep the earlier candidate)."""
+  if not candidates:
+    raise ValueError("choose_partner needs at least one candidate run")
+  tuned = {name: tune_weight(first, run_, split, metric, depth=depth)
+           for name, run_ in candidates.items()}
+  for name, t in tuned.items():
+    logger.info("fusion partner %s: %s %.4f, MRR %.4f at weight %.2f on %s", name, metric,
+                *t.score, t.weight, split.split)
+  best = max(tuned, key=lambda name: tuned[name].score)  # max keeps the first of equals
+  return best, tuned[best]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,7 +58,7 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   assert {"pretrain/ict/base/s0", "pretrain/ict/base/s1", "pretrain/ict/base/s2"} <= pretrains
   # Rows that differ in fine-tuning only reuse a pre-training.
   hn = the_plan["finetune/squad/ict+bfs+wlp-hn/base/r5/s1"]
-  assert hn.deps["init"] == "pretrain/ict+bfs+wlp/base/s1"
+  assert hn.deps["init"] == "pretrain/ict+bfs+wlp-pooled/base/s1"
   assert hn.deps["hardneg"] == "hardneg/squad/k1" and hn.params["hard_negatives"] == 1
   # No pre-training for the untrained baselines; BoW-MLP sized like the grid's towers.
   for name in ("no-ssl", "bow-mlp"):
@@ -68,15 +68,23 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   assert (bow["encoder"], bow["query_len"], bow["doc_len"], bow["embedding_dim"]) == (
       "bow_mlp", 32, 128, 128)
   # The large-batch row sees as many examples as the batch-64 row.
-  small = the_plan["pretrain/ict+bfs+wlp/base/s0"].params["config"]
+  small = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"].params["config"]
   large = the_plan["pretrain/ict+bfs+wlp-large/base/s0"].params["config"]
   assert large["data"]["batch_size"] == 1024 and large["trainer"]["grad_cache_chunk"] == 64
   assert (large["trainer"]["steps"] * 1024 == small["trainer"]["steps"] * 64)
-  # The hybrid fuses BM25 with a dense row and tunes on the ratio's validation split.
+  assert large["data"]["mixture"] == small["data"]["mixture"] == "pooled"
+  # Adam's square-root rule: 16x the batch, 4x the learning rate.
+  assert large["trainer"]["learning_rate"] == pytest.approx(4 * small["trainer"]["learning_rate"])
+  # The hybrid fuses BM25 with the dense row that the ratio's validation split chooses.
   fuse = the_plan["fuse/squad/hybrid/base/r10/s0"]
-  assert fuse.deps["first"] == "bm25/squad"
-  assert fuse.deps["second"] == "eval/squad/ict+bfs+wlp-large-hn/base/r10/s0"
+  assert fuse.deps[plan.FUSE_FIRST] == "bm25/squad"
+  partners = {d for role, d in fuse.deps.items() if role.startswith(plan.FUSE_PARTNER)}
+  assert partners == {f"eval/squad/{s}/base/r10/s0" for s in (
+      "ict+bfs+wlp-pooled", "ict+bfs+wlp-hn", "ict+bfs+wlp-large", "ict+bfs+wlp-large-hn")}
   assert fuse.params["tune_split"] == "validation-10"
+  # The beyond rows build on the pooled row: hard negatives reuse its pre-training.
+  assert the_plan["finetune/squad/ict+bfs+wlp-hn/base/r5/s0"].deps["init"] == (
+      "pretrain/ict+bfs+wlp-pooled/base/s0")
   # Table 6 reads the open-domain ReQA directory, fine-tuned models of the closed one.
   open_eval = the_plan["eval/squad-open/ict/base/r1/s0"]
   assert open_eval.deps["reqa"] == "reqa/squad-open"
@@ -295,6 +303,12 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
       experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0][
           "fuse/squad/hybrid/base/r80/s0"]))
   assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
+  # The partner is one of the two dense rows, the one whose tuned fusion scored best on
+  # validation: its (R@100, MRR) is the one recorded.
+  assert fuse["partner"] in ("ict", "ict-hn")
+  tuning = fuse["tuning"]
+  assert dict(map(tuple, tuning["by_weight"]))[fuse["weight"]] == max(
+      m for _, m in tuning["by_weight"])
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
   assert "12 of 12 cells done, 0 failed, 0 blocked, 0 to do" in readme

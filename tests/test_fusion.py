@@ -81,6 +81,33 @@ def test_weight_is_tuned_on_validation_and_a_test_split_is_refused(tmp_path):
     fusion.tune_weight(a, b, test, metric="R@1")
 
 
+def test_a_tie_of_the_tuning_metric_goes_to_the_higher_mrr(tmp_path):
+  """Every weight finds the validation gold in the top 3 (R@100 ties, as on a small
+  validation split); MRR still prefers the weights that put it first."""
+  write_reqa(tmp_path / "reqa")
+  a, b = runs_for_tuning()
+  (validation,) = evaluate.load_splits(str(tmp_path / "reqa"), ["validation-5"])
+  tuning = fusion.tune_weight(a, b, validation, metric="R@100")
+  assert set(dict(tuning.by_weight).values()) == {1.0}
+  assert tuning.weight > 0.5  # not 0.5, where the gold is second
+  assert dict(tuning.tiebreak_by_weight)[tuning.weight] == 1.0
+  assert tuning.score == (1.0, 1.0)
+
+
+def test_the_partner_is_the_run_that_fuses_best_on_validation(tmp_path):
+  """Of two dense runs, the one whose fusion puts the validation gold first is chosen,
+  though the other one is the better run on the test questions."""
+  write_reqa(tmp_path / "reqa")
+  a, b = runs_for_tuning()
+  (validation,) = evaluate.load_splits(str(tmp_path / "reqa"), ["validation-5"])
+  first = b  # ranks the test gold (1) first, the validation gold (4) nowhere
+  name, tuning = fusion.choose_partner(first, {"test-lover": b, "validation-lover": a},
+                                       validation, metric="R@1")
+  assert name == "validation-lover" and tuning.score[0] == 1.0
+  with pytest.raises(ValueError, match="at least one"):
+    fusion.choose_partner(first, {}, validation)
+
+
 def test_fuse_command_tunes_then_writes_a_run(tmp_path):
   write_reqa(tmp_path / "reqa")
   a, b = runs_for_tuning()

@@ -11,6 +11,7 @@ import shutil
 from typing import Callable, Mapping
 
 from twotower import contracts
+from twotower.eval.experiment import plan
 from twotower.eval.experiment.plan import Cell
 
 
@@ -134,18 +135,28 @@ def _eval(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.eval import evaluate, fusion
+  from twotower.eval import evaluate, fusion, runs as runs_lib
   p = cell.params
-  runs = tuple(ctx.done(cell.deps[role])["run_file"] for role in ("first", "second"))
+  first = ctx.done(cell.deps[plan.FUSE_FIRST])["run_file"]
+  partners = {role[len(plan.FUSE_PARTNER):]: ctx.done(dep)["run_file"]
+              for role, dep in cell.deps.items() if role.startswith(plan.FUSE_PARTNER)}
+  reqa = ctx.dep(cell, "reqa")
+  partner, weight, tuning = next(iter(partners)), None, None
+  if len(partners) > 1:  # the best dense row, chosen on validation (never on test)
+    (split,) = evaluate.load_splits(reqa, [p["tune_split"]])
+    partner, tuning = fusion.choose_partner(
+        runs_lib.read_run(first), {n: runs_lib.read_run(f) for n, f in partners.items()},
+        split)
+    weight = tuning.weight
   run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
-  result = fusion.run(fusion.FuseConfig(runs=runs, out=run_file, method=p["method"],
-                                        reqa=ctx.dep(cell, "reqa"),
+  result = fusion.run(fusion.FuseConfig(runs=(first, partners[partner]), out=run_file,
+                                        method=p["method"], weight=weight, reqa=reqa,
                                         tune_split=p["tune_split"], tag=p["system"]))
-  splits = evaluate.load_splits(ctx.dep(cell, "reqa"), p["splits"])
+  splits = evaluate.load_splits(reqa, p["splits"])
   records = evaluate.evaluate_run_file(run_file, p["system"], splits, ("pair", "sentence"))
-  tuning = dataclasses.asdict(result.tuning) if result.tuning else None
+  tuning = tuning or result.tuning
   return {"records": records, "run_file": run_file, "weight": result.weight,
-          "tuning": tuning}
+          "partner": partner, "tuning": dataclasses.asdict(tuning) if tuning else None}
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {

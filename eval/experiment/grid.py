@@ -54,7 +54,8 @@ class System:
       as many examples are seen (the large-batch row).
     pretrained_as: reuse another row's pre-training (rows that differ in fine-tuning only).
     hard_negatives: BM25 hard negatives per fine-tuning question.
-    fuse: (first, second) rows of a hybrid; fusion: its method.
+    fuse: rows of a hybrid: the first (BM25), then its partner, or several candidate
+      partners of which the validation split chooses one; fusion: its method.
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -246,8 +247,11 @@ def check(spec: GridSpec) -> None:
     missing = [r for r in refs if r not in spec.systems]
     if missing:
       raise ValueError(f"{where}: system {s.name!r} refers to unknown system(s) {missing}")
-    if s.kind == "hybrid" and len(s.fuse) != 2:
-      raise ValueError(f"{where}: hybrid {s.name!r} needs `fuse: [first, second]`")
+    if s.kind == "hybrid" and len(s.fuse) < 2:
+      raise ValueError(f"{where}: hybrid {s.name!r} needs `fuse: [first, second, ...]`")
+    if s.kind == "hybrid" and len(s.fuse) > 2 and s.fusion != "interpolate":
+      raise ValueError(f"{where}: hybrid {s.name!r} chooses among {len(s.fuse) - 1} partner "
+                       "rows by tuning an interpolation; `fusion: rrf` takes one partner")
   for t in spec.tables:
     for row in t.rows:
       if row.system not in spec.systems:

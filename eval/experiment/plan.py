@@ -13,7 +13,8 @@ A *cell* is one resumable unit of work with a done-marker:
               by rows that differ in fine-tuning only)
     finetune  one row x size x ratio x seed
     eval      embed + flat search + Recall@k of one fine-tuned model on one ReQA directory
-    fuse      a hybrid of two rows' runs, its weight tuned on the ratio's validation split
+    fuse      a hybrid of two rows' runs, its weight (and, given several dense rows, which one)
+              tuned on the ratio's validation split
 
 Each cell's parameters hold everything it depends on: a training cell holds its resolved
 model config (`PretrainConfig.to_dict()`), so changing a preset, a step count or a seed plans
@@ -35,6 +36,8 @@ KINDS = ("pairs", "vocab", "reqa", "datastats", "hardneg", "bm25", "pretrain", "
          "eval", "fuse")
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
+#: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run.
+FUSE_FIRST, FUSE_PARTNER = "first", "partner:"
 
 
 def _slug(text: str) -> str:
@@ -191,13 +194,17 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
       return bm25(reqa)
     tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
     if system.kind == "hybrid":
-      first, second = (result(spec.systems[n], variant, reqa, train_reqa, dataset, ratio, seed)
-                       for n in system.fuse)
+      first, *partners = system.fuse
+      deps = {FUSE_FIRST: result(spec.systems[first], variant, reqa, train_reqa, dataset,
+                                 ratio, seed)}
+      for name in partners:  # several: the best one is chosen on the validation split
+        deps[FUSE_PARTNER + name] = result(spec.systems[name], variant, reqa, train_reqa,
+                                           dataset, ratio, seed)
       return p.add("fuse", f"fuse/{tag}",
                    {"system": system.name, "method": system.fusion, "ratio": ratio,
                     "seed": seed, "splits": eval_splits(ratio),
                     "tune_split": f"validation-{ratio}"},
-                   {"first": first, "second": second, "reqa": reqa})
+                   {**deps, "reqa": reqa})
     model = finetune(system, variant, train_reqa, dataset, ratio, seed)
     return p.add("eval", f"eval/{tag}",
                  {"system": system.name, "variant": variant.name, "ratio": ratio, "seed": seed,
