@@ -147,7 +147,9 @@ def choose_partner(first: Run, candidates: Mapping[str, Run], split: evaluate_li
 @dataclasses.dataclass(frozen=True)
 class FuseConfig:
   """Flags of `twotower fuse`."""
-  runs: tuple[str, str]              # the two run files (e.g. BM25, dense)
+  # The run files: the first (e.g. BM25), then its partner (e.g. dense), or several candidate
+  # partners of which the tuning split keeps one (`choose_partner`).
+  runs: tuple[str, ...]
   out: str                           # fused run file (TREC or .parquet)
   method: str = "interpolate"        # METHODS
   weight: Optional[float] = None     # weight of the first run; None: tune on `tune_split`
@@ -161,8 +163,11 @@ class FuseConfig:
   def __post_init__(self):
     if self.method not in METHODS:
       raise ValueError(f"unknown fusion method {self.method!r}; expected one of {METHODS}")
-    if len(self.runs) != 2:
+    if len(self.runs) < 2:
       raise ValueError(f"fusion takes two runs, got {len(self.runs)}")
+    if len(self.runs) > 2 and (self.method != "interpolate" or self.weight is not None):
+      raise ValueError(f"{len(self.runs) - 1} candidate partners: choosing one needs "
+                       "`interpolate` with its weight tuned (weight auto)")
     if self.method == "interpolate" and self.weight is None and not (self.reqa and
                                                                       self.tune_split):
       raise ValueError("--weight auto needs --reqa and --tune_split (a validation split)")
@@ -174,24 +179,29 @@ class FuseResult:
   method: str
   weight: Optional[float]
   tuning: Optional[Tuning]
+  partner: str  # the run file fused with the first one
 
 
 def run(config: FuseConfig) -> FuseResult:
-  """Reads both runs, fuses them (tuning the weight first when asked), writes the run."""
+  """Reads the runs, fuses the first with its partner (tuning the weight, and choosing the
+  partner among several, first when asked), writes the run."""
   tio.log_settings("fuse", dataclasses.asdict(config))
-  a, b = (runs_lib.read_run(path) for path in config.runs)
-  tuning, weight = None, config.weight
+  first_file, *partner_files = config.runs
+  first = runs_lib.read_run(first_file)
+  partners = {path: runs_lib.read_run(path) for path in partner_files}
+  partner, tuning, weight = partner_files[0], None, config.weight
   if config.method == "rrf":
-    fused = rrf([a, b], config.rrf_k, config.depth)
+    fused = rrf([first, partners[partner]], config.rrf_k, config.depth)
   else:
     if weight is None:
       (split,) = evaluate_lib.load_splits(config.reqa, [config.tune_split])
-      tuning = tune_weight(a, b, split, config.tune_metric, depth=config.depth)
+      partner, tuning = choose_partner(first, partners, split, config.tune_metric,
+                                       config.depth)
       weight = tuning.weight
       logger.info("fusion weight %.2f chosen on %s by %s", weight, tuning.split, tuning.metric)
-    fused = interpolate(a, b, weight, config.depth)
+    fused = interpolate(first, partners[partner], weight, config.depth)
   runs_lib.write_run(config.out, fused, tag=config.tag)
-  return FuseResult(config.out, config.method, weight, tuning)
+  return FuseResult(config.out, config.method, weight, tuning, partner)
 
 
 if __name__ == "__main__":

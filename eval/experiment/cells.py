@@ -135,28 +135,21 @@ def _eval(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.eval import evaluate, fusion, runs as runs_lib
+  from twotower.eval import evaluate, fusion
   p = cell.params
   first = ctx.done(cell.deps[plan.FUSE_FIRST])["run_file"]
-  partners = {role[len(plan.FUSE_PARTNER):]: ctx.done(dep)["run_file"]
+  # Several partner rows: fusion.run keeps the one that fuses best on the validation split.
+  partners = {ctx.done(dep)["run_file"]: role[len(plan.FUSE_PARTNER):]
               for role, dep in cell.deps.items() if role.startswith(plan.FUSE_PARTNER)}
-  reqa = ctx.dep(cell, "reqa")
-  partner, weight, tuning = next(iter(partners)), None, None
-  if len(partners) > 1:  # the best dense row, chosen on validation (never on test)
-    (split,) = evaluate.load_splits(reqa, [p["tune_split"]])
-    partner, tuning = fusion.choose_partner(
-        runs_lib.read_run(first), {n: runs_lib.read_run(f) for n, f in partners.items()},
-        split)
-    weight = tuning.weight
   run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
-  result = fusion.run(fusion.FuseConfig(runs=(first, partners[partner]), out=run_file,
-                                        method=p["method"], weight=weight, reqa=reqa,
+  result = fusion.run(fusion.FuseConfig(runs=(first, *partners), out=run_file,
+                                        method=p["method"], reqa=ctx.dep(cell, "reqa"),
                                         tune_split=p["tune_split"], tag=p["system"]))
-  splits = evaluate.load_splits(reqa, p["splits"])
+  splits = evaluate.load_splits(ctx.dep(cell, "reqa"), p["splits"])
   records = evaluate.evaluate_run_file(run_file, p["system"], splits, ("pair", "sentence"))
-  tuning = tuning or result.tuning
+  tuning = dataclasses.asdict(result.tuning) if result.tuning else None
   return {"records": records, "run_file": run_file, "weight": result.weight,
-          "partner": partner, "tuning": dataclasses.asdict(tuning) if tuning else None}
+          "partner": partners[result.partner], "tuning": tuning}
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
