@@ -201,6 +201,28 @@ def test_states_are_read_from_the_cells_files(tmp_path):
   assert states["reqa/squad"] == "todo"   # needs no pair pipeline output
 
 
+def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_path):
+  """A new work directory from the results directory's records: every recorded cell comes back
+  done (restored, no outputs); a cell whose record is missing runs, with the restored cells it
+  reads from; a record whose key changed is not restored."""
+  the_plan, _ = plan.plan(grid.load("tiny"), INPUTS)
+  records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
+             for c in the_plan}
+  missing = "eval/squad/ict/base/r80/s0"
+  del records[the_plan[missing].dirname]
+  records[the_plan["bm25/squad"].dirname]["key"] = "an older key"
+  work = str(tmp_path)
+  restored = execute.restore(the_plan, work, records)
+  assert missing not in restored and "bm25/squad" not in restored
+  assert len(restored) == len(the_plan) - 2
+  assert execute.read_done(execute.cell_dir(work, the_plan["pairs/wiki"]))[execute.RESTORED]
+  assert execute.needed(the_plan, work) == {
+      missing, "finetune/squad/ict/base/r80/s0", "pretrain/ict/base/s0", "pairs/wiki",
+      "vocab/wiki", "reqa/squad", "bm25/squad"}
+  # Restoring again changes nothing: a cell with a done.json is never overwritten.
+  assert execute.restore(the_plan, work, records) == []
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
@@ -299,9 +321,9 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert a["questions"] > 0 and a["candidates"] > 0
   bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25")
   assert bm25["mean"]["R@100"] > 0.5        # BM25 finds these lexical questions
-  fuse = execute.read_done(execute.cell_dir(str(work), plan.plan(
-      experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0][
-          "fuse/squad/hybrid/base/r80/s0"]))
+  the_plan = plan.plan(experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0]
+  fuse = execute.read_done(execute.cell_dir(str(work),
+                                            the_plan["fuse/squad/hybrid/base/r80/s0"]))
   assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
   # The partner is one of the two dense rows, the one whose tuned fusion scored best on
   # validation: its (R@100, MRR) is the one recorded.
@@ -328,6 +350,20 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
   assert "12 of 12 cells done" in (results / "README.md").read_text()
+
+  # The work directory lost, the results directory kept: the finished cells come back from
+  # its cells.json; a missing result runs again with what it needs, and (training being
+  # deterministic for a seed) gives the same numbers.
+  records = json.loads((results / execute.RECORDS_FILE).read_text())
+  assert {r["cell"] for r in records.values()} == set(first.states)
+  del records[the_plan["eval/squad/ict/base/r80/s0"].dirname]
+  (results / execute.RECORDS_FILE).write_text(json.dumps(records))
+  again = experiment.run(dataclasses.replace(config, out=str(tmp_path / "new-work")))
+  assert set(again.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "pretrain/ict/base/s0",
+                            "finetune/squad/ict/base/r80/s0", "eval/squad/ict/base/r80/s0"}
+  assert set(again.states.values()) == {"done"}
+  rerun = json.loads((results / "results.json").read_text())
+  assert rerun["aggregates"] == data["aggregates"]
   block = project_readme.read_text()
   assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))

@@ -16,6 +16,18 @@ def test_match_files_sorted_and_comma_separated(tmp_path):
   assert [p.rsplit("/", 1)[1] for p in got] == ["a.xml", "b.xml", "c.txt"]
 
 
+def test_match_files_order_does_not_depend_on_the_directories(tmp_path):
+  """The same two files read in the same order wherever the second one lives (a pair
+  pipeline's output order follows it): a grid's work directory on either side of the dump."""
+  (tmp_path / "dump").mkdir()
+  (tmp_path / "dump" / "wiki-pages.xml").write_text("x")
+  for work in ("a-work", "z-work"):
+    (tmp_path / work).mkdir()
+    (tmp_path / work / "squad-articles.xml").write_text("x")
+    got = io.match_files(f"{tmp_path}/dump/wiki-pages.xml,{tmp_path}/{work}/squad-articles.xml")
+    assert [p.rsplit("/", 1)[1] for p in got] == ["squad-articles.xml", "wiki-pages.xml"]
+
+
 def test_match_files_names_the_pattern(tmp_path):
   with pytest.raises(FileNotFoundError, match="nothing-"):
     io.match_files(str(tmp_path / "nothing-*"))

@@ -16,7 +16,13 @@ logger = logging.getLogger(__name__)
 
 
 def match_files(pattern: str) -> list[str]:
-  """Paths matching a glob on any Beam filesystem, sorted; a clear error if none match."""
+  """Paths matching a glob on any Beam filesystem, sorted by file name, then path; a clear
+  error if none match.
+
+  The order is the order pages are read in, which the pair pipeline's output order (and so a
+  seeded training run) follows. By name first, so that the same files in other directories
+  (a work directory moved or made again, e.g. the SQuAD articles the grid writes into its
+  pairs cell) are read in the same order."""
   from apache_beam.io.filesystems import FileSystems
   paths: list[str] = []
   for pat in pattern.split(","):
@@ -27,7 +33,7 @@ def match_files(pattern: str) -> list[str]:
     paths.extend(m.path for m in result.metadata_list)
   if not paths:
     raise FileNotFoundError(f"no file matches {pattern!r}")
-  return sorted(set(paths))
+  return sorted(set(paths), key=lambda path: (os.path.basename(path), path))
 
 
 def is_local(path: str) -> bool:

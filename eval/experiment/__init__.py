@@ -71,9 +71,15 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   the_plan, entries = plan_lib.plan(spec, plan_lib.Inputs(config.dump, config.squad,
                                                          config.nq))
   work = os.path.abspath(config.out)
+  results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
+  records_file = os.path.join(results_dir, execute.RECORDS_FILE)
+  if not config.dry_run and os.path.exists(records_file):
+    tio.makedirs(work)
+    restored = execute.restore(the_plan, work, tio.read_json(records_file))
+    if restored:
+      logs.progress("restored %d finished cells from %s", len(restored), records_file)
   states = execute.states(work, the_plan)
   text, _ = plan_lib.describe(the_plan, [n for n, s in states.items() if s == "done"])
-  results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
   if config.readme and not render.has_block(config.readme, spec.name):
@@ -85,6 +91,9 @@ def run(config: ExperimentConfig) -> ExperimentResult:
 
   def refresh() -> None:
     written = render.write_tables(spec, the_plan, entries, work, results_dir)
+    # Merged: a narrowed run (--tables, --ratios) keeps the records of the cells it skips.
+    kept = tio.read_json(records_file) if os.path.exists(records_file) else {}
+    tio.write_json(records_file, {**kept, **execute.export_records(the_plan, work)})
     render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
       render.update_block(config.readme, spec.name, written.summary)

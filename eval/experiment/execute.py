@@ -7,6 +7,12 @@ after it, or by another process says the same thing. `<work>/cells.jsonl` logs e
 that ran, failed or was skipped.
 
 A failed cell does not stop the grid: cells that need it are `blocked`, the others go on.
+
+Finished cells' records (metrics, times; no checkpoints) are also kept in the results
+directory (`cells.json`, written with the tables). A later run on a new work directory
+restores them (`restore`): each comes back as done, marked `restored`, with no outputs. A
+restored cell runs again only when a cell still to do needs its outputs (`needed`): a lost
+work directory costs the checkpoints that the missing cells need, not the whole grid.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import logging
 import os
 import resource
 import time
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from twotower import io as tio
 from twotower import logs
@@ -29,6 +35,8 @@ logger = logging.getLogger(__name__)
 DONE_FILE = "done.json"
 FAILED_FILE = "failed.json"
 CELL_LOG = "cells.jsonl"
+RECORDS_FILE = "cells.json"     # in the results directory: every finished cell's record
+RESTORED = "restored"           # a done record's flag: brought back without its outputs
 STATES = ("done", "failed", "blocked", "todo")
 
 
@@ -64,6 +72,50 @@ def states(work: str, plan: Plan) -> dict[str, str]:
   return out
 
 
+def export_records(plan: Plan, work: str) -> dict[str, dict]:
+  """{cell directory: done record} of every finished cell, without the parameters (the
+  directory's hash and the record's key stand for them): what `restore` needs, small enough
+  to keep beside the tables. Keyed by directory, so the records of a narrowed run's cells
+  (whose hashes differ, see the guide) sit beside the whole grid's."""
+  records = {}
+  for cell in plan:
+    record = read_done(cell_dir(work, cell))
+    if record is not None:
+      records[cell.dirname] = {k: v for k, v in record.items() if k != "params"}
+  return records
+
+
+def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
+  """Writes a restored `done.json` for each cell that `records` holds with the cell's key
+  and whose directory has none; returns their names. A cell whose parameters or upstream
+  cells changed has a new key and no record: it runs again."""
+  restored = []
+  for cell in plan:
+    record = records.get(cell.dirname)
+    if record is None or record.get("key") != cell.key or state_of(work, cell) == "done":
+      continue
+    out = cell_dir(work, cell)
+    tio.makedirs(out)
+    tio.write_json(os.path.join(out, DONE_FILE), {**record, RESTORED: True})
+    restored.append(cell.name)
+  return restored
+
+
+def needed(plan: Plan, work: str) -> set[str]:
+  """The cells a run must execute: every cell not done, and every dependency of those that
+  is not done or was restored without its outputs (recursively)."""
+  current = states(work, plan)
+  need = {name for name, state in current.items() if state != "done"}
+  for cell in reversed(list(plan)):  # plan order is dependency order
+    if cell.name not in need:
+      continue
+    for dep in cell.deps.values():
+      if current[dep] != "done" or (read_done(cell_dir(work, plan.cells[dep])) or {}).get(
+          RESTORED):
+        need.add(dep)
+  return need
+
+
 def _now() -> str:
   return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -96,11 +148,12 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   ctx = cells_lib.Context(work=work, dirs=dirs, done=done_record, beam_args=beam_args,
                           keep_embeddings=keep_embeddings, progress=progress)
   current = states(work, plan)
+  need = needed(plan, work)
   ran: list[str] = []
   total = len(plan)
   for i, cell in enumerate(plan, start=1):
     out = dirs[cell.name]
-    if current[cell.name] == "done":
+    if cell.name not in need:
       _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "skipped"})
       continue
     blocked = [d for d in cell.deps.values() if current[d] in ("failed", "blocked")]

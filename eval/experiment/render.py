@@ -298,7 +298,11 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   wall = sum((d or {}).get("seconds", 0.0) for d in done.values())
   cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
+  restored = sum(1 for d in done.values() if d and d.get(execute.RESTORED))
   lines += ["", "## Cells", "",
+            (f"{restored} of the finished cells were restored from `{execute.RECORDS_FILE}` "
+             "(run in an earlier work directory; their times are the ones recorded then). "
+             if restored else "") +
             f"{counts['done']} of {len(plan)} cells done, {counts['failed']} failed, "
             f"{counts['blocked']} blocked, {counts['todo']} to do. Finished cells took "
             f"{format_seconds(wall)} wall and {format_seconds(cpu)} CPU time.", "",
