@@ -73,9 +73,11 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   work = os.path.abspath(config.out)
   results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
   records_file = os.path.join(results_dir, execute.RECORDS_FILE)
-  if not config.dry_run and os.path.exists(records_file):
+  # Read once: refresh() adds this run's records to it (a narrowed run keeps the others').
+  records = tio.read_json(records_file) if os.path.exists(records_file) else {}
+  if not config.dry_run and records:
     tio.makedirs(work)
-    restored = execute.restore(the_plan, work, tio.read_json(records_file))
+    restored = execute.restore(the_plan, work, records)
     if restored:
       logs.progress("restored %d finished cells from %s", len(restored), records_file)
   states = execute.states(work, the_plan)
@@ -91,9 +93,8 @@ def run(config: ExperimentConfig) -> ExperimentResult:
 
   def refresh() -> None:
     written = render.write_tables(spec, the_plan, entries, work, results_dir)
-    # Merged: a narrowed run (--tables, --ratios) keeps the records of the cells it skips.
-    kept = tio.read_json(records_file) if os.path.exists(records_file) else {}
-    tio.write_json(records_file, {**kept, **execute.export_records(the_plan, work)})
+    records.update(execute.export_records(the_plan, work))
+    tio.write_json(records_file, records)
     render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
       render.update_block(config.readme, spec.name, written.summary)

@@ -101,18 +101,17 @@ def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
   return restored
 
 
-def needed(plan: Plan, work: str) -> set[str]:
+def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None) -> set[str]:
   """The cells a run must execute: every cell not done, and every dependency of those that
-  is not done or was restored without its outputs (recursively)."""
-  current = states(work, plan)
+  is not done or was restored without its outputs (recursively). `current`: the cells'
+  states, when the caller has them."""
+  current = current if current is not None else states(work, plan)
+  restored = {c.name for c in plan if current[c.name] == "done"
+              and (read_done(cell_dir(work, c)) or {}).get(RESTORED)}
   need = {name for name, state in current.items() if state != "done"}
   for cell in reversed(list(plan)):  # plan order is dependency order
-    if cell.name not in need:
-      continue
-    for dep in cell.deps.values():
-      if current[dep] != "done" or (read_done(cell_dir(work, plan.cells[dep])) or {}).get(
-          RESTORED):
-        need.add(dep)
+    if cell.name in need:
+      need.update(d for d in cell.deps.values() if current[d] != "done" or d in restored)
   return need
 
 
@@ -148,7 +147,7 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   ctx = cells_lib.Context(work=work, dirs=dirs, done=done_record, beam_args=beam_args,
                           keep_embeddings=keep_embeddings, progress=progress)
   current = states(work, plan)
-  need = needed(plan, work)
+  need = needed(plan, work, current)
   ran: list[str] = []
   total = len(plan)
   for i, cell in enumerate(plan, start=1):
