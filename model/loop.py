@@ -28,6 +28,7 @@ import tensorflow as tf
 from twotower import contracts
 from twotower import io as tio
 from twotower import logs as logs_lib
+from twotower.model import grad_cache
 
 logger = logging.getLogger(__name__)
 
@@ -239,5 +240,23 @@ def checkpoint_manager(model: keras.Model, run_dir: str, keep: int,
   directory = contracts.checkpoint_dir(run_dir)
   if worker is not None:
     directory = f"{run_dir.rstrip('/')}/tmp_workers/worker_{worker}"
-  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+  # The dropout RNG states are not model weights, so Keras leaves them out: without them a
+  # resumed run draws other masks than an uninterrupted one (tests/test_model_determinism.py).
+  checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,
+                                   dropout_rng=grad_cache.seed_states([model]))
   return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
+
+
+def restore_latest(manager: tf.train.CheckpointManager, model: keras.Model) -> None:
+  """Restores `manager`'s latest checkpoint, every object matched. One written before the
+  dropout RNG states were saved restores without them (they keep their seeds), with a
+  warning: that run goes on, but not bit-identical to one that was never stopped."""
+  path = manager.latest_checkpoint
+  if any(name.startswith("dropout_rng/") for name, _ in tf.train.list_variables(path)):
+    manager.checkpoint.restore(path).assert_existing_objects_matched()
+    return
+  tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(
+      path).assert_existing_objects_matched()
+  if grad_cache.seed_states([model]):
+    logger.warning("%s holds no dropout RNG states (written by an older twotower): the "
+                   "resumed run draws other dropout masks than an uninterrupted one", path)

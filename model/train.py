@@ -359,7 +359,7 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
   own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"
   manager = loop.checkpoint_manager(model, job.out, t.keep_checkpoints, worker)
   if manager.latest_checkpoint:
-    manager.checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    loop.restore_latest(manager, model)
     logger.warning("RESUME: restored %s (step %d)", manager.latest_checkpoint,
                    int(model.optimizer.iterations.numpy()))
   step = int(model.optimizer.iterations.numpy())
@@ -371,6 +371,11 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
     logger.info("already trained %d steps (>= %d): nothing to do", step, steps)
   else:
     train_ds, eval_ds = make_datasets(tokenizer)
+    # The training input is one endless seeded stream: skip what the restored steps trained
+    # on, so that a resumed run sees the batches an uninterrupted one would (it re-read the
+    # stream from its start before). Skipping runs the input pipeline (so its seeded shuffles
+    # and masks advance as they did), not the model.
+    train_ds = train_ds.skip(step) if step else train_ds
     cbs = list(callbacks(model, tokenizer) if callbacks else [])
     cbs += [keep_best] if keep_best else []
     cbs += [loop.SaveCheckpoint(manager), history,
