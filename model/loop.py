@@ -247,16 +247,16 @@ def checkpoint_manager(model: keras.Model, run_dir: str, keep: int,
   return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=keep)
 
 
-def restore_latest(manager: tf.train.CheckpointManager, model: keras.Model) -> None:
-  """Restores `manager`'s latest checkpoint, every object matched. One written before the
-  dropout RNG states were saved restores without them (they keep their seeds), with a
-  warning: that run goes on, but not bit-identical to one that was never stopped."""
-  path = manager.latest_checkpoint
+def restore_latest(manager: tf.train.CheckpointManager) -> None:
+  """Restores the latest checkpoint of a `checkpoint_manager`, every object matched. One
+  written before the dropout RNG states were saved restores without them (they keep their
+  seeds), with a warning: that run goes on, but not bit-identical to one never stopped."""
+  path, checkpoint = manager.latest_checkpoint, manager.checkpoint
   if any(name.startswith("dropout_rng/") for name, _ in tf.train.list_variables(path)):
-    manager.checkpoint.restore(path).assert_existing_objects_matched()
+    checkpoint.restore(path).assert_existing_objects_matched()
     return
-  tf.train.Checkpoint(model=model, optimizer=model.optimizer).restore(
+  tf.train.Checkpoint(model=checkpoint.model, optimizer=checkpoint.optimizer).restore(
       path).assert_existing_objects_matched()
-  if grad_cache.seed_states([model]):
+  if checkpoint.dropout_rng:
     logger.warning("%s holds no dropout RNG states (written by an older twotower): the "
                    "resumed run draws other dropout masks than an uninterrupted one", path)

@@ -359,7 +359,7 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
   own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"
   manager = loop.checkpoint_manager(model, job.out, t.keep_checkpoints, worker)
   if manager.latest_checkpoint:
-    loop.restore_latest(manager, model)
+    loop.restore_latest(manager)
     logger.warning("RESUME: restored %s (step %d)", manager.latest_checkpoint,
                    int(model.optimizer.iterations.numpy()))
   step = int(model.optimizer.iterations.numpy())

@@ -101,7 +101,7 @@ def test_a_checkpoint_without_dropout_states_restores_with_a_warning(tmp_path, c
                              contracts.checkpoint_dir(str(tmp_path)), 3).save(checkpoint_number=7)
   new = build()
   with caplog.at_level(logging.WARNING):
-    loop.restore_latest(loop.checkpoint_manager(new, str(tmp_path), 3, None), new)
+    loop.restore_latest(loop.checkpoint_manager(new, str(tmp_path), 3, None))
   np.testing.assert_array_equal(new.layers[0].kernel.numpy(), old.layers[0].kernel.numpy())
   assert "holds no dropout RNG states" in caplog.text
 
@@ -110,6 +110,6 @@ def test_a_checkpoint_without_dropout_states_restores_with_a_warning(tmp_path, c
   loop.checkpoint_manager(new, str(tmp_path), 3, None).save(checkpoint_number=8)
   again = build()
   caplog.clear()
-  loop.restore_latest(loop.checkpoint_manager(again, str(tmp_path), 3, None), again)
+  loop.restore_latest(loop.checkpoint_manager(again, str(tmp_path), 3, None))
   assert again.layers[1].seed_generator.state.numpy().tolist() == [5, 9]
   assert "holds no dropout RNG states" not in caplog.text
