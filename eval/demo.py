@@ -14,6 +14,9 @@ Stages (each the real stage, called through its typed `run(config)`):
   6. dense      per model: Beam RunInference embedding, FAISS flat search, Recall@k
                 (eval.dense, the path the experiment uses too)
   7. report     Recall@k / MRR table (Markdown, CSV, JSON) and a recall@k PNG
+  8. bundle     a retriever bundle over every passage of the dump with the pre-trained towers
+                (`twotower query OUT/bundle "..."`, `twotower serve OUT/bundle`); the hybrid's
+                weight is 0.5, untuned (the held-out benchmark has no validation split)
 
 With `--squad FILE` it also builds ReQA from SQuAD and evaluates the same systems on it
 (zero-shot towers; fine-tuning is `twotower finetune` / `twotower experiment`).
@@ -73,6 +76,7 @@ class DemoResult:
   records: list[dict]
   report_dir: str
   stage_seconds: tuple[tuple[str, float], ...]
+  bundle: str = ""                # the retriever bundle to query
 
 
 def _benchmark_records(reqa_dir: str, benchmark: str, runs: list[tuple[str, str]]
@@ -98,7 +102,7 @@ def run(config: DemoConfig) -> DemoResult:
   bench, report_dir = os.path.join(out, "heldout"), os.path.join(out, "report")
   models = {"ict+bfs+wlp": os.path.join(out, "model-ict-bfs-wlp"),
             "no-ssl": os.path.join(out, "model-no-ssl")}
-  progress = Progress(total=8 + (3 if config.squad else 0))
+  progress = Progress(total=9 + (3 if config.squad else 0))
 
   # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
   # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
@@ -150,7 +154,12 @@ def run(config: DemoConfig) -> DemoResult:
         [("bm25", os.path.join(out, "bm25-reqa", contracts.BM25_RUN_FILE))] + reqa_runs)
 
   progress.stage("report", lambda: report.write_report(records, report_dir, "demo"))
-  return DemoResult(records, report_dir, tuple(progress.times))
+  from twotower.deploy.serving import bundle
+  bundle_dir = os.path.join(out, "bundle")
+  progress.stage("retriever bundle (all passages)", lambda: bundle.run(bundle.BundleConfig(
+      model=models["ict+bfs+wlp"], passages=pairs_dir, out=bundle_dir, overwrite=True,
+      weight=bundle.DEFAULT_WEIGHT)))
+  return DemoResult(records, report_dir, tuple(progress.times), bundle_dir)
 
 
 if __name__ == "__main__":

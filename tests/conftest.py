@@ -32,3 +32,24 @@ def ltgwiki() -> pathlib.Path:
 @pytest.fixture
 def squad_subset() -> pathlib.Path:
   return _shared("squad/train-subset-v1.1.json")
+
+
+@pytest.fixture(scope="session")
+def serving_bundle(tmp_path_factory):
+  """A retriever bundle the tests build: ReQA from a small SQuAD file (80 % ratio: a
+  validation split to tune the hybrid on), a stand-in query/doc model, a flat index.
+
+  Returns a dict of paths: squad, reqa, model, bundle, work (a scratch dir)."""
+  from twotower.deploy.serving import bundle
+  from twotower.pipelines import reqa
+  from twotower.testing import embed_standin, squad
+  root = tmp_path_factory.mktemp("serving")
+  squad_file = squad.write_squad(str(root / "squad.json"))
+  reqa_dir = str(root / "reqa")
+  reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=squad_file, ratios=(80,)))
+  model = embed_standin.build_standin_savedmodel(str(root / "model"))
+  out = str(root / "bundle")
+  bundle.run(bundle.BundleConfig(model=model, reqa=reqa_dir, out=out,
+                                 tune_split="validation-80"))
+  return {"squad": squad_file, "reqa": reqa_dir, "model": model, "bundle": out,
+          "work": str(root)}

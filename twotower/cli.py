@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "curves": ("twotower.model.curves", "training curves of runs (history.csv) -> PNG"),
     "experiment": ("twotower.eval.experiment", "the paper's grid of systems x splits"),
     "demo": ("twotower.eval.demo", "end-to-end demo on the embedded Wikipedia slice"),
+    "bundle": ("twotower.deploy.serving.bundle",
+               "a retriever bundle: query tower, FAISS index, passage store, Lucene, weight"),
+    "query": ("twotower.deploy.serving.query", "search a retriever bundle from the shell"),
+    "serve": ("twotower.deploy.serving.app", "HTTP search service over a retriever bundle"),
 }
 
 

@@ -43,3 +43,5 @@ def main(argv: Iterable[str] | None = None) -> None:
   print(report.markdown_table(result.records))
   print(f"report: {result.report_dir}/demo.md, {result.report_dir}/demo.png "
         f"({total:.0f} s in all)")
+  print(f"search it: twotower query {result.bundle} \"your question\" --mode hybrid  "
+        f"(or twotower serve {result.bundle})")

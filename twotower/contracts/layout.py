@@ -205,3 +205,24 @@ BM25_RUN_FILE = "run.trec"
 DENSE_RUN_FILE = "run.parquet"
 #: The run file of a hybrid (`twotower fuse` in the experiment; TREC).
 FUSED_RUN_FILE = "run.trec"
+
+
+# Retriever bundles (`twotower bundle`; read by twotower.deploy.serving).
+#: Everything a query needs, in one directory:
+#:   BUNDLE/manifest.json     versions, dims, counts, the hybrid's weight, every file's checksum
+#:   BUNDLE/query_encoder/    SavedModel with the query signature only (tokenizer in the graph)
+#:   BUNDLE/index.faiss       FAISS index over the documents' embeddings (ids = document ids)
+#:   BUNDLE/store.sqlite      document id -> title, text, sentence, page id (read per hit)
+#:   BUNDLE/lucene/           the Lucene index BM25 searches (ids = document ids)
+BUNDLE_MANIFEST_FILE = "manifest.json"
+BUNDLE_QUERY_ENCODER_DIR = "query_encoder"
+BUNDLE_INDEX_FILE = "index.faiss"
+BUNDLE_STORE_FILE = "store.sqlite"
+BUNDLE_LUCENE_DIR = "lucene"
+BUNDLE_PARTS = (BUNDLE_QUERY_ENCODER_DIR, BUNDLE_INDEX_FILE, BUNDLE_STORE_FILE,
+                BUNDLE_LUCENE_DIR)
+
+
+def bundle_path(bundle_dir: str, part: str) -> str:
+  """A part of a retriever bundle (one of BUNDLE_PARTS, or BUNDLE_MANIFEST_FILE)."""
+  return _join(bundle_dir, part)

@@ -1,0 +1,124 @@
+"""`twotower query`: search a retriever bundle from the shell (one question, or a JSONL file
+of queries); the table and the flags are in twotower.commands.query.
+
+`run(QueryConfig) -> QueryResult` loads the bundle, searches (a file's queries in batches of
+`BATCH`, each batch one query-tower call) and, for a file, writes one JSON line per query:
+`{"id", "query", "mode", "hits": [{"rank", "id", "score", "title", "text", "sentence",
+"page_id"}, ...]}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from typing import Iterable, Iterator, Optional, TextIO
+
+from twotower.deploy.serving.retriever import Hit, Retriever
+
+BATCH = 256  # queries per retriever call for a file
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryConfig:
+  bundle: str
+  question: Optional[str] = None   # one question, or
+  jsonl: Optional[str] = None      # a file of queries, one per line ('-': standard input)
+  out: str = "-"                   # where a file's hit lists go ('-': standard output)
+  k: int = 10
+  mode: str = "dense"
+  nprobe: Optional[int] = None
+  ef_search: Optional[int] = None
+  verify: str = "size"
+
+  def __post_init__(self):
+    if (self.question is None) == (self.jsonl is None):
+      raise ValueError("give a question or --jsonl FILE (not both)")
+    if self.question is not None and not self.question.strip():
+      raise ValueError("the question is empty")
+    if self.k < 1:
+      raise ValueError(f"k must be >= 1, got {self.k}")
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryResult:
+  hits: Optional[list[Hit]]        # the question's hits (None for a file)
+  queries: int                     # queries searched
+  out: Optional[str]               # the JSONL written (None for a question)
+
+
+def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
+  """(id, query) of each non-blank line: a JSON object with "query" (or "question") and an
+  optional "id" (or "question_id"), a JSON string, or plain text; the id defaults to the
+  line number.
+
+  Raises:
+    ValueError: a line that starts like JSON but is not, or has no query (names file:line).
+  """
+  for n, line in enumerate(lines, start=1):
+    line = line.strip()
+    if not line:
+      continue
+    query, qid = line, str(n)
+    if line[0] in "{\"":
+      try:
+        obj = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{name}:{n}: not JSON ({e.msg})") from e
+      if isinstance(obj, dict):
+        query = obj.get("query", obj.get("question"))
+        qid = str(obj.get("id", obj.get("question_id", n)))
+      else:
+        query = obj
+    if not isinstance(query, str) or not query.strip():
+      raise ValueError(f"{name}:{n}: no query (a JSON object needs a non-empty \"query\")")
+    yield qid, query
+
+
+def _batches(items: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
+  batch: list[tuple[str, str]] = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: TextIO) -> int:
+  """Searches every query of `source`, writing a JSON line each to `out`; returns the count."""
+  n = 0
+  for batch in _batches(read_queries(source, config.jsonl or "-"), BATCH):
+    results = retriever.search([q for _, q in batch], k=config.k, mode=config.mode,
+                               nprobe=config.nprobe, ef_search=config.ef_search)
+    for (qid, query), hits in zip(batch, results):
+      out.write(json.dumps({"id": qid, "query": query, "mode": config.mode,
+                            "hits": [h.to_dict() for h in hits]}, ensure_ascii=False) + "\n")
+      n += 1
+  return n
+
+
+def run(config: QueryConfig) -> QueryResult:
+  retriever = Retriever.load(config.bundle, verify=config.verify)
+  try:
+    if config.question is not None:
+      hits = retriever.search(config.question, k=config.k, mode=config.mode,
+                              nprobe=config.nprobe, ef_search=config.ef_search)
+      return QueryResult(hits, 1, None)
+    source = sys.stdin if config.jsonl == "-" else open(config.jsonl, encoding="utf-8")  # noqa: SIM115
+    out = sys.stdout if config.out == "-" else open(config.out, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+      n = search_file(retriever, config, source, out)
+    finally:
+      for f in (source, out):
+        if f not in (sys.stdin, sys.stdout):
+          f.close()
+    return QueryResult(None, n, config.out)
+  finally:
+    retriever.close()
+
+
+if __name__ == "__main__":
+  from twotower import cli
+  sys.exit(cli.run_stage("query"))

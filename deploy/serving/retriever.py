@@ -1,0 +1,406 @@
+"""Search with a retriever bundle from Python: dense (query tower + FAISS), BM25 (Lucene) or
+the hybrid of both, every hit with its text.
+
+    from twotower.deploy.serving import Retriever
+    retriever = Retriever.load("runs/demo/bundle")
+    for hit in retriever.search("who founded the city?", k=5, mode="hybrid"):
+      print(hit.rank, round(hit.score, 3), hit.title, hit.text[:80])
+    retriever.search(["q1", "q2"], k=10)          # a batch: one query-tower call
+    retriever.search("q", k=100, nprobe=32)       # IVF: per call, the shared index untouched
+
+What a mode does (the batch path each one equals):
+  dense   the query tower (SavedModel) embeds every query of the call at once, FAISS returns
+          the top k by inner product            == `twotower embed` -> `twotower search`
+  bm25    Lucene BM25 with the bundle's k1, b    == `twotower bm25`'s run
+  hybrid  both, `hybrid.depth` deep, min-max normalised and interpolated with the bundle's
+          weight (eval.fusion.interpolate)     == `twotower fuse --weight W`
+
+Per-call FAISS parameters (`nprobe`, `ef_search`) go through FAISS's SearchParameters
+objects, so concurrent callers with different settings never race on the shared index (a
+`ParameterSpace.set_index_parameter` would change it for everyone). `k` beyond the corpus
+returns every document, never a -1 id; a side that finds nothing leaves the hybrid to the
+other.
+
+Loading checks the bundle: the manifest's format version, every part present with the size the
+manifest records (`verify="sha256"` also checks contents), and that the parts agree (embedding
+dims, document counts). A bundle that fails is refused with a message naming the part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import threading
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from twotower import contracts
+from twotower import io as tio
+from twotower.deploy.serving import bundle as bundle_lib
+from twotower.deploy.serving import store as store_lib
+from twotower.eval import fusion
+from twotower.eval.runs import Ranked, Run
+
+logger = logging.getLogger(__name__)
+
+MODES = ("dense", "bm25", "hybrid")
+VERIFY = ("none", "size", "sha256")
+
+
+class BundleError(ValueError):
+  """A bundle that is incomplete or whose parts disagree; the message names the part."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+  """One retrieved document: `text` is its passage, `sentence` the ReQA candidate's sentence
+  ('' for a passage), `page_id` its Wikipedia page when the bundle knows it."""
+  rank: int
+  id: int
+  score: float
+  title: str
+  text: str
+  sentence: str = ""
+  page_id: Optional[int] = None
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchRequest:
+  """One call's worth of work: the unit the server's micro-batcher gathers."""
+  queries: tuple[str, ...]
+  k: int = 10
+  mode: str = "dense"
+  nprobe: Optional[int] = None
+  ef_search: Optional[int] = None
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"unknown mode {self.mode!r}; expected one of {MODES}")
+    if self.k < 1:
+      raise ValueError(f"k must be >= 1, got {self.k}")
+    for q in self.queries:
+      if not isinstance(q, str) or not q.strip():
+        raise ValueError("a query is empty")
+
+  @property
+  def params(self) -> tuple[Optional[int], Optional[int]]:
+    return (self.nprobe, self.ef_search)
+
+
+def _check_part(bundle_dir: str, manifest: dict, verify: str) -> None:
+  files = manifest.get("files")
+  if not isinstance(files, dict) or not files:
+    raise BundleError(f"{bundle_dir}: manifest lists no files")
+  for part in contracts.BUNDLE_PARTS:
+    if not os.path.exists(contracts.bundle_path(bundle_dir, part)):
+      raise BundleError(f"{bundle_dir}: part {part!r} is missing (an incomplete bundle)")
+  for rel, want in files.items():
+    path = os.path.join(bundle_dir, rel)
+    part = rel.split(os.sep, 1)[0]
+    if not os.path.isfile(path):
+      raise BundleError(f"{bundle_dir}: part {part!r} is missing its file {rel}")
+    if verify in ("size", "sha256") and os.path.getsize(path) != want["bytes"]:
+      raise BundleError(f"{bundle_dir}: part {part!r}: {rel} has {os.path.getsize(path)} "
+                        f"bytes, the manifest says {want['bytes']}")
+    if verify == "sha256":
+      digest = hashlib.sha256()
+      with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          digest.update(block)
+      if digest.hexdigest() != want["sha256"]:
+        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} differs from its checksum")
+
+
+def read_manifest(bundle_dir: str) -> dict:
+  path = contracts.bundle_path(bundle_dir, contracts.BUNDLE_MANIFEST_FILE)
+  if not os.path.isdir(bundle_dir):
+    raise BundleError(f"{bundle_dir}: no such bundle directory")
+  if not os.path.isfile(path):
+    raise BundleError(f"{bundle_dir}: part 'manifest.json' is missing (not a bundle, or an "
+                      "incomplete one: `twotower bundle` writes it last)")
+  try:
+    manifest = tio.read_json(path)
+  except ValueError as e:
+    raise BundleError(f"{path}: part 'manifest.json' is not JSON ({e})") from e
+  if manifest.get("format") != bundle_lib.FORMAT:
+    raise BundleError(f"{path}: not a {bundle_lib.FORMAT} manifest")
+  if manifest.get("format_version") != bundle_lib.FORMAT_VERSION:
+    raise BundleError(f"{path}: bundle format version {manifest.get('format_version')}, this "
+                      f"twotower reads version {bundle_lib.FORMAT_VERSION}: rebuild it with "
+                      "`twotower bundle`")
+  return manifest
+
+
+class Retriever:
+  """A loaded bundle. Thread-safe: calls are serialised by one lock (the server's
+  micro-batcher makes one call per batch)."""
+
+  def __init__(self, path: str, manifest: dict, encoder: Any, index: Any,
+               store: store_lib.PassageStore, searcher: Any):
+    self.path = path
+    self.manifest = manifest
+    self._encoder = encoder
+    self._index = index
+    self._store = store
+    self._searcher = searcher
+    self._lock = threading.Lock()
+    hybrid = manifest["hybrid"]
+    self.weight = float(hybrid["weight"])
+    self.hybrid_depth = int(hybrid["depth"])
+    self.size = int(index.ntotal)
+
+  # -------------------------------------------------------------------------------------------
+  # Loading.
+  # -------------------------------------------------------------------------------------------
+
+  @classmethod
+  def load(cls, path: str, verify: str = "size", threads: int = 0) -> "Retriever":
+    """Loads and checks a bundle (see the module docstring).
+
+    Args:
+      path: the bundle directory.
+      verify: "size" (default: every file present with its recorded size), "sha256" (and its
+        contents) or "none".
+      threads: FAISS's OpenMP threads and TensorFlow's intra-op threads (0: leave as set).
+
+    Raises:
+      BundleError: an incomplete bundle or parts that disagree, naming the part.
+    """
+    if verify not in VERIFY:
+      raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+    import faiss  # pylint: disable=import-outside-toplevel
+    from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
+    from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
+    path = path.rstrip("/")
+    manifest = read_manifest(path)
+    _check_part(path, manifest, verify)
+    for name, version in manifest.get("versions", {}).items():
+      have = bundle_lib._package_versions().get(name)  # pylint: disable=protected-access
+      if version and have and have != version:
+        logger.warning("bundle made with %s %s, running %s", name, version, have)
+    if threads:
+      set_threads(threads)
+    part = lambda name: contracts.bundle_path(path, name)  # noqa: E731
+    dim = int(manifest["model"]["embedding_dim"])
+    count = int(manifest["documents"]["count"])
+
+    encoder_dir = part(contracts.BUNDLE_QUERY_ENCODER_DIR)
+    try:
+      encoder = embed.load_signature(encoder_dir, contracts.QUERY_SIGNATURE)
+    except (ValueError, OSError) as e:
+      raise BundleError(f"{path}: part 'query_encoder' does not load: {e}") from e
+    encoder_dim = embed.embedding_dim(encoder_dir, contracts.QUERY_SIGNATURE)
+    if encoder_dim != dim:
+      raise BundleError(f"{path}: part 'query_encoder' embeds in {encoder_dim} dims, the "
+                        f"manifest says {dim}")
+
+    try:
+      index = faiss.read_index(part(contracts.BUNDLE_INDEX_FILE))
+    except RuntimeError as e:
+      raise BundleError(f"{path}: part 'index.faiss' does not load: "
+                        f"{str(e).splitlines()[0]}") from e
+    if index.d != dim or index.ntotal != count:
+      raise BundleError(f"{path}: part 'index.faiss' holds {index.ntotal} vectors of dim "
+                        f"{index.d}; the manifest says {count} of dim {dim}")
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+      raise BundleError(f"{path}: part 'index.faiss' is not an inner-product index")
+
+    store = store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE))
+    if len(store) != count:
+      raise BundleError(f"{path}: part 'store.sqlite' holds {len(store)} documents; the "
+                        f"manifest says {count}")
+
+    searcher_cls = pyserini_env.import_lucene_searcher()
+    searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
+    searcher.set_bm25(float(manifest["bm25"]["k1"]), float(manifest["bm25"]["b"]))
+    if searcher.num_docs != count:
+      raise BundleError(f"{path}: part 'lucene' holds {searcher.num_docs} documents; the "
+                        f"manifest says {count}")
+    logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f", path, count,
+                dim, manifest["index"].get("factory"), float(manifest["hybrid"]["weight"]))
+    return cls(path, manifest, encoder, index, store, searcher)
+
+  def close(self) -> None:
+    with self._lock:
+      self._store.close()
+      self._searcher.close()
+
+  def warm_up(self) -> None:
+    """One query in every mode: the first TensorFlow call traces and allocates."""
+    self.search("warm up", k=1, mode="hybrid")
+    self.search(["warm up", "a batch"], k=1, mode="dense")
+
+  # -------------------------------------------------------------------------------------------
+  # Searching.
+  # -------------------------------------------------------------------------------------------
+
+  def check(self, request: SearchRequest) -> None:
+    """Raises ValueError if `request` cannot run on this bundle (e.g. nprobe on a flat
+    index): a server checks before batching, so a bad request fails alone."""
+    self._search_params(*request.params)
+
+  def search(self, queries: Union[str, Sequence[str]], k: int = 10, mode: str = "dense",
+             nprobe: Optional[int] = None, ef_search: Optional[int] = None
+             ) -> Union[list[Hit], list[list[Hit]]]:
+    """Hits of one query (a list of Hit) or of each query of a list (a list of lists)."""
+    single = isinstance(queries, str)
+    request = SearchRequest((queries,) if single else tuple(queries), k, mode, nprobe,
+                            ef_search)
+    (hits,) = self.search_requests([request])
+    return hits[0] if single else hits
+
+  def search_requests(self, requests: Sequence[SearchRequest]) -> list[list[list[Hit]]]:
+    """Several requests in one go (the micro-batcher's call): every query that needs the
+    query tower goes through it in one call, FAISS is called once per distinct parameter
+    set, Lucene once for all BM25 queries. Returns hits per request, per query."""
+    with self._lock:
+      dense = self._dense_many(requests)
+      sparse = self._bm25_many(requests)
+      ranked: list[list[Ranked]] = []
+      for r, request in enumerate(requests):
+        if request.mode == "dense":
+          ranked.append([x.cut(request.k) for x in dense[r]])
+        elif request.mode == "bm25":
+          ranked.append([x.cut(request.k) for x in sparse[r]])
+        else:
+          ranked.append([self._fuse(s, d, request.k) for s, d in zip(sparse[r], dense[r])])
+      return self._with_text(ranked)
+
+  def runs(self, queries: Sequence[tuple[str, str]], depth: int) -> tuple[Run, Run]:
+    """(dense run, BM25 run) of (question_id, question) pairs, `depth` deep: what a
+    validation split's tuning reads."""
+    request = SearchRequest(tuple(q for _, q in queries), depth, "hybrid")
+    with self._lock:
+      (dense,) = self._dense_many([request])
+      (sparse,) = self._bm25_many([request])
+    qids = [qid for qid, _ in queries]
+    return ({q: x.ranked for q, x in zip(qids, dense)},
+            {q: x.ranked for q, x in zip(qids, sparse)})
+
+  def encode(self, queries: Sequence[str]) -> np.ndarray:
+    """float32 [len(queries), d]: the query tower, one call."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    out = self._encoder(query=tf.constant(list(queries), dtype=tf.string))
+    return np.ascontiguousarray(out[contracts.EMBEDDING_OUTPUT].numpy(), dtype=np.float32)
+
+  def _depth(self, request: SearchRequest) -> int:
+    """How deep each side searches: k, or the hybrid's depth when fusing."""
+    return max(request.k, self.hybrid_depth) if request.mode == "hybrid" else request.k
+
+  def _dense_many(self, requests: Sequence[SearchRequest]) -> list[list["_Side"]]:
+    wanted = [r.mode in ("dense", "hybrid") for r in requests]
+    texts = [q for r, w in zip(requests, wanted) if w for q in r.queries]
+    out: list[list[_Side]] = [[] for _ in requests]
+    if not texts:
+      return out
+    vectors = self.encode(texts)
+    # One FAISS call per distinct parameter set, at the deepest k any request of it wants.
+    rows: dict[tuple, list[tuple[int, int]]] = {}
+    offset = 0
+    for r, (request, w) in enumerate(zip(requests, wanted)):
+      if not w:
+        continue
+      for i in range(len(request.queries)):
+        rows.setdefault(request.params, []).append((r, offset + i))
+      offset += len(request.queries)
+    results: dict[tuple[int, int], _Side] = {}
+    for params, members in rows.items():
+      depth = min(max(self._depth(requests[r]) for r, _ in members), self.size)
+      x = vectors[[row for _, row in members]]
+      scores, ids = self._index.search(x, depth, params=self._search_params(*params))
+      for (r, row), s, i in zip(members, scores, ids):
+        # Each request's own depth: a hybrid normalises over exactly `hybrid.depth` hits,
+        # whatever deeper request shared its FAISS call.
+        keep = np.flatnonzero(i >= 0)[:self._depth(requests[r])]
+        results[(r, row)] = _Side(Ranked(tuple(int(v) for v in i[keep]),
+                                          tuple(float(v) for v in s[keep])))
+    for (r, row) in sorted(results):
+      out[r].append(results[(r, row)])
+    return out
+
+  def _bm25_many(self, requests: Sequence[SearchRequest]) -> list[list["_Side"]]:
+    out: list[list[_Side]] = [[] for _ in requests]
+    jobs = [(r, i, q) for r, request in enumerate(requests)
+            if request.mode in ("bm25", "hybrid") for i, q in enumerate(request.queries)]
+    if not jobs:
+      return out
+    depth = max(self._depth(requests[r]) for r, _, _ in jobs)
+    if len(jobs) == 1:
+      found = {"0": self._searcher.search(jobs[0][2], k=depth)}
+    else:
+      found = self._searcher.batch_search([q for _, _, q in jobs],
+                                          [str(n) for n in range(len(jobs))], k=depth,
+                                          threads=max(1, os.cpu_count() or 1))
+    for n, (r, _, _) in enumerate(jobs):
+      docs = found.get(str(n), [])[:self._depth(requests[r])]
+      out[r].append(_Side(Ranked(tuple(int(d.docid) for d in docs),
+                                 tuple(float(d.score) for d in docs))))
+    return out
+
+  def _fuse(self, sparse: "_Side", dense: "_Side", k: int) -> Ranked:
+    depth = max(k, self.hybrid_depth)
+    fused = fusion.interpolate({"q": sparse.ranked}, {"q": dense.ranked}, self.weight, depth)
+    return _Side(fused["q"]).cut(k)
+
+  def _search_params(self, nprobe: Optional[int], ef_search: Optional[int]) -> Any:
+    """A SearchParameters object for this call (None: the index's own settings)."""
+    if nprobe is None and ef_search is None:
+      return None
+    import faiss  # pylint: disable=import-outside-toplevel
+    factory = self.manifest["index"].get("factory", "")
+    if nprobe is not None:
+      if faiss.try_extract_index_ivf(self._index) is None:
+        raise ValueError(f"nprobe applies to IVF indexes; this bundle's index is {factory}")
+      if nprobe < 1:
+        raise ValueError(f"nprobe must be >= 1, got {nprobe}")
+      return faiss.SearchParametersIVF(nprobe=int(nprobe))
+    if "HNSW" not in factory:
+      raise ValueError(f"ef_search applies to HNSW indexes; this bundle's index is {factory}")
+    if ef_search < 1:
+      raise ValueError(f"ef_search must be >= 1, got {ef_search}")
+    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+
+  def _with_text(self, ranked: list[list[Ranked]]) -> list[list[list[Hit]]]:
+    ids = [c for per_request in ranked for r in per_request for c in r.candidate_ids]
+    documents = self._store.get(ids)
+    out = []
+    for per_request in ranked:
+      out.append([[_hit(rank, c, s, documents.get(c))
+                   for rank, (c, s) in enumerate(zip(r.candidate_ids, r.scores), start=1)]
+                  for r in per_request])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Side:
+  """One query's ranked list from one side (dense or BM25)."""
+  ranked: Ranked
+
+  def cut(self, k: int) -> Ranked:
+    return Ranked(self.ranked.candidate_ids[:k], self.ranked.scores[:k])
+
+
+def _hit(rank: int, doc_id: int, score: float, doc: Optional[store_lib.Document]) -> Hit:
+  if doc is None:  # the store is checked against the index at load; kept for safety
+    return Hit(rank, doc_id, score, "", "")
+  return Hit(rank, doc_id, score, doc.title, doc.text, doc.sentence, doc.page_id)
+
+
+def set_threads(threads: int) -> None:
+  """FAISS's OpenMP threads and TensorFlow's intra/inter-op threads, so that a server on a
+  small machine does not oversubscribe its cores (TensorFlow's may only be set before its
+  first op: later it keeps its own, with a log line)."""
+  import faiss  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  faiss.omp_set_num_threads(threads)
+  try:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
+  except RuntimeError as e:  # TensorFlow already initialised
+    logger.info("TensorFlow threads unchanged: %s", e)

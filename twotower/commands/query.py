@@ -1,0 +1,72 @@
+"""`twotower query BUNDLE "question"`: search a retriever bundle from the shell.
+
+    twotower query runs/demo/bundle "who founded the city?" --mode hybrid --k 5
+    twotower query runs/demo/bundle --jsonl questions.jsonl --out hits.jsonl --k 100
+
+One question prints a table of its top hits (rank, score, title, the passage cut to the
+terminal's width); `--jsonl FILE` reads one query per line (a JSON object with "query" and
+an optional "id", a JSON string, or plain text) and writes one JSON line per query with its
+hit list (deploy.serving.query).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from typing import Iterable
+
+from twotower.commands import flags
+from twotower.deploy.serving import query
+from twotower.deploy.serving.retriever import MODES, VERIFY
+
+
+def build_parser() -> argparse.ArgumentParser:
+  p = flags.parser("query", __doc__)
+  p.add_argument("bundle", help="a retriever bundle directory (`twotower bundle --out`)")
+  p.add_argument("question", nargs="?", default=None, help="the question to search for")
+  p.add_argument("--jsonl", default=None,
+                 help="a file of queries, one per line ('-': standard input)")
+  p.add_argument("--out", default="-", help="with --jsonl: where the hit lists go")
+  p.add_argument("--k", type=int, default=10, help="hits per query")
+  p.add_argument("--mode", choices=MODES, default="dense", help="dense, bm25 or hybrid")
+  p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited (IVF bundles)")
+  p.add_argument("--ef_search", type=int, default=None, help="HNSW beam width (HNSW bundles)")
+  p.add_argument("--verify", choices=VERIFY, default="size",
+                 help="how the bundle's files are checked at load")
+  return p
+
+
+def parse(argv: Iterable[str] | None) -> query.QueryConfig:
+  p = build_parser()
+  args = p.parse_args(None if argv is None else list(argv))
+  if (args.question is None) == (args.jsonl is None):
+    p.error("give a question or --jsonl FILE (not both)")
+  if args.question is not None and not args.question.strip():
+    p.error("the question is empty")
+  if args.k < 1:
+    p.error(f"--k must be >= 1, got {args.k}")
+  return query.QueryConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+
+
+def table(question: str, hits: list, mode: str, width: int) -> str:
+  """The top hits, two lines each: rank, score, title; then the passage cut to `width`."""
+  lines = [f"{mode} top {len(hits)} for: {question}"]
+  if not hits:
+    lines.append("  (no hits)")
+  for h in hits:
+    lines.append(f"{h.rank:>3}  {h.score:8.4f}  {h.title}"[:width])
+    # A ReQA candidate's sentence first when it is not simply the passage.
+    text = h.text if not h.sentence or h.sentence == h.text else f"{h.sentence} | {h.text}"
+    text, room = " ".join(text.split()), max(20, width - 5)
+    lines.append("     " + (text if len(text) <= room else text[:room - 1] + "…"))
+  return "\n".join(lines)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+  config = parse(argv)
+  result = query.run(config)
+  if result.hits is not None:
+    print(table(config.question, result.hits, config.mode,
+                shutil.get_terminal_size((100, 20)).columns))
+  elif config.out != "-":
+    print(f"{result.queries} queries, {config.mode} top {config.k} -> {config.out}")
