@@ -174,20 +174,22 @@ class Service:
   def load(self) -> None:
     """Loads and warms up the bundle; runs in a thread at start-up."""
     try:
-      retriever = self._open(self.config.bundle)
+      retriever = Retriever.load(self.config.bundle, verify=self.config.verify,
+                                 threads=self.config.threads)
+      # Warmed up in the batcher's own thread: the one that will search.
+      batcher = batcher_lib.MicroBatcher(retriever, self.config.max_batch,
+                                         self.config.max_wait_ms, warm_up=True)
+      batcher.warm.wait()
+      if batcher.warm_error is not None:
+        batcher.close()
+        raise batcher.warm_error
     except Exception as e:  # pylint: disable=broad-except
       self.error = f"{type(e).__name__}: {e}"
       logger.error("bundle %s did not load: %s", self.config.bundle, self.error)
       return
-    self.batcher = batcher_lib.MicroBatcher(retriever, self.config.max_batch,
-                                            self.config.max_wait_ms)
+    self.batcher = batcher
     self.ready_seconds = time.perf_counter() - self.started
     logger.info("ready in %.1f s: %s", self.ready_seconds, self.config.bundle)
-
-  def _open(self, path: str) -> Retriever:
-    retriever = Retriever.load(path, verify=self.config.verify, threads=self.config.threads)
-    retriever.warm_up()
-    return retriever
 
   def swap(self, path: str) -> dict:
     """Loads `path` beside the serving bundle, then swaps it in between two batches."""
@@ -195,7 +197,8 @@ class Service:
       raise ApiError(503, "not ready: no bundle is served yet")
     with self._swap_lock:  # one swap at a time
       try:
-        new = self._open(path)
+        new = Retriever.load(path, verify=self.config.verify)
+        new.warm_up()  # here; its first batch then finds the query tower traced
       except (ValueError, OSError) as e:
         raise ApiError(400, f"bundle {path} refused: {e}") from e
       old = self.batcher.swap(new)

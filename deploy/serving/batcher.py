@@ -8,7 +8,7 @@ one `Retriever.search_requests` call for all of them, and hands each request its
 At concurrency 1 nothing waits (max_wait_ms 0 by default): batches form only from requests
 that queued while the previous batch ran, which is exactly when batching pays.
 
-    batcher = MicroBatcher(retriever)
+    batcher = MicroBatcher(retriever, warm_up=True); batcher.warm.wait()
     hits = await batcher.submit(SearchRequest(("who wrote ...",), k=10, mode="hybrid"))
     old = batcher.swap(new_retriever)   # after the batch in flight; no request fails
 """
@@ -49,8 +49,14 @@ class BatchStats:
 class MicroBatcher:
   """One worker thread in front of a Retriever (see the module docstring)."""
 
-  def __init__(self, retriever: Retriever, max_queries: int = 64, max_wait_ms: float = 0.0):
+  def __init__(self, retriever: Retriever, max_queries: int = 64, max_wait_ms: float = 0.0,
+               warm_up: bool = False):
     self._retriever = retriever
+    self._warm_up = warm_up
+    #: Set once the worker is ready for requests (after warming the retriever up in the
+    #: thread that will search, when asked).
+    self.warm = threading.Event()
+    self.warm_error: Exception | None = None
     self._max_queries = max_queries
     self._max_wait = max_wait_ms / 1000.0
     self._queue: "queue.Queue[Any]" = queue.Queue()
@@ -101,6 +107,13 @@ class MicroBatcher:
     return batch, False
 
   def _work(self) -> None:
+    if self._warm_up:
+      try:
+        with self._busy:
+          self._retriever.warm_up()
+      except Exception as e:  # pylint: disable=broad-except
+        self.warm_error = e
+    self.warm.set()
     stop = False
     while not stop:
       item = self._queue.get()

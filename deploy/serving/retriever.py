@@ -231,10 +231,14 @@ class Retriever:
       self._store.close()
       self._searcher.close()
 
-  def warm_up(self) -> None:
-    """One query in every mode: the first TensorFlow call traces and allocates."""
-    self.search("warm up", k=1, mode="hybrid")
-    self.search(["warm up", "a batch"], k=1, mode="dense")
+  def warm_up(self, rounds: int = 3) -> None:
+    """A few queries in every mode, single and batched, at the hybrid's depth: the first
+    TensorFlow call traces and allocates, the first Lucene calls from a thread attach it to
+    the JVM and warm the JIT. Call it from the thread that will search."""
+    for i in range(rounds):
+      for mode in MODES:
+        self.search(f"warm up {i}", k=10, mode=mode)
+        self.search([f"warm up {i}", "a small batch"], k=10, mode=mode)
 
   # -------------------------------------------------------------------------------------------
   # Searching.
