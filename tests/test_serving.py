@@ -15,11 +15,10 @@ import pytest
 from twotower import cli
 from twotower import contracts
 from twotower.deploy.serving import BundleError, Retriever, bundle
+from twotower.deploy.serving import check
 from twotower.deploy.serving import store as store_lib
-from twotower.eval import bm25, fusion
-from twotower.eval import index as index_stage
+from twotower.eval import fusion
 from twotower.eval import runs as runs_lib
-from twotower.eval import search as search_stage
 from twotower.contracts import codecs
 from twotower.pipelines import embed
 
@@ -41,27 +40,12 @@ def questions(serving_bundle):
 
 @pytest.fixture(scope="module")
 def batch_path(serving_bundle, tmp_path_factory):
-  """The batch path's runs over the test split: dense (embed, index, search), BM25, fused."""
-  work = tmp_path_factory.mktemp("batch")
-  reqa, model = serving_bundle["reqa"], serving_bundle["model"]
-  embed.run(embed.EmbedConfig(model=model, out=str(work / "cands"), kind="candidates",
-                              path=contracts.candidates_path(reqa)))
-  embed.run(embed.EmbedConfig(model=model, out=str(work / "qs"), kind="questions",
-                              path=contracts.questions_path(reqa, SPLIT)))
-  index_stage.run(index_stage.IndexJob(embeddings=str(work / "cands"),
-                                       out=str(work / "flat.faiss")))
-  dense = str(work / "dense" / "run.parquet")
-  os.makedirs(os.path.dirname(dense))
-  search_stage.run(search_stage.SearchJob(index=str(work / "flat.faiss"),
-                                          queries=str(work / "qs"), out=dense, k=100))
-  bm25.run(bm25.Bm25Config(reqa=reqa, out=str(work / "bm25"), splits=(SPLIT,), hits=100))
-  sparse = str(work / "bm25" / contracts.BM25_RUN_FILE)
+  """The batch path's runs over the test split, each stage from its own inputs."""
   weight = json.load(open(os.path.join(serving_bundle["bundle"], "manifest.json"))
                      )["hybrid"]["weight"]
-  fused = str(work / "fused.trec")
-  fusion.run(fusion.FuseConfig(runs=(sparse, dense), out=fused, weight=weight))
-  return {name: runs_lib.read_run(path)
-          for name, path in (("dense", dense), ("bm25", sparse), ("hybrid", fused))}
+  runs, _ = check.batch_path_runs(serving_bundle["model"], serving_bundle["reqa"], SPLIT,
+                                  weight, str(tmp_path_factory.mktemp("batch")))
+  return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +111,13 @@ def test_each_mode_equals_the_batch_path(retriever, questions, batch_path, mode)
   for (qid, _), per_query in zip(questions, hits):
     # BM25 and fused runs are TREC files (scores written to 6 decimals).
     _assert_same(per_query, batch_path[mode][qid], 1e-5)
+
+
+def test_check_reports_full_agreement(retriever, questions, batch_path):
+  report = check.compare(retriever, batch_path, questions, k=100)
+  assert [(a.mode, a.questions, a.same_ids) for a in report] == [
+      (m, len(questions), len(questions)) for m in ("dense", "bm25", "hybrid")]
+  assert max(a.max_score_diff for a in report) < 1e-5
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
