@@ -8,7 +8,9 @@ PY     := $(VENV)/bin/python
 GENSIM_WHEEL_DUMP := gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2
 DEFAULT_DUMP := data/enwiki-slice-pages-articles.xml.bz2
 
-.PHONY: demo test setup setup-test data bench clean
+.PHONY: demo test setup setup-test browser data bench clean
+# apt-get as root, else through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 demo: setup data
 	$(VENV)/bin/twotower demo --dump $(DEFAULT_DUMP) --out runs/demo
@@ -25,7 +27,14 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
-setup-test: $(VENV)/.installed
+setup-test: $(VENV)/.installed browser
+
+# Debian's Chromium: the search page of `twotower serve` is tested in a real headless browser.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing Debian's chromium (headless browser test of the search page)"; \
+	    $(SUDO) apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 
 data: $(DEFAULT_DUMP)
 

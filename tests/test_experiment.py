@@ -11,6 +11,7 @@ import os
 import pytest
 
 from twotower.commands import experiment as experiment_cmd
+from twotower.contracts import codecs
 from twotower.eval import experiment
 from twotower.eval.experiment import execute, grid, plan, render
 from wikidump_fixtures import DumpPage, write_dump
@@ -227,8 +228,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("12 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
-                        "1 pretrain, 2 finetune, 2 eval, 1 fuse); rough estimate")
+  assert out.startswith("13 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
+                        "1 pretrain, 2 finetune, 2 eval, 1 fuse, 1 bundle); rough estimate")
+  assert "todo  bundle   bundle/squad/hybrid/base/r80/s0" in out
   assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
   assert not (tmp_path / "w").exists()
 
@@ -306,7 +308,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
                             "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0",
                             "hardneg/squad/k1", "finetune/squad/ict-hn/base/r80/s0",
-                            "eval/squad/ict-hn/base/r80/s0"}
+                            "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0"}
   assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
@@ -331,9 +333,28 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   tuning = fuse["tuning"]
   assert dict(map(tuple, tuning["by_weight"]))[fuse["weight"]] == max(
       m for _, m in tuning["by_weight"])
+  # The grid ends with a retriever bundle of its hybrid: the chosen dense row, the tuned
+  # weight; its hybrid answers the test questions as the fuse cell's run file does.
+  made = execute.read_done(execute.cell_dir(str(work),
+                                            the_plan["bundle/squad/hybrid/base/r80/s0"]))
+  assert (made["partner"], made["weight"]) == (fuse["partner"], fuse["weight"])
+  from twotower.deploy.serving import Retriever
+  from twotower.eval import runs as runs_lib
+  fused = runs_lib.read_run(fuse["run_file"])
+  retriever = Retriever.load(made["bundle"])
+  try:
+    assert retriever.manifest["hybrid"]["tuned_on"] == "validation-80"
+    reqa_dir = execute.cell_dir(str(work), the_plan["reqa/squad"])
+    questions = [(q.question_id, q.question)
+                 for q in codecs.read_questions(reqa_dir, "test-80")][:5]
+    for (qid, question), hits in zip(questions, retriever.search(
+        [q for _, q in questions], k=100, mode="hybrid")):
+      assert [h.id for h in hits] == list(fused[qid].candidate_ids)
+  finally:
+    retriever.close()
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "12 of 12 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "13 of 13 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
@@ -349,7 +370,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
-  assert "12 of 12 cells done" in (results / "README.md").read_text()
+  assert "13 of 13 cells done" in (results / "README.md").read_text()
 
   # The work directory lost, the results directory kept: the finished cells come back from
   # its cells.json; a missing result runs again with what it needs, and (training being
@@ -368,4 +389,4 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 12:]} == {"skipped"}
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 13:]} == {"skipped"}

@@ -233,7 +233,8 @@ def _tune(config: BundleConfig, split, bundle_dir: str) -> dict:
           "questions": len(split.questions)}
 
 
-def _write_manifest(bundle_dir: str, manifest: dict) -> None:
+def write_manifest(bundle_dir: str, manifest: dict) -> None:
+  """Writes the manifest with every file's size and checksum (the manifest is written last)."""
   manifest["files"] = file_digests(bundle_dir)
   tio.write_json(contracts.bundle_path(bundle_dir, contracts.BUNDLE_MANIFEST_FILE), manifest)
 
@@ -298,10 +299,10 @@ def run(config: BundleConfig) -> BundleResult:
                    "depth": config.hybrid_depth, "method": "interpolate",
                    "note": "BM25's weight, as `twotower fuse --run BM25 DENSE --weight W`"},
     }
-    _write_manifest(bundle_dir, manifest)
+    write_manifest(bundle_dir, manifest)
     if split is not None:
       manifest["hybrid"].update(_tune(config, split, bundle_dir))
-      _write_manifest(bundle_dir, manifest)
+      write_manifest(bundle_dir, manifest)
     if os.path.exists(out):
       shutil.rmtree(out)  # only reached with --overwrite (or an empty dir)
     os.replace(bundle_dir, out)

@@ -150,6 +150,8 @@ class Retriever:
     self._store = store
     self._searcher = searcher
     self._lock = threading.Lock()
+    #: Lucene's batch_search threads (FAISS's and TensorFlow's are process-wide: set_threads).
+    self.threads = max(1, os.cpu_count() or 1)
     hybrid = manifest["hybrid"]
     self.weight = float(hybrid["weight"])
     self.hybrid_depth = int(hybrid["depth"])
@@ -224,7 +226,10 @@ class Retriever:
                         f"manifest says {count}")
     logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f", path, count,
                 dim, manifest["index"].get("factory"), float(manifest["hybrid"]["weight"]))
-    return cls(path, manifest, encoder, index, store, searcher)
+    retriever = cls(path, manifest, encoder, index, store, searcher)
+    if threads:
+      retriever.threads = threads
+    return retriever
 
   def close(self) -> None:
     with self._lock:
@@ -340,7 +345,7 @@ class Retriever:
     else:
       found = self._searcher.batch_search([q for _, _, q in jobs],
                                           [str(n) for n in range(len(jobs))], k=depth,
-                                          threads=max(1, os.cpu_count() or 1))
+                                          threads=self.threads)
     for n, (r, _, _) in enumerate(jobs):
       docs = found.get(str(n), [])[:self._depth(requests[r])]
       out[r].append(_Side(Ranked(tuple(int(d.docid) for d in docs),

@@ -152,10 +152,31 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
           "partner": partners[result.partner], "tuning": tuning}
 
 
+def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.deploy.serving import bundle
+  fused = ctx.done(cell.deps[plan.BUNDLE_FUSE])
+  model = ctx.dirs[cell.deps[plan.BUNDLE_MODEL + fused["partner"]]]
+  tuning = fused.get("tuning") or {}
+  result = bundle.run(bundle.BundleConfig(
+      model=contracts.saved_model_path(model), reqa=ctx.dep(cell, "reqa"),
+      out=os.path.join(out, "bundle"),
+      doc_text=cell.params["doc_text"], weight=fused["weight"], overwrite=True,
+      beam_args=ctx.beam_args))
+  # The weight is the fuse cell's, chosen on its validation split: say so in the manifest.
+  manifest = dict(result.manifest)
+  manifest["hybrid"] = {**manifest["hybrid"], "tuned_on": tuning.get("split"),
+                        "metric": tuning.get("metric"), "questions": None,
+                        "partner": fused["partner"]}
+  bundle.write_manifest(result.path, manifest)
+  return {"bundle": result.path, "partner": fused["partner"], "weight": fused["weight"],
+          "documents": manifest["documents"]["count"]}
+
+
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
     "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "datastats": _datastats,
     "hardneg": _hardneg, "bm25": _bm25,
-    "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse}
+    "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse,
+    "bundle": _bundle}
 #: Cells that resume by themselves (training checkpoints); others restart from scratch.
 RESUMABLE = ("pretrain", "finetune")
 

@@ -15,6 +15,8 @@ A *cell* is one resumable unit of work with a done-marker:
     eval      embed + flat search + Recall@k of one fine-tuned model on one ReQA directory
     fuse      a hybrid of two rows' runs, its weight (and, given several dense rows, which one)
               tuned on the ratio's validation split
+    bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
+              row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
 Each cell's parameters hold everything it depends on: a training cell holds its resolved
 model config (`PretrainConfig.to_dict()`), so changing a preset, a step count or a seed plans
@@ -33,11 +35,13 @@ from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import GridSpec, System, Variant
 
 KINDS = ("pairs", "vocab", "reqa", "datastats", "hardneg", "bm25", "pretrain", "finetune",
-         "eval", "fuse")
+         "eval", "fuse", "bundle")
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
 #: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run.
 FUSE_FIRST, FUSE_PARTNER = "first", "partner:"
+#: Dependency roles of a bundle cell: its fuse cell, and each partner row's trained model.
+BUNDLE_FUSE, BUNDLE_MODEL = "fuse", "model:"
 
 
 def _slug(text: str) -> str:
@@ -236,7 +240,25 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
             cell = result(system, variant, target, reqa, dataset, ratio, seed)
             entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
                                  cell, f"test-{ratio}"))
+  _bundles(p, max(all_ratios))
   return p, entries
+
+
+def _bundles(p: Plan, ratio: int) -> None:
+  """A bundle cell for each hybrid at `ratio`, seed 0, over the closed ReQA set: the grid ends
+  with a retriever one can query (its dense side is the row the fuse cell chose)."""
+  for fuse in p.of_kind("fuse"):
+    reqa = fuse.deps["reqa"]
+    if fuse.params["ratio"] != ratio or fuse.params["seed"] != 0 or \
+        p[reqa].params["open_candidates"]:
+      continue
+    models = {BUNDLE_MODEL + role[len(FUSE_PARTNER):]: p[dep].deps["model"]
+              for role, dep in fuse.deps.items()
+              if role.startswith(FUSE_PARTNER) and p[dep].kind == "eval"}
+    if models:
+      p.add("bundle", "bundle/" + fuse.name.split("/", 1)[1],
+            {"doc_text": p[reqa].params["doc_text"]},
+            {BUNDLE_FUSE: fuse.name, "reqa": reqa, **models})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +285,7 @@ def example_seconds(model: Mapping[str, Any]) -> float:
 def estimate_seconds(cell: Cell, plan_: Plan) -> float:
   """A rough wall time of one cell on 2 cores."""
   fixed = {"pairs": 60.0, "vocab": 30.0, "reqa": 60.0, "datastats": 20.0, "hardneg": 60.0,
-           "bm25": 40.0, "fuse": 10.0}
+           "bm25": 40.0, "fuse": 10.0, "bundle": 90.0}
   if cell.kind in fixed:
     return fixed[cell.kind]
   if cell.kind == "eval":
