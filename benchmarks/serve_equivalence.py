@@ -29,31 +29,40 @@ def main() -> None:
   p.add_argument("--reqa", required=True)
   p.add_argument("--split", default="test-5")
   p.add_argument("--k", type=int, default=100)
+  p.add_argument("--weight", type=float, default=None,
+                 help="check the hybrid at this weight instead of the bundle's (a tuned "
+                      "weight of 0 or 1 leaves only one side to fuse)")
   args = p.parse_args()
   logs.setup()
   from twotower.deploy.serving.bundle import resolve_saved_model  # pylint: disable=import-outside-toplevel
   manifest = json.load(open(contracts.bundle_path(args.bundle, contracts.BUNDLE_MANIFEST_FILE)))
   questions = [(q.question_id, q.question) for q in codecs.read_questions(args.reqa, args.split)]
+  weight = manifest["hybrid"]["weight"] if args.weight is None else args.weight
   with tempfile.TemporaryDirectory() as work:
     runs, seconds = check.batch_path_runs(resolve_saved_model(args.model), args.reqa,
-                                          args.split, manifest["hybrid"]["weight"],
+                                          args.split, weight,
                                           os.path.join(work, "batch"),
                                           manifest["documents"]["doc_text"], args.k)
   retriever = Retriever.load(args.bundle)
+  retriever.weight = weight
   retriever.warm_up()
   try:
     report = check.compare(retriever, runs, questions, args.k, seconds)
   finally:
     retriever.close()
   print(f"{args.bundle} vs the batch path: {len(questions)} questions of {args.split}, "
-        f"top {args.k}, hybrid weight {manifest['hybrid']['weight']}")
-  print(f"{'mode':<7} {'same ids':>12} {'max |d score|':>14} {'batch s':>8} {'API s':>7} "
-        f"{'API / batch':>11}")
+        f"top {args.k}, hybrid weight {weight} (the bundle's: {manifest['hybrid']['weight']})")
+  print(f"{'mode':<7} {'same ids':>12} {'up to ties':>13} {'max |d score|':>14} "
+        f"{'batch s':>8} {'API s':>7} {'API / batch':>11}")
   for a in report:
-    print(f"{a.mode:<7} {a.same_ids:>5}/{a.questions:<6} {a.max_score_diff:>14.2e} "
+    print(f"{a.mode:<7} {a.same_ids:>5}/{a.questions:<6} {a.same_up_to_ties:>6}/{a.questions:<6}"
+          f" {a.max_score_diff:>14.2e} "
           f"{a.seconds_batch:>8.1f} {a.seconds_api:>7.1f} "
           f"{a.seconds_api / max(a.seconds_batch, 1e-9):>10.2f}x")
-  print("(batch times include Beam start-up; bm25's includes its indexing, as the stage does "
+  print("(same ids: identical top-k lists, in order; up to ties: every score within 1e-5 of "
+        "the reference's at its rank, ids swapped only among such near-equal scores. Batch "
+        "times include Beam "
+        "start-up and the candidates' index; bm25's includes its indexing, as the stage does "
         "both)")
 
 

@@ -115,9 +115,17 @@ def test_each_mode_equals_the_batch_path(retriever, questions, batch_path, mode)
 
 def test_check_reports_full_agreement(retriever, questions, batch_path):
   report = check.compare(retriever, batch_path, questions, k=100)
-  assert [(a.mode, a.questions, a.same_ids) for a in report] == [
-      (m, len(questions), len(questions)) for m in ("dense", "bm25", "hybrid")]
+  assert [(a.mode, a.questions, a.same_ids, a.same_up_to_ties) for a in report] == [
+      (m, len(questions), len(questions), len(questions)) for m in ("dense", "bm25", "hybrid")]
   assert max(a.max_score_diff for a in report) < 1e-5
+
+
+def test_near_ties_may_swap_but_nothing_else():
+  assert check.same_up_to_ties([1, 2, 3], [0.9, 0.5000001, 0.5], [1, 3, 2], [0.9, 0.5, 0.5])
+  assert not check.same_up_to_ties([1, 2, 3], [0.9, 0.6, 0.5], [1, 3, 2], [0.9, 0.6, 0.5])
+  assert not check.same_up_to_ties([1, 2, 4], [0.9, 0.5, 0.45], [1, 2, 3], [0.9, 0.5, 0.4])
+  # The last score's tie group may hold other ids (a tie at the cut-off).
+  assert check.same_up_to_ties([1, 2, 4], [0.9, 0.5, 0.5], [1, 2, 3], [0.9, 0.5, 0.5])
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])

@@ -27,6 +27,9 @@ import numpy as np
 from twotower import contracts
 from twotower.eval.runs import Ranked, Run
 
+#: Scores this close are a tie (a TREC run file keeps 6 decimals).
+TIE_TOLERANCE = 1e-5
+
 
 @dataclasses.dataclass(frozen=True)
 class Agreement:
@@ -34,6 +37,9 @@ class Agreement:
   mode: str
   questions: int
   same_ids: int            # questions whose top-k ids are identical, in order
+  same_up_to_ties: int     # ... or with every score within TIE_TOLERANCE of the reference's
+                           # at its rank, ids swapped only among such near-equal scores (a
+                           # TREC run file keeps 6 decimals, so its near-ties reorder)
   max_score_diff: float    # over the questions with the same ids
   seconds_batch: float     # the batch path's time for all questions
   seconds_api: float       # the API's, one call with every question
@@ -84,14 +90,33 @@ def compare(retriever, runs: dict[str, Run], questions: Sequence[tuple[str, str]
     t0 = time.perf_counter()
     hits = retriever.search([q for _, q in questions], k=k, mode=mode)
     api_seconds = time.perf_counter() - t0
-    same, worst = 0, 0.0
+    same, same_ties, worst = 0, 0, 0.0
     for (qid, _), per_query in zip(questions, hits):
       ref = reference.get(qid, Ranked((), ()))
-      if [h.id for h in per_query] == list(ref.candidate_ids):
+      ids = [h.id for h in per_query]
+      if ids == list(ref.candidate_ids):
         same += 1
         if per_query:
           worst = max(worst, float(np.max(np.abs(np.subtract([h.score for h in per_query],
                                                              ref.scores)))))
-    out.append(Agreement(mode, len(questions), same, worst, (seconds or {}).get(mode, 0.0),
-                         api_seconds))
+      same_ties += same_up_to_ties(ids, [h.score for h in per_query], ref.candidate_ids,
+                                      ref.scores)
+    out.append(Agreement(mode, len(questions), same, same_ties, worst,
+                         (seconds or {}).get(mode, 0.0), api_seconds))
   return out
+
+
+def same_up_to_ties(ids: Sequence[int], scores: Sequence[float], ref_ids: Sequence[int],
+                    ref_scores: Sequence[float], tolerance: float = TIE_TOLERANCE) -> bool:
+  """Equal rankings but for the order of near-equal scores (FAISS's tie-aware check of a
+  search against its reference): the scores agree rank by rank within `tolerance`, and the
+  ids above the last score's tie group are the same set."""
+  if len(ids) != len(ref_ids):
+    return False
+  if any(abs(a - b) > tolerance for a, b in zip(scores, ref_scores)):
+    return False
+  if list(ids) == list(ref_ids) or not ids:
+    return True
+  floor = ref_scores[-1] + tolerance
+  return ({i for i, s in zip(ids, scores) if s > floor} ==
+          {i for i, s in zip(ref_ids, ref_scores) if s > floor})

@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid")
 VERIFY = ("none", "size", "sha256")
+#: Largest query-tower call (the embedding job's default batch, pipelines.embed).
+ENCODE_BATCH = 256
 
 
 class BundleError(ValueError):
@@ -293,10 +295,15 @@ class Retriever:
             {q: x.ranked for q, x in zip(qids, sparse)})
 
   def encode(self, queries: Sequence[str]) -> np.ndarray:
-    """float32 [len(queries), d]: the query tower, one call."""
+    """float32 [len(queries), d]: the query tower, one call per ENCODE_BATCH queries (a
+    server's micro-batch is one call; a file of a million queries does not become one)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    out = self._encoder(query=tf.constant(list(queries), dtype=tf.string))
-    return np.ascontiguousarray(out[contracts.EMBEDDING_OUTPUT].numpy(), dtype=np.float32)
+    parts = []
+    for start in range(0, len(queries), ENCODE_BATCH):
+      chunk = list(queries[start:start + ENCODE_BATCH])
+      out = self._encoder(query=tf.constant(chunk, dtype=tf.string))
+      parts.append(out[contracts.EMBEDDING_OUTPUT].numpy())
+    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
   def _depth(self, request: SearchRequest) -> int:
     """How deep each side searches: k, or the hybrid's depth when fusing."""
