@@ -154,10 +154,11 @@ def sniff_format(path: str) -> str:
   if not head:
     raise ValueError(f"{path}: empty file; give a MediaWiki dump, WikiExtractor output or "
                      "JSONL documents")
+  first_lines = [line for line in head.split("\n")[:-1] if line.strip()][:5]
+  if any(_DOC_OPEN.match(line) for line in first_lines):
+    return WIKIEXTRACTOR  # (a stray line or two before the first <doc> is counted, not fatal)
   if head.startswith("<"):
     body = _XML_DECLARATION.sub("", head, count=1) if head.startswith("<?xml") else head
-    if body.startswith("<doc") and _DOC_OPEN.match(body.split("\n", 1)[0]):
-      return WIKIEXTRACTOR
     root = _XML_ROOT.match(body)
     name = root.group(1) if root else body[:20]
     if name.rpartition(":")[2] == "mediawiki":
@@ -361,6 +362,7 @@ def _lines(path: str, state: dict) -> Iterator[str]:
       rest = lines.pop()
       yield from lines
     if rest:
+      state["partial_line"] = True  # no "\n" at the end: maybe cut mid-line
       yield rest
 
 
@@ -394,6 +396,8 @@ def _wikiextractor_records(file: InputFile, state: dict, counts: collections.Cou
         body.append(line)
   if attrs is not None:
     state.setdefault("truncated", f"the file ends inside <doc{attrs}>")
+  elif state.get("partial_line"):  # WikiExtractor ends every file with "</doc>\n"
+    state.setdefault("truncated", "the file ends mid-line, outside a <doc>")
 
 
 def _wikiextractor_page(file: InputFile, record) -> Page:

@@ -32,3 +32,8 @@ def ltgwiki() -> pathlib.Path:
 @pytest.fixture
 def squad_subset() -> pathlib.Path:
   return _shared("squad/train-subset-v1.1.json")
+
+
+@pytest.fixture
+def wikiextractor_corpus() -> pathlib.Path:
+  return _shared("wiki/enwiki-2018-wikiextractor.txt.bz2")
