@@ -1,11 +1,21 @@
-"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump -> ICT / BFS / WLP pairs.
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump or extracted text -> ICT / BFS / WLP
+pairs.
 
     dump files --ReadDumpPages--> RawPage --ParsePages--> Page + (redirect source, target)
+    text files (WikiExtractor, JSONL; pipelines.textdocs) --ReadTextPages--> Page
       --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
       --MakePassages--> (page_id, tuple[Passage])  --WritePassages--> passages/*.parquet
       --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id)
                         --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
+
+Inputs (pipelines.textdocs): `--dump` is a comma list of globs; each file's format is read
+from its first bytes. Dumps keep their page ids; a text input's ids move into a range of its
+own by its position in the list, so ids cannot collide. With more than one glob, stats.json
+also counts per input: `input<k>_pages_read` (k = position), and for text inputs
+`input<k>_pages_kept`, `input<k>_pairs_<task>[_heldout]`; dumps together as `mediawiki_...`
+(a pair counts for its query page's input). An input that gives no page, or a run that keeps
+no article, is a ValueError after the run (stats.json is written first).
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
 to `heldout` when *either* of its pages is held out (a WLP pair joins two pages), else to
@@ -339,9 +349,11 @@ def summary_table(stats: dict, out: str) -> str:
     lines += ["", f"{'input':<10} {'read':>8} {'kept':>8} "
               + " ".join(f"{'pairs ' + t:>10}" for t in contracts.PRETRAIN_TASKS)]
     for name in inputs:
+      # A dump's pages kept and pairs are on the "mediawiki" line (dumps share an id space).
+      dump = f"{name}_{C.PAGES_KEPT}" not in stats and name != "mediawiki"
       lines.append(f"{name:<10} {stats.get(f'{name}_{C.PAGES_READ}', '-'):>8} "
-                   f"{stats.get(f'{name}_{C.PAGES_KEPT}', 0):>8} "
-                   + " ".join(f"{stats.get(f'{name}_{C.pairs(t)}', 0):>10}"
+                   f"{'-' if dump else stats.get(f'{name}_{C.PAGES_KEPT}', 0):>8} "
+                   + " ".join(f"{'-' if dump else stats.get(f'{name}_{C.pairs(t)}', 0):>10}"
                               for t in contracts.PRETRAIN_TASKS))
   lines += ["", f"written to {out} (pairs/, passages/, {contracts.STATS_FILE})"]
   return "\n".join(lines)
