@@ -317,6 +317,14 @@ def finish_stats(counters: dict[str, int]) -> dict:
   stats: dict = dict(counters)
   for name in C.PAIRS_ALWAYS:
     stats.setdefault(name, 0)
+  # Every input of a run over several counts its pairs, 0 included (Beam reports only the
+  # counters something incremented): a text input without links says "0 WLP pairs".
+  for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:
+    prefix = kept[:-len(C.PAGES_KEPT)]
+    for task in contracts.PRETRAIN_TASKS:
+      stats.setdefault(prefix + C.pairs(task), 0)
+    if prefix != C.MEDIAWIKI_PREFIX:  # a text input: its links before resolution
+      stats.setdefault(prefix + C.LINKS_TOTAL, 0)
   for task in contracts.PRETRAIN_TASKS:
     stats.setdefault(C.pairs(task), 0)
     tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))

@@ -55,7 +55,7 @@ from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, Section, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import shuffle as shuffle_lib
-from twotower.pipelines import titles, wikidump
+from twotower.pipelines import titles, wikidump, wikitext
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,8 @@ def _plain_paragraphs(text: str) -> list[str]:
   return [b for b in (_SPACE.sub(" ", block).strip() for block in blocks) if b]
 
 
-def _jsonl_sections(record: dict) -> tuple[list[tuple[str, list[str]]], list[str], int]:
+def _jsonl_sections(record: dict
+                    ) -> tuple[list[tuple[str, list[str]]], list[str], list[int]]:
   """A JSONL document's (sections, link targets, level of its headings)."""
   sections = [("", _plain_paragraphs(record["text"]))]
   levels = []
@@ -447,7 +448,7 @@ def _json_page(file: InputFile, numbered) -> Page:
 
 
 def iter_text_pages(file: InputFile, counts: Optional[collections.Counter] = None,
-                    max_doc_bytes: int = wikidump.CHUNK_BYTES * 5) -> Iterator[Page]:
+                    max_doc_bytes: int = wikitext.DEFAULT_MAX_PAGE_BYTES) -> Iterator[Page]:
   """Streams the Pages of one text file (WikiExtractor text or JSON, JSONL); never raises on
   damaged records.
 
@@ -497,13 +498,18 @@ class _ReadTextFileFn(beam.DoFn):
 
   def process(self, file: InputFile) -> Iterator[Page]:
     counts: collections.Counter = collections.Counter()
+    links = 0
     try:
-      yield from iter_text_pages(file, counts)
+      for page in iter_text_pages(file, counts):
+        links += len(page.links)
+        yield page
     finally:
       if self.per_input:
         counts[C.per_input(file.index, C.PAGES_READ)] = counts[C.PAGES_READ]
+        # 0 says why the input gives no WLP pair (text without links), stats.json keeps it.
+        counts[C.per_input(file.index, C.LINKS_TOTAL)] = links
       for name, value in counts.items():
-        if value:
+        if value or name.startswith("input"):
           tio.counter(name).inc(value)
 
 
@@ -513,7 +519,8 @@ class ReadTextPages(beam.PTransform):
   read by one worker; its pages are then split into sentences by all of them).
 
   Counters: text_files_read, text_files_truncated, text_stray_lines, pages_read,
-  pages_skipped_<reason>, and with `per_input` input<k>_pages_read.
+  pages_skipped_<reason>, and with `per_input` input<k>_pages_read and input<k>_links_total
+  (the outgoing links of its documents, before resolution: 0 for text without links).
   """
 
   def __init__(self, files: Sequence[InputFile], per_input: bool = False,

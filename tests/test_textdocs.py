@@ -189,7 +189,9 @@ def test_a_mix_of_inputs_counts_pages_and_pairs_per_input(mixed_run):
           and "pairs" not in k} == {
       "input0_pages_read": 17, "input1_pages_read": 12, "input2_pages_read": 8,
       "input3_pages_read": 8, "mediawiki_pages_kept": 12, "input1_pages_kept": 12,
-      "input2_pages_kept": 8, "input3_pages_kept": 8}
+      "input2_pages_kept": 8, "input3_pages_kept": 8,
+      # two links per document, but none in WikiExtractor JSON written without --links
+      "input1_links_total": 24, "input2_links_total": 0, "input3_links_total": 16}
   skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
   assert stats["pages_read"] == 45 == stats["pages_kept"] + stats["pages_redirect"] + skipped
   assert stats["text_files_read"] == 4 and stats["dump_files_read"] == 1
@@ -202,8 +204,8 @@ def test_a_mix_of_inputs_counts_pages_and_pairs_per_input(mixed_run):
     assert sum(heldout) == stats[f"pairs_{task}_heldout"], task
     with_links = [0, 1, 3] if task == "wlp" else [0, 1, 2, 3]
     assert all(per_input[i] > 0 for i in with_links), (task, per_input)
-  # WikiExtractor JSON written without --links: no WLP pair from it, and no error.
-  assert stats.get("input2_pairs_wlp", 0) == 0
+  # WikiExtractor JSON written without --links: no WLP pair from it, said, and no error.
+  assert stats["input2_pairs_wlp"] == 0
   # Page ids: one range per input, none shared; WLP only within an input's links.
   rows = read_passages(out).to_pylist()
   ids = {r["page_id"] for r in rows}
