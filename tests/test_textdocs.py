@@ -246,3 +246,16 @@ def test_the_shared_wikiextractor_corpus_reads_into_sections(wikiextractor_corpu
   assert all(p.sections[0].heading == "" for p in pages)
   with_sections = sum(len(p.sections) > 1 for p in pages)
   assert with_sections > len(pages) // 3
+
+
+def test_table1_counts_pairs_per_input_as_stats_json_does(mixed_run, tmp_path):
+  from twotower.eval import data_stats
+  from twotower.testing import pairs as testing
+  out, stats = mixed_run
+  rows = data_stats.table1(out, testing.write_vocab(str(tmp_path / "vocab.txt")))
+  for row in rows:
+    expected = {name: stats[f"{name}_pairs_{row['task']}"]
+                for name in ("mediawiki", "input1", "input2", "input3")
+                if stats[f"{name}_pairs_{row['task']}"]}
+    assert row["by_input"] == expected and sum(expected.values()) == row["pairs"]
+  assert "Pairs per input" in data_stats.markdown(rows, [])
