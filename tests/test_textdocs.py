@@ -142,7 +142,9 @@ def test_cli_refuses_wrong_inputs_in_one_line(tmp_path, capsys):
   dump = write_dump(tmp_path / "a-pages-articles.xml", many_pages(6))
   (tmp_path / "dir").mkdir()
   empty = write_dump(tmp_path / "empty-pages-articles.xml", [])
+  rss = write_bytes(tmp_path / "feed.xml", b'<?xml version="1.0"?>\n<rss><channel/></rss>\n')
   cases = [(str(tmp_path / "dir"), "is a directory"),
+           (rss, "not a MediaWiki export"),
            (f"{dump},{tmp_path}/missing-*.jsonl", "no file matches"),
            (f"{dump},{dump}", "matched by two inputs"),
            (empty, "no page or document read"),
