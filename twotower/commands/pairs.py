@@ -1,5 +1,6 @@
-"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump (or extracted text) -> ICT / BFS / WLP pairs, passages,
-stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline option)."""
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump (or extracted text) -> ICT / BFS / WLP
+pairs, passages, stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline
+option)."""
 
 from __future__ import annotations
 
