@@ -12,9 +12,9 @@ import pytest
 from twotower import cli, contracts
 from twotower.contracts import Page, Section
 from twotower.pipelines import textdocs
-from textdocs_fixtures import (Doc, jsonl_record, linked_docs, write_jsonl, write_wikiextractor,
-                               write_wikiextractor_json)
-from wikidump_fixtures import DumpPage, many_pages, write_bytes, write_dump
+from textdocs_fixtures import (Doc, jsonl_record, linked_docs, wikiextractor_text, write_jsonl,
+                               write_wikiextractor, write_wikiextractor_json)
+from wikidump_fixtures import many_pages, write_bytes, write_dump
 
 STRIDE = textdocs.TEXT_ID_STRIDE
 
@@ -77,13 +77,14 @@ def test_headings_are_short_period_lines_not_one_sentence_paragraphs():
 def test_bad_records_are_counted_by_reason_and_the_rest_kept(tmp_path, caplog):
   good = [Doc(1, "Good one", ["Some text of the first good document."]),
           Doc(2, "Good two", ["Some text of the second good document."])]
-  text = "stray line before any doc\n" + textdocs_text(good[:1]) + (
+  text = "stray line before any doc\n" + wikiextractor_text(good[:1]) + (
       '<doc url="x" title="No id">\nNo id\n\nText.\n</doc>\n'
       '<doc id="12a" url="x" title="Letters">\nLetters\n\nText.\n</doc>\n'
       '<doc id="13" url="x">\n\nNo title.\n</doc>\n'
       '<doc id="14" url="x" title="Stub">\nStub\n\n\n</doc>\n'
       '<doc id="15" url="x" title="Unclosed">\nUnclosed\n\nText.\n'
-      '<doc id="16" url="x" title="Bad BYTES">\nBad\n\nText.\n</doc>\n') + textdocs_text(good[1:])
+      '<doc id="16" url="x" title="Bad BYTES">\nBad\n\nText.\n</doc>\n'
+  ) + wikiextractor_text(good[1:])
   data = text.encode().replace(b"BYTES", b"\xff\xfe")
   path = write_bytes(tmp_path / "wiki_00.bz2", data)
   caplog.set_level("WARNING")
@@ -109,14 +110,9 @@ def test_bad_records_are_counted_by_reason_and_the_rest_kept(tmp_path, caplog):
                     "pages_skipped_empty": 1}
 
 
-def textdocs_text(docs):
-  from textdocs_fixtures import wikiextractor_text
-  return wikiextractor_text(docs)
-
-
 def test_a_file_cut_mid_document_keeps_every_complete_one(tmp_path):
   docs = linked_docs(30)
-  data = textdocs_text(docs).encode()
+  data = wikiextractor_text(docs).encode()
   path = tmp_path / "wiki_00"
   path.write_bytes(data[:len(data) * 2 // 3])
   pages, counts = _pages(path)
