@@ -24,6 +24,11 @@ copy k's ids shifted by k x (max id + 1), titles suffixed " (copy k)"), so links
 within each copy as in the slice; they are kept in `--work` for the next run. The start-up
 cost of N workers is a run on the slice's first pages only.
 
+--corpus: also the pipeline on extracted text (default: the WikiExtractor corpus of
+           ../shared/data; `--corpus_docs N` its first N documents, as a file in `--work`),
+           in MB of document text (the lines inside `<doc>`, UTF-8) per CPU-second beside the
+           dump's MB of wikitext: the "x floor" columns are the dump floor's, not a text floor.
+
 --breakdown: CPU of each step of the pipeline as a plain loop on the slice, the rest being
            Beam's (runner, joins) and the writers.
 --profile: cProfile of an in-process pipeline run on the slice, self time grouped by package.
@@ -48,6 +53,7 @@ import time
 
 DEFAULT_DUMP = pathlib.Path(__file__).resolve().parents[1].parent / (
     "shared/data/wiki/enwiki-slice-pages-articles.xml.bz2")
+DEFAULT_CORPUS = DEFAULT_DUMP.parent / "enwiki-2018-wikiextractor.txt.bz2"
 #: Pages of the slice in the start-up run (a dump with almost no work).
 STARTUP_PAGES = 3
 
@@ -93,6 +99,37 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
     out.write(footer)
   os.replace(tmp, target)
   return len(pages) * copies
+
+
+def corpus_slice(source: str, target: str, docs: int) -> None:
+  """Writes the first `docs` documents of a WikiExtractor file to `target` (.bz2)."""
+  from twotower.pipelines import wikidump
+  out, closed = [], 0
+  with wikidump._open_decompressed(source) as f:  # pylint: disable=protected-access
+    for line in f:
+      out.append(line)
+      if line.startswith(b"</doc>"):
+        closed += 1
+        if closed == docs:
+          break
+  with bz2.open(target, "wb") as f:
+    f.write(b"".join(out))
+
+
+def corpus_text_bytes(path: str) -> tuple[int, int]:
+  """(documents, UTF-8 bytes of the lines inside their `<doc>`) of a WikiExtractor file."""
+  from twotower.pipelines import wikidump
+  docs = size = 0
+  inside = False
+  with wikidump._open_decompressed(path) as f:  # pylint: disable=protected-access
+    for line in f:
+      if line.startswith(b"<doc"):
+        inside, docs = True, docs + 1
+      elif line.startswith(b"</doc>"):
+        inside = False
+      elif inside:
+        size += len(line)
+  return docs, size
 
 
 class _TreeMemory:
@@ -265,6 +302,10 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--workers", default="1", help="worker processes per run, e.g. 1,2")
   p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "twotower-bench"),
                  help="where the bigger dumps are kept between runs")
+  p.add_argument("--corpus", nargs="?", const=str(DEFAULT_CORPUS), default="",
+                 help="also run on WikiExtractor text (default with the flag: the shared corpus)")
+  p.add_argument("--corpus_docs", type=int, default=0,
+                 help="only the first N documents of --corpus (0: all)")
   p.add_argument("--breakdown", action="store_true", help="CPU of each step as a plain loop")
   p.add_argument("--profile", action="store_true", help="profile an in-process run")
   args, extra = p.parse_known_args(argv)
@@ -301,6 +342,18 @@ def main(argv: list[str] | None = None) -> None:
         result = run_pairs(dumps[copies], f"{tmp}/x{copies}w{n}", n, extra)
         rows.append((f"{copies}x", n, mb * copies, result))
         print(f"  done: {copies}x, {n} worker(s): {result['wall']:.0f} s", flush=True)
+    if args.corpus:
+      corpus = args.corpus
+      if args.corpus_docs:
+        corpus = os.path.join(args.work, f"first{args.corpus_docs}-{pathlib.Path(corpus).name}")
+        if not os.path.exists(corpus):
+          corpus_slice(args.corpus, corpus, args.corpus_docs)
+      docs, text_bytes = corpus_text_bytes(corpus)
+      print(f"{corpus}: {docs} documents, {text_bytes / 1e6:.2f} MB text", flush=True)
+      for n in workers:
+        result = run_pairs(corpus, f"{tmp}/corpus-w{n}", n, extra)
+        rows.append(("corpus", n, text_bytes / 1e6, result))
+        print(f"  done: corpus, {n} worker(s): {result['wall']:.0f} s", flush=True)
 
   print(f"\n{'dump':<9} {'MB':>7} {'workers':>7} {'wall s':>7} {'CPU s':>7} {'MB/CPU-s':>8} "
         f"{'x floor':>7} {'MB/s wall':>9} {'x floor':>7} {'peak RSS MB':>11} {'largest':>7} "
@@ -308,8 +361,11 @@ def main(argv: list[str] | None = None) -> None:
   for name, n, size_mb, r in rows:
     rate = size_mb / r["cpu"] if size_mb else 0.0
     wall_rate = size_mb / r["wall"] if size_mb else 0.0
+    # The "x floor" columns compare with the dump's floor: none for extracted text.
+    vs_floor = ((f"{rate / (mb / floor_cpu):7.2f}", f"{wall_rate / (mb / floor_wall):7.2f}")
+                if name != "corpus" else (f"{'-':>7}", f"{'-':>7}"))
     print(f"{name:<9} {size_mb:7.1f} {n:7d} {r['wall']:7.1f} {r['cpu']:7.1f} {rate:8.3f} "
-          f"{rate / (mb / floor_cpu):7.2f} {wall_rate:9.3f} {wall_rate / (mb / floor_wall):7.2f} "
+          f"{vs_floor[0]} {wall_rate:9.3f} {vs_floor[1]} "
           f"{r['peak_mb']:11.0f} {r['largest_mb']:7.0f} "
           f"{r['load'][0]:4.1f}-{r['load'][1]:<4.1f}")
   by = {(name, n): r for name, n, _, r in rows}

@@ -57,15 +57,24 @@ def word_piece_lengths(vocab_path: str, items: Iterable[str]) -> Lengths:
 
 def table1(pairs_dir: str, vocab_path: str,
            splits: Sequence[str] = contracts.PAIR_SPLITS) -> list[dict]:
-  """One row per pre-training task: pairs, word pieces, mean query / document length."""
+  """One row per pre-training task: pairs, word pieces, mean query / document length, and
+  the pairs per input of the pair pipeline (`by_input`: "mediawiki" for the dumps, "input<k>"
+  for the k-th glob of `--dump` when it is extracted text; by the query page's id)."""
+  from twotower.pipelines import textdocs  # pylint: disable=import-outside-toplevel
   rows = []
   for task in contracts.PRETRAIN_TASKS:
     pairs = [p for split in splits
              for p in codecs.read_pairs(contracts.pairs_pattern(pairs_dir, task, split))]
     queries = word_piece_lengths(vocab_path, (p.query for p in pairs))
     docs = word_piece_lengths(vocab_path, (f"{p.doc_title} {p.doc_text}" for p in pairs))
+    by_input: dict[str, int] = {}
+    for p in pairs:
+      index = textdocs.input_of(p.query_page_id)
+      name = "mediawiki" if index is None else f"input{index}"
+      by_input[name] = by_input.get(name, 0) + 1
     rows.append({"task": task, "pairs": len(pairs), "tokens": queries.tokens + docs.tokens,
-                 "query_length": round(queries.mean, 2), "doc_length": round(docs.mean, 2)})
+                 "query_length": round(queries.mean, 2), "doc_length": round(docs.mean, 2),
+                 "by_input": dict(sorted(by_input.items()))})
   return rows
 
 
@@ -89,6 +98,14 @@ def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]
            "|---|---:|---:|---:|---:|"]
   lines += [f"| {r['task'].upper()} | {r['tokens']:,} | {r['pairs']:,} | "
             f"{r['query_length']:.2f} | {r['doc_length']:.2f} |" for r in table1_rows]
+  inputs = sorted({name for r in table1_rows for name in r.get("by_input", {})})
+  if len(inputs) > 1:  # pre-trained on several inputs (a dump and extracted text)
+    lines += ["", "Pairs per input (by the query's page; `mediawiki`: the dumps, `input<k>`: "
+              "the k-th glob of the pairs' `--dump`, extracted text):", "",
+              "| task | " + " | ".join(inputs) + " |", "|---|" + "---:|" * len(inputs)]
+    lines += [f"| {r['task'].upper()} | "
+              + " | ".join(f"{r['by_input'].get(name, 0):,}" for name in inputs) + " |"
+              for r in table1_rows]
   lines += ["", "### Table 2: ReQA (word pieces of the grid's vocabulary)", "",
             "| dataset | #query | #candidate | #tuples | query length | document length |",
             "|---|---:|---:|---:|---:|---:|"]

@@ -94,18 +94,40 @@ def count_pairs(pairs_root: str, task: str, split: str) -> int:
   return sum(1 for _ in contracts.codecs.read_tfrecords(files))
 
 
+def has_pairs(pairs_root: str, task: str, split: str) -> bool:
+  """Whether a task has any pair in a split: from stats.json, else from the first record of
+  its shards (FileNotFoundError when it has no shards)."""
+  stats_path = f"{pairs_root.rstrip('/')}/{contracts.STATS_FILE}"
+  if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
+    if counters.pairs(task) in tio.read_json(stats_path):
+      return count_pairs(pairs_root, task, split) > 0
+  return any(True for _ in contracts.codecs.read_tfrecords(pair_files(pairs_root, task, split)))
+
+
 def task_weights(pairs_root: str, tasks: Sequence[str], split: str,
                  mixture: str = "equal") -> dict[str, float]:
   """Sampling probability of each task (DataConfig.mixture): "equal" shares, or "pooled"
-  shares proportional to each task's pairs in `split` (count_pairs)."""
-  if mixture == "equal":
-    return {task: 1.0 / len(tasks) for task in tasks}
-  if mixture != "pooled":
+  shares proportional to each task's pairs in `split` (count_pairs).
+
+  A task without pairs in `split` (WLP on a corpus with few links often has no held-out
+  pair) is left out of that split's mixture, with a warning: the weights have no key for it,
+  and `pretrain_dataset` given them does not read it. No task with pairs at all is an error.
+  """
+  if mixture not in ("equal", "pooled"):
     raise ValueError(f"unknown mixture {mixture!r}; expected 'equal' or 'pooled'")
-  counts = {task: count_pairs(pairs_root, task, split) for task in tasks}
+  if mixture == "equal":
+    counts = {task: int(has_pairs(pairs_root, task, split)) for task in tasks}
+  else:
+    counts = {task: count_pairs(pairs_root, task, split) for task in tasks}
   empty = [task for task, n in counts.items() if n <= 0]
+  if len(empty) == len(counts):
+    raise ValueError(f"{pairs_root}: no {split} pairs of {empty} to mix")
   if empty:
-    raise ValueError(f"{pairs_root}: no {split} pairs of {empty} to pool")
+    logger.warning("%s: no %s pairs of %s: the %s mixture of %s leaves %s out", pairs_root,
+                   split, empty, mixture, split, "it" if len(empty) == 1 else "them")
+  counts = {task: n for task, n in counts.items() if n > 0}
+  if mixture == "equal":
+    return {task: 1.0 / len(counts) for task in counts}
   total = sum(counts.values())
   logger.info("pooled mixture of %s pairs: %s", split,
               ", ".join(f"{t} {n} ({n / total:.1%})" for t, n in counts.items()))
@@ -183,7 +205,10 @@ def pretrain_dataset(pairs_root: str, tasks: Sequence[str], split: str, tokenize
                      batch_size: int, *, weights: Mapping[str, float] | None = None,
                      **kwargs) -> tf.data.Dataset:
   """`pair_dataset` over `<pairs_root>/pairs/<task>/<split>-*` of `tasks`, mixed by
-  `weights` (task_weights; default equal)."""
+  `weights` (task_weights; default equal). A task that `weights` leaves out (no pairs in
+  this split) is not read."""
+  if weights is not None:
+    tasks = [task for task in tasks if task in weights]
   files = {task: pair_files(pairs_root, task, split) for task in tasks}
   logger.info("%s pairs: %s", split, ", ".join(
       f"{t}: {len(f)} shards" + (f", p={weights[t]:.3f}" if weights else "")

@@ -1,11 +1,21 @@
-"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump -> ICT / BFS / WLP pairs.
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump or extracted text -> ICT / BFS / WLP
+pairs.
 
     dump files --ReadDumpPages--> RawPage --ParsePages--> Page + (redirect source, target)
+    text files (WikiExtractor, JSONL; pipelines.textdocs) --ReadTextPages--> Page
       --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
       --MakePassages--> (page_id, tuple[Passage])  --WritePassages--> passages/*.parquet
       --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id)
                         --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
+
+Inputs (pipelines.textdocs): `--dump` is a comma list of globs; each file's format is read
+from its first bytes. Dumps keep their page ids; a text input's ids move into a range of its
+own by its position in the list, so ids cannot collide. With more than one glob, stats.json
+also counts per input: `input<k>_pages_read` (k = position), and for text inputs
+`input<k>_pages_kept`, `input<k>_pairs_<task>[_heldout]`; dumps together as `mediawiki_...`
+(a pair counts for its query page's input). An input that gives no page, or a run that keeps
+no article, is a ValueError after the run (stats.json is written first).
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
 to `heldout` when *either* of its pages is held out (a WLP pair joins two pages), else to
@@ -29,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -43,6 +54,7 @@ from twotower.pipelines import pair_tasks
 from twotower.pipelines import passages as passages_lib
 from twotower.pipelines import shards
 from twotower.pipelines import shuffle as shuffle_lib
+from twotower.pipelines import textdocs
 from twotower.contracts import Pair, Passage
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
@@ -57,8 +69,9 @@ class _PairRecords:
   """Pair -> ("<task>_<split>", serialised tf.train.Example), counting pairs and estimated
   query / document word pieces per task and split (the Table 1 columns)."""
 
-  def __init__(self, heldout_percent: float):
+  def __init__(self, heldout_percent: float, per_input: bool = False):
     self.heldout_percent = heldout_percent
+    self.per_input = per_input  # also count pairs per input, by the query page's id
     self.counters: dict = {}  # made in the worker, on first use
 
   def _inc(self, name: str, value: int = 1):
@@ -74,11 +87,30 @@ class _PairRecords:
     split = contracts.pair_split(pair.query_page_id, pair.doc_page_id, self.heldout_percent)
     if split != contracts.TRAIN:
       self._inc(C.pairs(task, split))
+    if self.per_input:
+      self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task)))
+      if split != contracts.TRAIN:
+        self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task, split)))
     yield _output_name(task, split), codecs.encode_pair(pair)
 
 
 def _output_name(task: str, split: str) -> str:
   return f"{task}_{split}"
+
+
+class _CountKeptPerInput(beam.DoFn):
+  """(page_id, passages) of a kept page -> nothing; counts `input<k>_pages_kept` (text input
+  k) or `mediawiki_pages_kept` (a dump page)."""
+
+  def __init__(self):
+    self.counters: dict = {}
+
+  def process(self, element):
+    name = textdocs.per_input_counter(element[0], C.PAGES_KEPT)
+    if name not in self.counters:
+      self.counters[name] = tio.counter(name)
+    self.counters[name].inc()
+    return ()
 
 
 def _passage_rows(element):
@@ -183,14 +215,32 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
-  # RawPage
-  raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(config.dump, shuffle)
-  # .articles: Page; .redirects: (source_title, target_title)
-  parsed = raw | "ParsePages" >> wikitext.ParsePages()
-  resolved = ({"articles": parsed.articles, "redirects": parsed.redirects}
+  files = textdocs.match_inputs(config.dump)
+  dumps = {f.path: f.index for f in files if f.format == textdocs.MEDIAWIKI}
+  texts = [f for f in files if f.format != textdocs.MEDIAWIKI]
+  per_input = is_multi_input(config.dump)
+  articles, redirects = [], []
+  if dumps:
+    # RawPage (one glob of dumps only: the files it matches, read as they always were)
+    raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(
+        config.dump, shuffle, input_index=dumps if (per_input or texts) else None)
+    # .articles: Page; .redirects: (source_title, target_title)
+    parsed = raw | "ParsePages" >> wikitext.ParsePages()
+    articles.append(parsed.articles)
+    redirects.append(parsed.redirects)
+  if texts:
+    # Page: documents of WikiExtractor output and JSONL files, ids in their input's range
+    articles.append(pipeline | "ReadText" >> textdocs.ReadTextPages(texts, per_input, shuffle))
+  if len(articles) > 1:
+    articles = [tuple(articles) | "AllArticles" >> beam.Flatten()]
+  if not redirects:  # text has no redirects
+    redirects = [pipeline | "NoRedirects" >> beam.Create([])]
+  resolved = ({"articles": articles[0], "redirects": redirects[0]}
               | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle))
   # (page_id, tuple[Passage])
   passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(config.passages)
+  if per_input:
+    _ = passages | "CountKeptPerInput" >> beam.ParDo(_CountKeptPerInput())
   _ = passages | "WritePassages" >> shards.WriteShards(
       {"passages": shards.Output(contracts.passages_prefix(out), ".parquet", "parquet",
                                  contracts.PASSAGE_SCHEMA)},
@@ -203,9 +253,36 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
                  contracts.pairs_prefix(out, task, split), contracts.PAIRS_SUFFIX, "tfrecord")
              for task in contracts.PRETRAIN_TASKS for split in contracts.PAIR_SPLITS}
   _ = (tuple(pairs[task] for task in contracts.PRETRAIN_TASKS)
-       | "WritePairs" >> shards.WriteShards(outputs, _PairRecords(config.heldout_percent),
+       | "WritePairs" >> shards.WriteShards(outputs, _PairRecords(config.heldout_percent,
+                                                                  per_input),
                                             f"{out}/.tmp-pairs-{run_id}", config.num_shards,
                                             distribute=not shuffle.on_disk))
+
+
+def is_multi_input(pattern: str) -> bool:
+  """Whether `--dump` is a comma list of several inputs (stats.json then counts per input)."""
+  return len([p for p in pattern.split(",") if p.strip()]) > 1
+
+
+def check_inputs_gave_pages(stats: dict, files: list, dump: str) -> None:
+  """An input that gave no page (an empty dump or corpus, a dump cut before its first page)
+  is an error naming it, after the run (stats.json says what was read and skipped)."""
+  if is_multi_input(dump):
+    by_input: dict[int, list] = {}
+    for f in files:
+      by_input.setdefault(f.index, []).append(f)
+    empty = [group for index, group in sorted(by_input.items())
+             if not stats.get(C.per_input(index, C.PAGES_READ), 0)]
+  else:
+    empty = [files] if not stats.get(C.PAGES_READ, 0) else []
+  for group in empty:
+    names = ", ".join(f.path for f in group[:3]) + (" ..." if len(group) > 3 else "")
+    raise ValueError(f"{group[0].pattern}: no page or document read from {names} "
+                     f"({group[0].format}); is it empty, or cut before its first record? "
+                     "Give a file with pages (stats.json in --out says what was read)")
+  if not stats.get(C.PAGES_KEPT, 0):
+    raise ValueError(f"{dump}: {stats.get(C.PAGES_READ, 0)} pages read, no article kept (see "
+                     "pages_skipped_* in stats.json); give a dump or corpus with articles")
 
 
 def dump_xml_bytes(pattern: str) -> int:
@@ -240,6 +317,14 @@ def finish_stats(counters: dict[str, int]) -> dict:
   stats: dict = dict(counters)
   for name in C.PAIRS_ALWAYS:
     stats.setdefault(name, 0)
+  # Every input of a run over several counts its pairs, 0 included (Beam reports only the
+  # counters something incremented): a text input without links says "0 WLP pairs".
+  for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:
+    prefix = kept[:-len(C.PAGES_KEPT)]
+    for task in contracts.PRETRAIN_TASKS:
+      stats.setdefault(prefix + C.pairs(task), 0)
+    if prefix != C.MEDIAWIKI_PREFIX:  # a text input: its links before resolution
+      stats.setdefault(prefix + C.LINKS_TOTAL, 0)
   for task in contracts.PRETRAIN_TASKS:
     stats.setdefault(C.pairs(task), 0)
     tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
@@ -266,6 +351,18 @@ def summary_table(stats: dict, out: str) -> str:
                  f"{stats.get(f'pairs_{task}_heldout', 0):>8} "
                  f"{stats.get(f'mean_query_tokens_{task}', 0.0):>10.1f} "
                  f"{stats.get(f'mean_doc_tokens_{task}', 0.0):>8.1f}")
+  inputs = sorted({k.split("_", 1)[0] for k in stats
+                   if k.startswith(C.MEDIAWIKI_PREFIX) or re.match(r"input\d+_", k)})
+  if inputs:
+    lines += ["", f"{'input':<10} {'read':>8} {'kept':>8} "
+              + " ".join(f"{'pairs ' + t:>10}" for t in contracts.PRETRAIN_TASKS)]
+    for name in inputs:
+      # A dump's pages kept and pairs are on the "mediawiki" line (dumps share an id space).
+      dump = f"{name}_{C.PAGES_KEPT}" not in stats and name != "mediawiki"
+      lines.append(f"{name:<10} {stats.get(f'{name}_{C.PAGES_READ}', '-'):>8} "
+                   f"{'-' if dump else stats.get(f'{name}_{C.PAGES_KEPT}', 0):>8} "
+                   + " ".join(f"{'-' if dump else stats.get(f'{name}_{C.pairs(t)}', 0):>10}"
+                              for t in contracts.PRETRAIN_TASKS))
   lines += ["", f"written to {out} (pairs/, passages/, {contracts.STATS_FILE})"]
   return "\n".join(lines)
 
@@ -274,7 +371,9 @@ def run(config: PairsConfig) -> dict:
   """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
   that readers of passages/ know the held-out share); returns the stats."""
   tio.log_settings("twotower pairs", dataclasses.asdict(config))
-  tio.match_files(config.dump)  # a clear error now rather than an empty run
+  # A clear error now (a glob matching nothing, a directory, a file in no known format)
+  # rather than an empty run.
+  files = textdocs.match_inputs(config.dump)
   tio.makedirs(config.out)
   tio.write_json(f"{config.out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
                  dataclasses.asdict(config))
@@ -282,11 +381,13 @@ def run(config: PairsConfig) -> dict:
   if shuffle.on_disk:
     logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
   try:
-    return tio.run_beam_job(lambda pipeline: build(pipeline, config, shuffle),
-                            config.beam_args, stats_dir=config.out, finish=finish_stats)
+    stats = tio.run_beam_job(lambda pipeline: build(pipeline, config, shuffle),
+                             config.beam_args, stats_dir=config.out, finish=finish_stats)
   finally:
     if shuffle.on_disk:
       shutil.rmtree(shuffle.directory, ignore_errors=True)
+  check_inputs_gave_pages(stats, files, config.dump)
+  return stats
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import codecs
 import collections
 import gzip
 import logging
+import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
@@ -316,7 +317,11 @@ def _nth_newline(text: str, n: int) -> int:
 
 
 class _ReadDumpFileFn(beam.DoFn):
-  """path -> RawPage of every complete page of that dump file; counters per file."""
+  """path -> RawPage of every complete page of that dump file; counters per file, and per
+  input (`input<k>_pages_read`) for the files of `input_index` (path -> comma-list position)."""
+
+  def __init__(self, input_index: Optional[dict[str, int]] = None):
+    self.input_index = input_index or {}
 
   def process(self, path: str) -> Iterator[RawPage]:
     counts: collections.Counter = collections.Counter()
@@ -329,6 +334,8 @@ class _ReadDumpFileFn(beam.DoFn):
         reported = counts[C.PAGES_READ]
         yield page
     finally:
+      if path in self.input_index:
+        counts[C.per_input(self.input_index[path], C.PAGES_READ)] = counts[C.PAGES_READ]
       counts[C.PAGES_READ] -= reported
       for name, value in counts.items():
         if value:
@@ -348,13 +355,19 @@ class ReadDumpPages(beam.PTransform):
   pages_skipped_<reason> (see the module docstring).
   """
 
-  def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
+  def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
+               input_index: Optional[dict[str, int]] = None):
+    """`input_index` (path -> position in the --dump comma list; pipelines.textdocs): read
+    exactly these files, and count `input<k>_pages_read` per input; `file_pattern` then only
+    names them in log lines."""
     super().__init__()
     self.file_pattern = file_pattern
     self.shuffle = shuffle
+    self.input_index = dict(input_index or {})
 
   def expand(self, pbegin):
-    paths = tio.match_files(self.file_pattern)
+    paths = (sorted(self.input_index, key=lambda path: (os.path.basename(path), path))
+             if self.input_index else tio.match_files(self.file_pattern))
     logger.info("ReadDumpPages: %d file(s) match %s", len(paths), self.file_pattern)
     return (
         pbegin
@@ -362,5 +375,5 @@ class ReadDumpPages(beam.PTransform):
         | "CreateDumpPaths" >> beam.Create(paths)
         | "SpreadDumpFiles" >> beam.Reshuffle()
         # RawPage: every complete page of every file, all namespaces.
-        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn())
+        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn(self.input_index))
         | "SpreadPages" >> shuffle_lib.Reshuffle(self.shuffle))

@@ -34,6 +34,11 @@ def squad_subset() -> pathlib.Path:
   return _shared("squad/train-subset-v1.1.json")
 
 
+@pytest.fixture
+def wikiextractor_corpus() -> pathlib.Path:
+  return _shared("wiki/enwiki-2018-wikiextractor.txt.bz2")
+
+
 @pytest.fixture(scope="session")
 def serving_bundle(tmp_path_factory):
   """A retriever bundle the tests build: ReQA from a small SQuAD file (80 % ratio: a

@@ -390,3 +390,26 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
   assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 13:]} == {"skipped"}
+
+
+def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):
+  """`--corpus` (extracted text, issue 21) is pre-trained on beside the dump: the pairs cell
+  reads both (the dump first, so the corpus's page ids are those of input 1); without it the
+  cell's parameters, and so every cell's key, are what they were."""
+  from textdocs_fixtures import jsonl_record, linked_docs, write_jsonl
+  from twotower.eval.experiment import cells
+  from twotower.pipelines import textdocs
+  spec = grid.load("tiny")
+  plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
+  assert "corpus" not in plain.params
+  corpus = write_jsonl(tmp_path / "docs.jsonl", [jsonl_record(d) for d in linked_docs(6)])
+  dump = tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2")
+  inputs = plan.Inputs(dump, squad=tiny_squad(tmp_path / "squad.json"), corpus=corpus)
+  cell = plan.plan(spec, inputs)[0]["pairs/wiki"]
+  assert cell.params["corpus"] == corpus and cell.key != plain.key
+  out = tmp_path / "pairs"
+  done = cells._pairs(cell, cells.Context(work=str(tmp_path), dirs={}, done=dict), str(out))
+  stats = done["stats"]
+  assert stats["input1_pages_kept"] == 6 and stats["input1_pairs_ict"] > 0
+  assert stats["mediawiki_pages_kept"] == len(TOPICS) * 2  # the dump and the SQuAD articles
+  assert textdocs.input_of(textdocs.TEXT_ID_STRIDE * 2 + 1) == 1

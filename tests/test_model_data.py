@@ -101,6 +101,36 @@ def test_pooled_mixture_samples_tasks_in_proportion_to_their_training_pairs(
   assert abs(_bfs_share(equal, 100) - 0.5) < 0.06
 
 
+@pytest.mark.parametrize("with_stats", [True, False], ids=["stats.json", "counted"])
+@pytest.mark.parametrize("mixture", ["pooled", "equal"])
+def test_a_task_without_pairs_on_a_split_is_left_out_of_that_mixture_with_a_warning(
+    unequal_pairs, tokenizer, mixture, with_stats, caplog):
+  """WLP on a corpus with few links: training pairs, but no held-out pair (its shards are
+  empty). The held-out mixture says so and leaves WLP out, instead of failing."""
+  root, stats = unequal_pairs
+  testing.write_pairs(root, "wlp", "train", testing.synthetic_pairs(10, task="wlp"))
+  testing.write_pairs(root, "wlp", "heldout", [])
+  if with_stats:
+    io.write_json(f"{root}/{contracts.STATS_FILE}", {**stats, counters.pairs("wlp"): 10})
+  tasks = ["ict", "bfs", "wlp"]
+  assert set(data.task_weights(root, tasks, contracts.TRAIN, mixture)) == set(tasks)
+  with caplog.at_level(logging.WARNING):
+    weights = data.task_weights(root, tasks, contracts.HELDOUT, mixture)
+  assert weights == ({"ict": 10 / 15, "bfs": 5 / 15} if mixture == "pooled"
+                     else {"ict": 0.5, "bfs": 0.5})
+  assert "no heldout pairs of ['wlp']" in caplog.text and "leaves it out" in caplog.text
+  ds = data.pretrain_dataset(root, tasks, contracts.HELDOUT, tokenizer, 4, weights=weights,
+                             repeat=False, shuffle=False)
+  assert sum(1 for _ in ds) == 15 // 4  # ict and bfs held-out pairs only
+  testing.write_pairs(root, "ict", "heldout", [])
+  testing.write_pairs(root, "bfs", "heldout", [])
+  if with_stats:
+    io.write_json(f"{root}/{contracts.STATS_FILE}", {
+        counters.pairs(t): 1 for t in tasks} | {counters.pairs(t, "heldout"): 0 for t in tasks})
+  with pytest.raises(ValueError, match="no heldout pairs of"):
+    data.task_weights(root, tasks, contracts.HELDOUT, mixture)
+
+
 def test_mixture_is_a_config_field_checked_on_load():
   assert config.load("tiny").data.mixture == "equal"  # the paper's reading so far
   assert config.load("tiny", ["data.mixture=pooled"]).data.mixture == "pooled"

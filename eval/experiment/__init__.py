@@ -37,6 +37,7 @@ class ExperimentConfig:
   grid: str                                     # a grid name (grids/<name>.yaml) or a file
   out: str                                      # work directory: data, checkpoints, runs
   dump: str                                     # Wikipedia dump glob (pre-training text)
+  corpus: str = ""                              # + extracted text (WikiExtractor, JSONL)
   squad: str = ""                               # SQuAD JSON (Tables 3, 5, 6 on SQuAD)
   nq: str = ""                                  # Natural Questions (the paper's Tables 4-6)
   results_dir: str = ""                         # default docs/results/<grid>
@@ -69,7 +70,7 @@ def load_spec(config: ExperimentConfig) -> grid.GridSpec:
 def run(config: ExperimentConfig) -> ExperimentResult:
   spec = load_spec(config)
   the_plan, entries = plan_lib.plan(spec, plan_lib.Inputs(config.dump, config.squad,
-                                                         config.nq))
+                                                         config.nq, config.corpus))
   work = os.path.abspath(config.out)
   results_dir = config.results_dir or os.path.join("docs", "results", spec.name)
   records_file = os.path.join(results_dir, execute.RECORDS_FILE)

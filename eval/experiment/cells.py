@@ -32,7 +32,9 @@ class Context:
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import pairs, squad_dump
   p = cell.params
-  dump = p["dump"]
+  # Inputs in this order: the dump, the corpus (its page ids move into a range of their own
+  # by this position: pipelines.textdocs), the SQuAD articles (a dump: ids kept).
+  dump = p["dump"] + (f",{p['corpus']}" if p.get("corpus") else "")
   if p["squad_text"]:
     dump += "," + squad_dump.squad_articles_dump(
         p["squad_text"], os.path.join(out, "squad-articles.xml"))

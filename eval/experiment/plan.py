@@ -3,7 +3,8 @@ read their results. Pure planning: no TensorFlow, no Beam.
 
 A *cell* is one resumable unit of work with a done-marker:
 
-    pairs     the pair pipeline on the dump (+ the SQuAD articles' text, optionally)
+    pairs     the pair pipeline on the dump (+ a text corpus, + the SQuAD articles' text,
+              optionally)
     vocab     the WordPiece vocabulary of the training passages
     reqa      a ReQA directory (closed, or open domain: + the pre-training passages)
     datastats the paper's Tables 1 and 2 for the pairs and a ReQA directory (word pieces)
@@ -132,6 +133,7 @@ class Inputs:
   dump: str
   squad: str = ""
   nq: str = ""
+  corpus: str = ""   # extracted text pre-trained on beside the dump (pipelines.textdocs)
 
   def datasets(self) -> list[tuple[str, str]]:
     """(dataset name, path) of each QA dataset given."""
@@ -150,10 +152,13 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   p = Plan()
   entries: list[Entry] = []
   data = spec.data
-  pairs = p.add("pairs", "pairs/wiki", {
+  pairs_params = {
       "dump": inputs.dump, "squad_text": inputs.squad if data.pretrain_text_from_squad else "",
       "pairs": dict(data.pairs), "passages": dict(data.passages),
-      "heldout_percent": data.heldout_percent})
+      "heldout_percent": data.heldout_percent}
+  if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
+    pairs_params["corpus"] = inputs.corpus
+  pairs = p.add("pairs", "pairs/wiki", pairs_params)
   vocab = p.add("vocab", "vocab/wiki", {"vocab_size": data.vocab_size}, {"pairs": pairs})
   all_ratios = sorted(spec.ratios)  # the whole grid's, also when narrowed (grid.restrict)
 

@@ -18,6 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
                  help=f"grid definition: one of {', '.join(grid.grid_names())}, or a YAML file")
   p.add_argument("--out", required=True, help="work dir: data, checkpoints, embeddings, runs")
   p.add_argument("--dump", required=True, help="Wikipedia pages-articles dump glob")
+  p.add_argument("--corpus", default="",
+                 help="extracted text pre-trained on beside --dump: WikiExtractor output "
+                      "(text or --json) or JSONL documents, glob(s) (docs/guide/pairs.md); "
+                      "e.g. ../shared/data/wiki/enwiki-2018-wikiextractor.txt.bz2")
   p.add_argument("--squad", default="", help="SQuAD v1.1/v2.0 JSON (ReQA SQuAD)")
   p.add_argument("--nq", default="", help="Natural Questions simplified jsonl[.gz]")
   p.add_argument("--results_dir", default="",
@@ -48,7 +52,8 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
   argv = list(argv or ())
   args = build_parser().parse_args(argv)
   return experiment.ExperimentConfig(
-      grid=args.grid, out=args.out, dump=args.dump, squad=args.squad, nq=args.nq,
+      grid=args.grid, out=args.out, dump=args.dump, corpus=args.corpus, squad=args.squad,
+      nq=args.nq,
       results_dir=args.results_dir, ratios=flags.ints(args.ratios) or None,
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
       beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,

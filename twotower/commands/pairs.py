@@ -1,5 +1,6 @@
-"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump -> ICT / BFS / WLP pairs, passages,
-stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline option)."""
+"""`twotower pairs --dump GLOB --out DIR`: Wikipedia dump (or extracted text) -> ICT / BFS / WLP
+pairs, passages, stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline
+option)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("pairs", pairs.__doc__)
   p.add_argument("--dump", required=True,
                  help="pages-articles*.xml[.bz2|.gz] glob (comma-separated globs ok; any Beam "
-                      "filesystem, e.g. gs://)")
+                      "filesystem, e.g. gs://); also extracted text, by content: WikiExtractor "
+                      "output (text or --json) and JSONL documents (id, title, text), plain or "
+                      ".bz2/.gz; a text input's page ids move into a range of their own "
+                      "(docs/guide/pairs.md)")
   p.add_argument("--out", required=True, help="output directory")
   pc, pp = passages.PassageConfig(), PairConfig()
   p.add_argument("--splitter", default=pc.splitter,

@@ -49,9 +49,20 @@ class PageSkip(enum.StrEnum):
   EMPTY = "empty"
   # pipelines.links: a second page with a title already kept.
   DUPLICATE_TITLE = "duplicate_title"
+  # pipelines.textdocs (extracted text: WikiExtractor output, JSONL documents): a record that
+  # is not a document (a JSON line that is no object, a `<doc>` never closed), an id that is
+  # no integer in [0, TEXT_ID_STRIDE), a title that is no valid page title.
+  MALFORMED = "malformed"
+  BAD_TITLE = "bad_title"
 
 
 PAGES_SKIPPED_PREFIX = "pages_skipped_"
+
+# pipelines.textdocs: files of extracted text (WikiExtractor output, JSONL documents).
+TEXT_FILES_READ = "text_files_read"
+TEXT_FILES_TRUNCATED = "text_files_truncated"
+#: Text outside any `<doc>` of a WikiExtractor file (lines, not pages: no page is lost).
+TEXT_STRAY_LINES = "text_stray_lines"
 
 
 def pages_skipped(reason: PageSkip) -> str:
@@ -98,6 +109,17 @@ def mean_query_tokens(task: str) -> str:  # derived
 
 def mean_doc_tokens(task: str) -> str:  # derived
   return f"mean_{doc_tokens(task)}"
+
+
+def per_input(index: int, name: str) -> str:
+  """A counter of one input of a run over several (`twotower pairs --dump A,B`), by its
+  position in the comma list: `input1_pages_read`, `input1_pairs_ict`."""
+  return f"input{index}_{name}"
+
+
+#: Prefix of the counters of the MediaWiki dumps of a run over several inputs, counted
+#: together (dumps share one wiki's page-id space): `mediawiki_pages_kept`, `mediawiki_pairs_wlp`.
+MEDIAWIKI_PREFIX = "mediawiki_"
 
 
 #: Counters the pairs' stats.json always holds, 0 when nothing incremented them (Beam reports
