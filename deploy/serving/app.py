@@ -57,7 +57,8 @@ class ServeConfig:
   bundle: str
   host: str = "127.0.0.1"            # loopback: other machines reach it only when asked
   port: int = 8000
-  threads: int = 0                   # FAISS / TensorFlow threads (0: the machine's cores)
+  threads: int = 0                   # TensorFlow / Lucene threads (0: the machine's cores)
+  faiss_threads: int = 1             # FAISS OpenMP threads (1: see Retriever.load)
   max_batch: int = 64                # queries per micro-batch
   max_wait_ms: float = 0.0           # how long a batch waits for more requests
   max_k: int = 1000                  # largest k a request may ask
@@ -175,7 +176,8 @@ class Service:
     """Loads and warms up the bundle; runs in a thread at start-up."""
     try:
       retriever = Retriever.load(self.config.bundle, verify=self.config.verify,
-                                 threads=self.config.threads)
+                                 threads=self.config.threads,
+                                 faiss_threads=self.config.faiss_threads)
       # Warmed up in the batcher's own thread: the one that will search.
       batcher = batcher_lib.MicroBatcher(retriever, self.config.max_batch,
                                          self.config.max_wait_ms, warm_up=True)
@@ -367,8 +369,7 @@ def run(config: ServeConfig) -> None:
   import uvicorn  # pylint: disable=import-outside-toplevel
   # Fail fast on a path that is no bundle; the parts load (and are checked) in the background.
   retriever_lib.read_manifest(config.bundle.rstrip("/"))
-  if config.threads:
-    retriever_lib.set_threads(config.threads)
+  retriever_lib.set_threads(config.threads, config.faiss_threads)
   logger.info("serving %s on http://%s:%d/ (docs at /docs)", config.bundle, config.host,
               config.port)
   uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",

@@ -176,7 +176,7 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
           "metric": "inner_product"}
 
 
-def _package_versions() -> dict[str, str]:
+def package_versions() -> dict[str, str]:
   versions = {"python": platform.python_version()}
   for name in RECORDED_PACKAGES:
     try:
@@ -184,6 +184,14 @@ def _package_versions() -> dict[str, str]:
     except importlib.metadata.PackageNotFoundError:
       versions[name] = ""
   return versions
+
+
+def sha256_of(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
 
 
 def file_digests(bundle_dir: str) -> dict[str, dict]:
@@ -195,11 +203,7 @@ def file_digests(bundle_dir: str) -> dict[str, dict]:
       rel = os.path.relpath(path, bundle_dir)
       if rel == contracts.BUNDLE_MANIFEST_FILE:
         continue
-      digest = hashlib.sha256()
-      with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-          digest.update(block)
-      files[rel] = {"bytes": os.path.getsize(path), "sha256": digest.hexdigest()}
+      files[rel] = {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
   return dict(sorted(files.items()))
 
 
@@ -284,7 +288,7 @@ def run(config: BundleConfig) -> BundleResult:
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "versions": _package_versions(),
+        "versions": package_versions(),
         "model": {"source": os.path.abspath(saved_model), "signature": contracts.QUERY_SIGNATURE,
                   "embedding_dim": index["dim"],
                   "config": tio.read_text(run_config) if os.path.isfile(run_config) else ""},

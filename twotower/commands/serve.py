@@ -19,7 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
                  help="address to bind (loopback by default: 0.0.0.0 exposes the service)")
   p.add_argument("--port", type=int, default=d.port, help="port to listen on")
   p.add_argument("--threads", type=int, default=d.threads,
-                 help="FAISS and TensorFlow threads (0: the machine's cores)")
+                 help="TensorFlow and Lucene threads (0: the machine's cores)")
+  p.add_argument("--faiss_threads", type=int, default=d.faiss_threads,
+                 help="FAISS OpenMP threads (1: a micro-batch is small; more threads wait on "
+                      "each other on a busy machine)")
   p.add_argument("--max_batch", type=int, default=d.max_batch,
                  help="queries coalesced into one query-tower call")
   p.add_argument("--max_wait_ms", type=float, default=d.max_wait_ms,
@@ -43,7 +46,7 @@ def parse(argv: Iterable[str] | None):
   for name in ("port", "max_batch", "max_k", "max_queries", "max_query_chars"):
     if getattr(args, name) < 1:
       p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-  flags.non_negative(p, args, ["threads", "max_wait_ms"])
+  flags.non_negative(p, args, ["threads", "faiss_threads", "max_wait_ms"])
   return app.ServeConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
 
 
