@@ -27,6 +27,7 @@ from typing import Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
+from twotower import checks
 from twotower import contracts
 from twotower import io as tio
 from twotower.contracts import codecs
@@ -57,6 +58,9 @@ class Bm25Config:
   batch_size: int = 1000                   # queries per batch_search call (tqdm step)
   system: str = ""                         # default: bm25-<doc_text>
   keep_index: bool = True                  # False: delete the Lucene index afterwards
+
+  def __post_init__(self):
+    checks.positive(self, "hits", "threads", "batch_size")
 
 
 def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:

@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
+from twotower import checks
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower.eval import metrics as metrics_lib
@@ -75,6 +76,7 @@ class EvaluateConfig:
   stem: str = "metrics"
 
   def __post_init__(self):
+    checks.positive(self, "ks")
     if self.names and len(self.names) != len(self.runs):
       raise ValueError(f"{len(self.names)} names for {len(self.runs)} runs")
     bad = [g for g in self.golds if g not in metrics_lib.GOLD_CONVENTIONS]

@@ -31,6 +31,7 @@ import logging
 import sys
 from typing import Mapping, Optional, Sequence
 
+from twotower import checks
 from twotower import io as tio
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import runs as runs_lib
@@ -161,6 +162,7 @@ class FuseConfig:
   tag: str = "fused"
 
   def __post_init__(self):
+    checks.positive(self, "depth", "rrf_k")
     if self.method not in METHODS:
       raise ValueError(f"unknown fusion method {self.method!r}; expected one of {METHODS}")
     if len(self.runs) < 2:

@@ -392,6 +392,12 @@ def check(config: ReqaConfig) -> None:
   if config.extra_candidates and not config.extra_passages:
     raise ValueError("--extra_candidates needs --extra_passages")
   sentences_lib.get_splitter(config.splitter)  # a bad name fails here
+  if config.squad:
+    # A SQuAD file is one JSON document (tens of MB at most): a file that is not UTF-8, not
+    # JSON or not SQuAD fails here, in a second and before any output is written, not
+    # inside a worker after Beam started.
+    for path in tio.match_files(config.squad):
+      squad_lib.load_squad(path)
 
 
 def run(config: ReqaConfig) -> dict:

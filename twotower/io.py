@@ -78,12 +78,20 @@ def write_text(path: str, text: str) -> None:
 
 
 def read_text(path: str) -> str:
+  """A UTF-8 text file; a ValueError naming the file and the byte offset if it is not UTF-8
+  (the codec's own message names neither the file nor what to do)."""
   if is_local(path):
-    with open(path, encoding="utf-8") as f:
-      return f.read()
-  from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(path) as f:
-    return f.read().decode("utf-8")
+    with open(path, "rb") as f:
+      data = f.read()
+  else:
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(path) as f:
+      data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); convert the "
+                     "file to UTF-8") from None
 
 
 def write_json(path: str, obj: Any) -> None:
