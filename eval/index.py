@@ -18,6 +18,7 @@ import sys
 import time
 
 from twotower import io as tio
+from twotower.contracts import codecs
 from twotower.eval import faiss_index
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,12 @@ def run(job: IndexJob) -> IndexResult:
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
   files = faiss_index.embedding_files(job.embeddings)
+  for path in files:  # a candidates or questions file given as embeddings: named, not KeyError
+    codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, "embeddings")
+  if faiss_index.count_vectors(files)[0] == 0:
+    # An empty index searches fine and finds nothing: every recall 0, no error anywhere.
+    raise ValueError(f"{job.embeddings}: {len(files)} embedding shard(s) hold 0 vectors; "
+                     "nothing to index (see the stats.json of `twotower embed`)")
   tio.log_settings("index", {"embeddings": job.embeddings, "shards_in": len(files),
                              "factory": job.index.factory or job.index.type, "out": job.out,
                              "index_shards": job.num_index_shards})

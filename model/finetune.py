@@ -176,6 +176,8 @@ def run(job: FinetuneJob) -> train.TrainResult:
     hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
             if k else "")
     raise FileNotFoundError(f"no ReQA fine-tuning shards match {pattern}{hint}")
+  from twotower.model import data  # pylint: disable=import-outside-toplevel
+  data.require_records(files, f"{train_split} fine-tuning pairs")
   validation = _validation(job) if job.validation_recall else None
   select = ""
   if job.select and validation:

@@ -64,6 +64,9 @@ def run(job: PretrainJob) -> train.TrainResult:
   from twotower.model import data  # pylint: disable=import-outside-toplevel
   cfg = job.config
   d, t = cfg.data, cfg.trainer
+  for task in tasks:
+    data.require_records(data.pair_files(job.pairs, task, contracts.TRAIN),
+                         f"{task} {contracts.TRAIN} pairs")
   weights = (data.task_weights(job.pairs, tasks, contracts.TRAIN, d.mixture)
              if len(tasks) > 1 else None)
   options = {"seed": t.seed, "deterministic": t.deterministic}

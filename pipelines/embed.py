@@ -37,6 +37,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 from twotower import contracts
 from twotower import io as tio
 from twotower import texts
+from twotower.contracts import codecs
 from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
@@ -331,7 +332,11 @@ def run(config: EmbedConfig) -> dict:
   the stats."""
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
-  tio.match_files(spec.pattern)  # a clear error now rather than an empty job
+  for path in tio.match_files(spec.pattern):  # a clear error now rather than an empty job
+    # A candidates file given as --questions (or the reverse) reads no row and embeds
+    # nothing, a warning per row: check the footer's columns against the flag.
+    codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, config.kind,
+                        spec.columns)
   dim = embedding_dim(config.model, spec.signature)
   tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
                                       "pattern": spec.pattern, "dim": dim})

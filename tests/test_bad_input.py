@@ -14,19 +14,14 @@ import pytest
 from twotower import cli, contracts
 from twotower.pipelines import reqa
 
-ARTICLES = [
-    {"title": "Volcano", "paragraphs": [{"context": (
-        "A volcano is a rupture in the crust of a planet. Lava erupts from magma chambers. "
-        "Mount Etna is an active stratovolcano in Sicily."), "qas": [
-        {"id": "v1", "question": "Where is Mount Etna?",
-         "answers": [{"text": "Sicily", "answer_start": 106}]},
-        {"id": "v2", "question": "What erupts from magma chambers?",
-         "answers": [{"text": "Lava", "answer_start": 49}]}]}]},
-    {"title": "Bread", "paragraphs": [{"context": (
-        "Bread is baked from a dough of flour and water. Yeast makes the dough rise."), "qas": [
-        {"id": "b1", "question": "What makes dough rise?",
-         "answers": [{"text": "Yeast", "answer_start": 48}]}]}]},
-]
+# Twelve one-question articles: with validation_percent 50 the 80 % ratio has validation
+# questions (8) and the 5 % ratio has none, and both are cases below.
+ARTICLES = [{"title": f"T{i}", "paragraphs": [{
+    "context": f"Topic {i} is about thing {i}. It has colour number {i}.",
+    "qas": [{"id": f"q{i}", "question": f"What colour has thing {i}?",
+             "answers": [{"text": f"colour number {i}",
+                          "answer_start": len(f"Topic {i} is about thing {i}. It has ")}]}]}]}
+    for i in range(12)]
 D = 8
 
 
@@ -47,7 +42,8 @@ def work(tmp_path_factory):
   root = tmp_path_factory.mktemp("bad_input")
   squad = root / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
-  reqa.run(reqa.ReqaConfig(out=str(root / "reqa"), squad=str(squad)))
+  reqa.run(reqa.ReqaConfig(out=str(root / "reqa"), squad=str(squad),
+                           validation_percent=50))
   raw = squad.read_bytes()
   (root / "latin1.json").write_bytes(raw[:40] + b"\xe9" + raw[41:])
   cands = [r["candidate_id"] for r in pq.read_table(root / "reqa" / "candidates.parquet")
@@ -56,6 +52,16 @@ def work(tmp_path_factory):
       root / "reqa" / "questions-all.parquet").to_pylist()]
   write_embeddings(root / "emb", cands)
   write_embeddings(root / "qemb", questions, pa.string(), seed=1)
+  write_embeddings(root / "emb0", [])
+  # A run over another candidate pool, and one of other questions (TREC).
+  (root / "other-pool.trec").write_text(f"{questions[0]} Q0 999 1 1.0 x\n", encoding="utf-8")
+  (root / "other-questions.trec").write_text(f"nq-1 Q0 {cands[0]} 1 1.0 x\n",
+                                             encoding="utf-8")
+  (root / "all.trec").write_text("".join(f"{q} Q0 {cands[0]} 1 1.0 x\n" for q in questions),
+                                 encoding="utf-8")
+  # Pairs of a dump that yielded none: the shard is there, and empty.
+  (root / "pairs" / "pairs" / "ict").mkdir(parents=True)
+  (root / "pairs" / "pairs" / "ict" / "train-00000-of-00001.tfrecord").write_bytes(b"")
   assert cli.main(["index", "--embeddings", str(root / "emb"),
                    "--out", str(root / "index.faiss")]) == 0
   return root
@@ -89,6 +95,47 @@ CASES = [
                              "{w}/o/vocab.txt"], 1,
      "candidates.parquet: expected passages (columns page_id, passage_id, text), found a "
      "candidates file"),
+    ("index-0-vectors", ["index", "--embeddings", "{w}/emb0", "--out", "{w}/o/i.faiss"], 1,
+     "emb0: 1 embedding shard(s) hold 0 vectors"),
+    ("index-of-candidates", ["index", "--embeddings", "{w}/reqa/candidates.parquet", "--out",
+                             "{w}/o/i.faiss"], 1,
+     "expected embeddings (columns id, embedding), found a candidates file"),
+    ("embed-questions-of-candidates", ["embed", "--model", "{w}/no-model", "--questions",
+                                       "{w}/reqa/candidates.parquet", "--out", "{w}/o/e"], 1,
+     "candidates.parquet: expected questions (columns question_id, question), found a "
+     "candidates file"),
+    ("embed-candidates-of-questions", ["embed", "--model", "{w}/no-model", "--candidates",
+                                       "{w}/reqa/questions-all.parquet", "--out", "{w}/o/e"],
+     1, "questions-all.parquet: expected candidates"),
+    ("evaluate-other-pool", ["evaluate", "--reqa", "{w}/reqa", "--run", "{w}/other-pool.trec",
+                             "--out", "{w}/o/ev"], 1,
+     "other-pool.trec: 1 of 1 ranked candidate ids (e.g. 999) are not in the 24 candidates"),
+    ("evaluate-other-questions", ["evaluate", "--reqa", "{w}/reqa", "--run",
+                                  "{w}/other-questions.trec", "--out", "{w}/o/ev"], 1,
+     "other-questions.trec: ranks none of the 12 all questions"),
+    ("fuse-tune-split-not-covered", ["fuse", "--run", "{w}/all.trec",
+                                     "{w}/other-questions.trec", "--out", "{w}/o/f.trec",
+                                     "--reqa", "{w}/reqa", "--tune_split", "validation-80"],
+     1, "other-questions.trec: ranks none of the 8 validation-80 questions"),
+    ("fuse-tune-split-empty", ["fuse", "--run", "{w}/all.trec", "{w}/all.trec", "--out",
+                               "{w}/o/f.trec", "--reqa", "{w}/reqa", "--tune_split",
+                               "validation-5"], 1,
+     "validation-5 has no questions to tune the weight on"),
+    ("pretrain-empty-pairs", ["pretrain", "--config", "tiny", "--pairs", "{w}/pairs",
+                              "--tasks", "ict", "--vocab", "{w}/no-vocab.txt", "--out",
+                              "{w}/o/pt", "--steps", "1"], 1,
+     "no ict train pairs in {w}/pairs/pairs/ict/train-00000-of-00001.tfrecord: every shard "
+     "is empty"),
+    ("finetune-empty-split", ["finetune", "--config", "tiny", "--init", "none", "--reqa",
+                              "{w}/reqa", "--split", "5", "--vocab", "{w}/no-vocab.txt",
+                              "--out", "{w}/o/ft", "--steps", "1"], 1,
+     "no train-5 fine-tuning pairs in"),
+    ("finetune-steps-0", ["finetune", "--config", "tiny", "--init", "none", "--reqa",
+                          "{w}/reqa", "--vocab", "{w}/no-vocab.txt", "--out", "{w}/o/ft",
+                          "--steps", "0"], 2,
+     "trainer.finetune_steps is 0: give --steps >= 1, or --allow_untrained"),
+    ("vocab-out-is-a-folder", ["vocab", "--passages", "{w}/reqa", "--out", "{w}/reqa"], 1,
+     "reqa: is a directory; --out is the vocabulary file"),
     ("search-missing-index", ["search", "--index", "{w}/none.faiss", "--queries", "{w}/qemb",
                               "--out", "{w}/o/run.trec"], 1, "none.faiss"),
 ]
@@ -101,14 +148,27 @@ def test_bad_input_is_one_line(work, capsys, args, code, message):
   line = one_line(err)
   assert got == code, err
   assert line.startswith(f"twotower {args[0]}: error:"), line
-  assert message in line, line
-  assert not (work / "o" / "reqa").exists()  # a failed reqa writes nothing
+  assert message.format(w=work) in line, line
+  assert not (work / "o").exists()  # a failed stage writes nothing (no output, no temp file)
+
+
+def test_run_files_go_into_folders_made_for_them(work, capsys):
+  """The guides' `--out runs/dense/run.parquet` (and fuse's) work without a mkdir first."""
+  out = work / "new" / "runs" / "dense" / "run.parquet"
+  assert run_cli(capsys, ["search", "--index", work / "index.faiss", "--queries",
+                          work / "qemb", "--out", out, "--k", "3"])[0] == 0
+  fused = work / "new" / "runs" / "hybrid" / "run.parquet"
+  assert run_cli(capsys, ["fuse", "--run", work / "all.trec", out, "--out", fused,
+                          "--weight", "0.5"])[0] == 0
+  assert out.is_file() and fused.is_file()
+  assert not [p for p in (work / "new").rglob(".tmp-*")]
 
 
 def test_missing_vocab_is_one_line_not_tensorflow(work, capsys):
   code, err = run_cli(capsys, ["finetune", "--config", "tiny", "--init", "none", "--reqa",
-                               work / "reqa", "--out", work / "o" / "ft", "--vocab",
-                               work / "no-vocab.txt", "--steps", "1", "--progress", "none"])
+                               work / "reqa", "--split", "80", "--out", work / "o" / "ft", "--vocab",
+                               work / "no-vocab.txt", "--steps", "1", "--progress", "none",
+                               "--no_recall"])
   assert code == 1
   assert one_line(err) == (f"twotower finetune: error: {work}/no-vocab.txt: no such "
                            "vocabulary file (`twotower vocab` writes one)")

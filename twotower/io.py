@@ -58,23 +58,52 @@ def makedirs(path: str) -> None:
   # Object stores have no directories: nothing to do.
 
 
-def write_text(path: str, text: str) -> None:
-  """Writes a text file atomically (temp file + rename) locally, or through FileSystems."""
-  if is_local(path):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
+def _write_local(path: str, write: Callable[[str], None]) -> None:
+  """`write(tmp)` into a temp file beside `path`, then renamed over it: a reader sees the old
+  file or the new one, never half of one, and a failure (or Ctrl-C) leaves no temp file. The
+  parent directory is made if needed."""
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{path}: is a directory; give a file path")
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+  os.close(fd)
+  try:
+    write(tmp)
     # mkstemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask).
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes a text file atomically (temp file + rename) locally, or through FileSystems."""
+  if is_local(path):
+    def write(tmp: str) -> None:
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    _write_local(path, write)
     return
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.create(path) as f:
     f.write(text.encode("utf-8"))
+
+
+def write_parquet(path: str, table) -> None:
+  """Writes a `pyarrow.Table` as one Parquet file, atomically and into a directory made if
+  needed (locally), or through FileSystems."""
+  import pyarrow.parquet as pq
+  if is_local(path):
+    _write_local(path, lambda tmp: pq.write_table(table, tmp))
+    return
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.create(path) as f:
+    pq.write_table(table, f)
 
 
 def read_text(path: str) -> str:

@@ -260,15 +260,15 @@ def parquet_kind(names: Sequence[str]) -> str | None:
                if set(needed) <= set(names)), None)
 
 
-def require_kind(path: str, names: Sequence[str], kind: str) -> None:
-  """A ValueError naming the file, what it holds and what was expected, unless its columns
-  are those of `kind` (PARQUET_KINDS)."""
-  missing = [c for c in PARQUET_KINDS[kind] if c not in names]
-  if missing:
+def require_kind(path: str, names: Sequence[str], kind: str,
+                 needed: Sequence[str] | None = None) -> None:
+  """A ValueError naming the file, what it holds and what was expected, unless it has the
+  columns of `kind` (PARQUET_KINDS), or `needed` where a reader needs fewer."""
+  needed = tuple(needed or PARQUET_KINDS[kind])
+  if any(c not in names for c in needed):
     found = parquet_kind(names)
     what = f"a {found} file" if found else f"columns {', '.join(names) or 'none'}"
-    raise ValueError(f"{path}: expected {kind} (columns {', '.join(PARQUET_KINDS[kind])}), "
-                     f"found {what}")
+    raise ValueError(f"{path}: expected {kind} (columns {', '.join(needed)}), found {what}")
 
 
 def _parquet_rows(pattern: str, columns: Sequence[str] | None = None,
