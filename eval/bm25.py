@@ -79,14 +79,20 @@ def build_index(documents: Iterable[dict], index_dir: str, threads: int) -> int:
     shutil.rmtree(index_dir)
   indexer = LuceneIndexer(index_dir, threads=threads)
   n, batch = 0, []
-  for doc in documents:
-    batch.append(json.dumps(doc))
-    if len(batch) == 10_000:
+  try:
+    for doc in documents:
+      batch.append(json.dumps(doc))
+      if len(batch) == 10_000:
+        indexer.add_batch_raw(batch)
+        n, batch = n + len(batch), []
+    if batch:
       indexer.add_batch_raw(batch)
-      n, batch = n + len(batch), []
-  if batch:
-    indexer.add_batch_raw(batch)
-    n += len(batch)
+      n += len(batch)
+  except BaseException:
+    # Closing releases Lucene's index/write.lock; a half-built index is of no use to anyone.
+    indexer.close()
+    shutil.rmtree(index_dir, ignore_errors=True)
+    raise
   indexer.close()
   return n
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import keras
 import numpy as np
@@ -65,6 +65,8 @@ class FinetuneJob(train.TrainJob):
   validation_recall: bool = True
   select: str = DEFAULT_SELECT
   hard_negatives: int = 0
+
+  STAGE: ClassVar[str] = "finetune"
 
 
 def candidate_fields(candidates: Sequence[dict], doc_text: str = texts.DEFAULT_DOC_TEXT,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from typing import ClassVar
 
 from twotower import contracts
 from twotower.model import train
@@ -44,6 +45,8 @@ class PretrainJob(train.TrainJob):
   pairs: str | None = None
   passages: str | None = None
   eval_split: str = contracts.HELDOUT
+
+  STAGE: ClassVar[str] = "pretrain"
 
 
 def run(job: PretrainJob) -> train.TrainResult:

@@ -31,6 +31,14 @@ def parse_with_beam(p: argparse.ArgumentParser,
   return args, tuple(beam_args)
 
 
+def add_overwrite(p: argparse.ArgumentParser) -> None:
+  """--overwrite: the stage may replace an output folder that holds another run
+  (twotower.outputs)."""
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace --out when it holds another run (other settings, another "
+                      "stage, or files no stage recorded); without it that is an error")
+
+
 def csv(value: str) -> tuple[str, ...]:
   """"a, b,c" -> ("a", "b", "c")."""
   return tuple(v.strip() for v in (value or "").split(",") if v.strip())

@@ -47,6 +47,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
                       "bounded by N, the same gradients (trainer.grad_cache_chunk; 0: off)")
   g.add_argument("--no_export", "--no-export", action="store_true",
                  help="skip the SavedModel export")
+  flags.add_overwrite(g)
   g.add_argument("--allow_untrained", "--allow-untrained", action="store_true",
                  help=f"let {steps}=0 export the initial towers untrained (random, or "
                       "--init's: the No-SSL baseline); without it 0 steps is refused")
@@ -109,6 +110,7 @@ def parse(argv: Iterable[str] | None) -> pretrain.PretrainJob:
                         data={"tasks": flags.csv(args.tasks) or None, "mixture": args.mixture})
   return pretrain.PretrainJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
+                              overwrite=args.overwrite,
                               pairs=args.pairs, passages=args.passages,
                               eval_split=args.eval_split)
 

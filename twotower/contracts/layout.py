@@ -16,6 +16,9 @@ per file layout, so that no stage spells another's paths.
 from __future__ import annotations
 
 STATS_FILE = "stats.json"
+#: In every output folder: the stage that wrote it, its settings and inputs, the files it
+#: holds (twotower.outputs). A leading underscore: Beam and Hadoop tools skip such files.
+MANIFEST_FILE = "_twotower.json"
 METRICS_FILE = "metrics.json"
 
 # Pair pipeline.
