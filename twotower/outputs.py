@@ -101,6 +101,17 @@ def empty(out: str, keep: Sequence[str] = ()) -> None:
       os.remove(path)
 
 
+def inside(out: str, paths: Sequence[str]) -> set[str]:
+  """The entries of `out` that hold one of `paths` (inputs a caller put in the folder)."""
+  found = set()
+  for path in paths:
+    if tio.is_local(path):
+      rel = os.path.relpath(os.path.abspath(path), os.path.abspath(out))
+      if not rel.startswith(".."):
+        found.add(rel.split(os.sep)[0])
+  return found
+
+
 def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool = False,
           legacy: Mapping[str, Any] | None = None, markers: Sequence[str] = (),
           inputs: Sequence[str] = (), empty_on_overwrite: bool = True) -> bool:
@@ -127,8 +138,7 @@ def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool 
   else:
     if os.path.exists(out) and not os.path.isdir(out):
       raise ValueError(f"{out}: is a file; --out is a folder")
-    mine = {os.path.relpath(os.path.abspath(p), os.path.abspath(out)).split(os.sep)[0]
-            for p in inputs if tio.is_local(p)}
+    mine = inside(out, inputs)
     entries = [e for e in _entries(out) if e not in mine]
     manifest = read_manifest(out) if entries else None
   if not entries:
