@@ -150,6 +150,7 @@ def test_bad_input_is_one_line(work, capsys, args, code, message):
   assert line.startswith(f"twotower {args[0]}: error:"), line
   assert message.format(w=work) in line, line
   assert not (work / "o").exists()  # a failed stage writes nothing (no output, no temp file)
+  assert not list(work.glob(".tmp-*")) and not list(work.glob("*.tmp-*"))
 
 
 def test_run_files_go_into_folders_made_for_them(work, capsys):

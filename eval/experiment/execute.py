@@ -162,6 +162,11 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
       continue
     cells_lib.clean(cell, out)
     tio.makedirs(out)
+    if os.path.exists(os.path.join(out, FAILED_FILE)):
+      # A resumable cell's run dir is owned by its stage (twotower.outputs): a file the
+      # stage did not write, left by a failure before the stage recorded its manifest, would
+      # make it refuse the folder.
+      os.remove(os.path.join(out, FAILED_FILE))
     logs.progress("[%d/%d] %s ...", i, total, cell.name)
     started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
     try:
@@ -178,8 +183,6 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
                   "seconds": round(seconds, 1), "error": str(e)})
       continue
     seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
-    if os.path.exists(os.path.join(out, FAILED_FILE)):
-      os.remove(os.path.join(out, FAILED_FILE))
     tio.write_json(os.path.join(out, DONE_FILE),
                    {"cell": cell.name, "kind": cell.kind, "key": cell.key,
                     "params": dict(cell.params), "deps": dict(cell.deps), "started": started,
