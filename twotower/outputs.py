@@ -46,8 +46,10 @@ def read_manifest(out: str) -> dict | None:
   """The manifest of `out`, or None when it has none."""
   path = manifest_path(out)
   try:
+    if not os.path.exists(path) if tio.is_local(path) else not tio.match_files(path):
+      return None
     manifest = tio.read_json(path)
-  except FileNotFoundError:
+  except FileNotFoundError:  # match_files: nothing matches
     return None
   except ValueError as e:
     raise ValueError(f"{path}: not a twotower manifest ({e}); --overwrite to start over") from e

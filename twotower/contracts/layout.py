@@ -11,6 +11,9 @@ per file layout, so that no stage spells another's paths.
                  logs/, history.csv, export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
     BM25_OUT/    run.trec, metrics.{json,md,csv,png}
+
+Every folder a stage owns (pairs, reqa, embed, a training run) also holds MANIFEST_FILE:
+the stage, its settings, inputs and files (twotower.outputs).
 """
 
 from __future__ import annotations
