@@ -68,7 +68,7 @@ def check_run(run: Mapping[str, Sequence[int]], split: ReqaSplit, path: str) -> 
                      "ReQA set: the run was made over another candidate pool")
   if split.questions and not any(q.question_id in run for q in split.questions):
     raise ValueError(f"{path}: ranks none of the {len(split.questions)} {split.split} "
-                     f"questions (it has {len(run)} others): a run of another question set")
+                     f"questions, only {len(run)} others: a run of another question set")
 
 
 def evaluate_run_file(path: str, system: str, splits: Sequence[ReqaSplit],
