@@ -118,3 +118,22 @@ def test_finetune_resumes_its_own_run_and_refuses_another(tmp_path, capsys):
   (out / contracts.RUN_CONFIG_FILE).write_text(config.replace("split: '80'", "split: '5'"))
   code, err = run_cli(capsys, *args)
   assert code == 1 and "other settings (run.split: '5' -> '80')" in err[-1], err[-1]
+
+
+@pytest.mark.slow  # starts the JVM (~20 s)
+def test_bm25_refuses_other_settings_and_keeps_no_lock_after_a_failure(tmp_path, capsys):
+  from twotower.pipelines import reqa
+  squad = tmp_path / "squad.json"
+  squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
+  reqa.run(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad)))
+  out = tmp_path / "bm25"
+  args = ["bm25", "--reqa", tmp_path / "reqa", "--out", out, "--split", "all"]
+  assert run_cli(capsys, *args)[0] == 0
+  assert run_cli(capsys, *args)[0] == 0  # the same settings: replaced in place
+  code, err = run_cli(capsys, *args, "--k1", "1.2")
+  assert code == 1 and "other settings (k1: 0.9 -> 1.2)" in err[-1]
+  # A failure while indexing (candidates.parquet is not one): no half index, no write.lock.
+  (tmp_path / "reqa" / contracts.CANDIDATES_FILE).write_bytes(b"not parquet")
+  code, err = run_cli(capsys, *args, "--overwrite")
+  assert code == 1 and "Traceback" not in "\n".join(err)
+  assert not (out / "index").exists()
