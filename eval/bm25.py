@@ -27,8 +27,10 @@ from typing import Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
+from twotower import checks
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower.contracts import codecs
 from twotower import pyserini_env
 from twotower import texts
@@ -57,6 +59,10 @@ class Bm25Config:
   batch_size: int = 1000                   # queries per batch_search call (tqdm step)
   system: str = ""                         # default: bm25-<doc_text>
   keep_index: bool = True                  # False: delete the Lucene index afterwards
+  overwrite: bool = False                  # replace an --out holding another run (outputs)
+
+  def __post_init__(self):
+    checks.positive(self, "hits", "threads", "batch_size")
 
 
 def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:
@@ -75,14 +81,20 @@ def build_index(documents: Iterable[dict], index_dir: str, threads: int) -> int:
     shutil.rmtree(index_dir)
   indexer = LuceneIndexer(index_dir, threads=threads)
   n, batch = 0, []
-  for doc in documents:
-    batch.append(json.dumps(doc))
-    if len(batch) == 10_000:
+  try:
+    for doc in documents:
+      batch.append(json.dumps(doc))
+      if len(batch) == 10_000:
+        indexer.add_batch_raw(batch)
+        n, batch = n + len(batch), []
+    if batch:
       indexer.add_batch_raw(batch)
-      n, batch = n + len(batch), []
-  if batch:
-    indexer.add_batch_raw(batch)
-    n += len(batch)
+      n += len(batch)
+  except BaseException:
+    # Closing releases Lucene's index/write.lock; a half-built index is of no use to anyone.
+    indexer.close()
+    shutil.rmtree(index_dir, ignore_errors=True)
+    raise
   indexer.close()
   return n
 
@@ -120,7 +132,12 @@ def run(config: Bm25Config) -> list[dict]:
   tio.log_settings("bm25", {"k1": config.k1, "b": config.b, "doc_text": config.doc_text,
                             "splits": ",".join(config.splits), "hits": config.hits,
                             "threads": config.threads, "out": config.out})
-  tio.makedirs(out)
+  # The settings that decide the run and metrics (threads and batches change the speed only).
+  settings = outputs.settings_of(config, skip=("threads", "batch_size", "keep_index"))
+  outputs.claim(out, "bm25", settings, overwrite=config.overwrite,
+                markers=(contracts.BM25_RUN_FILE, contracts.METRICS_FILE))
+  inputs = [contracts.candidates_path(config.reqa)]
+  outputs.write_manifest(out, "bm25", settings, inputs, files=[])  # a failed run re-runs here
   started = time.perf_counter()
   n = build_index(candidate_documents(config.reqa, config.doc_text), f"{out}/index",
                   config.threads)
@@ -141,6 +158,7 @@ def run(config: Bm25Config) -> list[dict]:
   report.write_report(records, out, stem="metrics", title=f"BM25 (k1={config.k1}, b={config.b})")
   if not config.keep_index:
     shutil.rmtree(f"{out}/index", ignore_errors=True)  # rebuildable; large for big pools
+  outputs.write_manifest(out, "bm25", settings, inputs)
   return records
 
 

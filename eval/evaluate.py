@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
+from twotower import checks
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower.eval import metrics as metrics_lib
@@ -55,11 +56,30 @@ def evaluate(run: Mapping[str, Sequence[int]], system: str, splits: Sequence[Req
   return records
 
 
+def check_run(run: Mapping[str, Sequence[int]], split: ReqaSplit, path: str) -> None:
+  """A ValueError unless `run` belongs to the split's ReQA set: every candidate id it ranks
+  is in the candidate pool, and it ranks some of the split's questions. Either mistake (a run
+  over another pool, or of other questions) would otherwise score a table of near-zeros."""
+  foreign = [cid for ranked in run.values() for cid in ranked if cid not in split.sentence_of]
+  if foreign:
+    total = sum(len(ranked) for ranked in run.values())
+    raise ValueError(f"{path}: {len(foreign)} of {total} ranked candidate ids (e.g. "
+                     f"{foreign[0]}) are not in the {split.candidates} candidates of this "
+                     "ReQA set: the run was made over another candidate pool")
+  if split.questions and not any(q.question_id in run for q in split.questions):
+    raise ValueError(f"{path}: ranks none of the {len(split.questions)} {split.split} "
+                     f"questions, only {len(run)} others: a run of another question set")
+
+
 def evaluate_run_file(path: str, system: str, splits: Sequence[ReqaSplit],
                       golds: Sequence[str] = ("pair",),
                       ks: Sequence[int] = contracts.DEFAULT_KS) -> list[dict]:
-  """`evaluate` of a run file (TREC or Parquet, eval.runs)."""
-  return evaluate(runs_lib.ids_only(runs_lib.read_run(path)), system, splits, golds, ks)
+  """`evaluate` of a run file (TREC or Parquet, eval.runs), after `check_run` on each
+  split."""
+  run = runs_lib.ids_only(runs_lib.read_run(path))
+  for split in splits:
+    check_run(run, split, path)
+  return evaluate(run, system, splits, golds, ks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +95,7 @@ class EvaluateConfig:
   stem: str = "metrics"
 
   def __post_init__(self):
+    checks.positive(self, "ks")
     if self.names and len(self.names) != len(self.runs):
       raise ValueError(f"{len(self.names)} names for {len(self.runs)} runs")
     bad = [g for g in self.golds if g not in metrics_lib.GOLD_CONVENTIONS]

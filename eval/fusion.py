@@ -31,6 +31,7 @@ import logging
 import sys
 from typing import Mapping, Optional, Sequence
 
+from twotower import checks
 from twotower import io as tio
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import runs as runs_lib
@@ -161,6 +162,7 @@ class FuseConfig:
   tag: str = "fused"
 
   def __post_init__(self):
+    checks.positive(self, "depth", "rrf_k")
     if self.method not in METHODS:
       raise ValueError(f"unknown fusion method {self.method!r}; expected one of {METHODS}")
     if len(self.runs) < 2:
@@ -195,6 +197,11 @@ def run(config: FuseConfig) -> FuseResult:
   else:
     if weight is None:
       (split,) = evaluate_lib.load_splits(config.reqa, [config.tune_split])
+      if not split.questions:  # every weight would tie at 0: the "tuned" weight means nothing
+        raise ValueError(f"{config.reqa}: {config.tune_split} has no questions to tune the "
+                         "weight on; choose another split or give --weight")
+      for path, run_ in ((first_file, first), *partners.items()):
+        evaluate_lib.check_run(runs_lib.ids_only(run_), split, path)
       partner, tuning = choose_partner(first, partners, split, config.tune_metric,
                                        config.depth)
       weight = tuning.weight

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import time
 
+from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
+from twotower.contracts import codecs
 from twotower.eval import faiss_index
 
 logger = logging.getLogger(__name__)
@@ -41,11 +45,29 @@ class IndexResult:
   seconds: float
 
 
+def embedding_files(path: str) -> list[str]:
+  """The shards to index: those `twotower embed`'s manifest lists when `path` is its output
+  folder (a stray shard of another run is never read), else what the glob matches."""
+  listed = outputs.listed(path) if tio.is_local(path) and os.path.isdir(path) else None
+  if listed is None:
+    return faiss_index.embedding_files(path)
+  shards = [f for f in listed if f.endswith(contracts.EMBEDDINGS_SUFFIX)]
+  if not shards:
+    raise ValueError(f"{path}: its manifest lists no embedding shards")
+  return shards
+
+
 def run(job: IndexJob) -> IndexResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
-  files = faiss_index.embedding_files(job.embeddings)
+  files = embedding_files(job.embeddings)
+  for path in files:  # a candidates or questions file given as embeddings: named, not KeyError
+    codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, "embeddings")
+  if faiss_index.count_vectors(files)[0] == 0:
+    # An empty index searches fine and finds nothing: every recall 0, no error anywhere.
+    raise ValueError(f"{job.embeddings}: {len(files)} embedding shard(s) hold 0 vectors; "
+                     "nothing to index (see the stats.json of `twotower embed`)")
   tio.log_settings("index", {"embeddings": job.embeddings, "shards_in": len(files),
                              "factory": job.index.factory or job.index.type, "out": job.out,
                              "index_shards": job.num_index_shards})

@@ -10,7 +10,6 @@ In memory a run is `dict[question_id, Ranked]`, lists sorted best first.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Mapping
 
 import pyarrow as pa
@@ -46,9 +45,7 @@ def write_run(path: str, run: Mapping[str, Ranked], tag: str = "twotower") -> No
         "candidate_ids": [list(run[q].candidate_ids) for q in qids],
         "scores": [[float(s) for s in run[q].scores] for q in qids],
     }, schema=contracts.RUN_SCHEMA)
-    tmp = f"{path}.tmp"
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    tio.write_parquet(path, table)
     return
   lines = []
   for q in qids:

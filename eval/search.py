@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from twotower import checks
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import faiss_index
@@ -66,6 +67,9 @@ class SearchJob:
   tag: str = "twotower"             # TREC run tag
   reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
   report: Optional[str] = None      # where that report goes (default OUT.report.json)
+
+  def __post_init__(self):
+    checks.positive(self, "k", "batch_size")
 
 
 @dataclasses.dataclass(frozen=True)

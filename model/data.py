@@ -48,6 +48,15 @@ def pair_files(pairs_root: str, task: str, split: str) -> list[str]:
   return files
 
 
+def require_records(files: Sequence[str], what: str) -> None:
+  """A ValueError unless one of `files` holds a record (reads at most one): training on no
+  pairs would export untrained towers and exit 0."""
+  if next(contracts.codecs.read_tfrecords(files), None) is None:
+    shown = files[0] if len(files) == 1 else f"{files[0]} and {len(files) - 1} more"
+    raise ValueError(f"no {what} in {shown}: every shard is empty (check the stage that "
+                     "wrote them: its stats.json counts what it skipped)")
+
+
 def parse_pairs(serialized: tf.Tensor, hard_negatives: int = 0) -> dict[str, tf.Tensor]:
   """string [B] serialized tf.train.Example -> dict of [B] tensors (contracts.PAIR_FEATURES);
   with `hard_negatives` k > 0 also the hard-negative lists, each [B * k]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import keras
 import numpy as np
@@ -65,6 +65,8 @@ class FinetuneJob(train.TrainJob):
   validation_recall: bool = True
   select: str = DEFAULT_SELECT
   hard_negatives: int = 0
+
+  STAGE: ClassVar[str] = "finetune"
 
 
 def candidate_fields(candidates: Sequence[dict], doc_text: str = texts.DEFAULT_DOC_TEXT,
@@ -176,6 +178,8 @@ def run(job: FinetuneJob) -> train.TrainResult:
     hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
             if k else "")
     raise FileNotFoundError(f"no ReQA fine-tuning shards match {pattern}{hint}")
+  from twotower.model import data  # pylint: disable=import-outside-toplevel
+  data.require_records(files, f"{train_split} fine-tuning pairs")
   validation = _validation(job) if job.validation_recall else None
   select = ""
   if job.select and validation:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+from typing import ClassVar
 
 from twotower import contracts
 from twotower.model import train
@@ -45,6 +46,8 @@ class PretrainJob(train.TrainJob):
   passages: str | None = None
   eval_split: str = contracts.HELDOUT
 
+  STAGE: ClassVar[str] = "pretrain"
+
 
 def run(job: PretrainJob) -> train.TrainResult:
   """Pre-trains (or resumes) `job` and returns its result."""
@@ -64,6 +67,9 @@ def run(job: PretrainJob) -> train.TrainResult:
   from twotower.model import data  # pylint: disable=import-outside-toplevel
   cfg = job.config
   d, t = cfg.data, cfg.trainer
+  for task in tasks:
+    data.require_records(data.pair_files(job.pairs, task, contracts.TRAIN),
+                         f"{task} {contracts.TRAIN} pairs")
   weights = (data.task_weights(job.pairs, tasks, contracts.TRAIN, d.mixture)
              if len(tasks) > 1 else None)
   options = {"seed": t.seed, "deterministic": t.deterministic}

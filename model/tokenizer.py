@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 def read_vocab(path: str) -> list[str]:
   """Tokens of a WordPiece vocabulary file, one per line, checked for the special tokens."""
+  if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+    raise FileNotFoundError(f"{path}: no such vocabulary file (`twotower vocab` writes one)")
   with tf.io.gfile.GFile(path, "r") as f:
     tokens = [line.rstrip("\n").rstrip("\r") for line in f]
   while tokens and not tokens[-1]:

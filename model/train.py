@@ -25,13 +25,14 @@ import logging
 import math
 import os
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import keras
 import tensorflow as tf
 
 from twotower import contracts
 from twotower import io
+from twotower import outputs
 from twotower.model import config as config_lib
 from twotower.model import loop
 
@@ -67,6 +68,10 @@ class TrainJob:
   init: str | None = None
   export: bool = True
   progress: str = "bar"
+  overwrite: bool = False  # start over in an `out` that holds another run (twotower.outputs)
+
+  #: The stage named in the run dir's manifest.
+  STAGE: ClassVar[str] = "train"
 
   def __post_init__(self):
     if self.progress not in PROGRESS_MODES:
@@ -268,12 +273,40 @@ def two_tower_builder(cfg: config_lib.PretrainConfig, init: str | None) -> Build
 # ------------------------------------------------------------------------------------------
 
 
-def write_config(out_dir: str, cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> None:
+def config_text(cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> str:
+  """OUT/config.yaml: the resolved config, then the run's own fields under `run:`."""
   text = cfg.to_yaml()
   if extra:
     import yaml  # pylint: disable=import-outside-toplevel
     text += yaml.safe_dump({"run": dict(extra)}, sort_keys=False)
-  io.write_text(contracts.run_config_path(out_dir), text)
+  return text
+
+
+def write_config(out_dir: str, cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> None:
+  io.write_text(contracts.run_config_path(out_dir), config_text(cfg, extra))
+
+
+def run_settings(text: str) -> dict:
+  """The settings of a run that decide what it trains, from its config.yaml text: where it
+  runs (`runtime`, the replica count) may change when a run resumes, nothing else may."""
+  import yaml  # pylint: disable=import-outside-toplevel
+  settings = yaml.safe_load(text) or {}
+  settings.pop("runtime", None)
+  (settings.get("run") or {}).pop("replicas", None)
+  return settings
+
+
+def claim_run_dir(job: TrainJob, text: str) -> None:
+  """Refuses (outputs.claim) a run dir that holds another run: fine-tuning split 10 into a
+  split-5 run, other --tasks, another hidden_dim would resume or overwrite it. A run dir of
+  a version without manifests is judged by its config.yaml. Then records this run's
+  manifest, before anything is trained, so that a killed run resumes."""
+  settings = run_settings(text)
+  path = contracts.run_config_path(job.out)
+  legacy = run_settings(io.read_text(path)) if io.is_local(path) and os.path.exists(path) \
+      else None
+  outputs.claim(job.out, job.STAGE, settings, overwrite=job.overwrite, legacy=legacy)
+  outputs.write_manifest(job.out, job.STAGE, settings, inputs=[job.vocab])
 
 
 def train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
@@ -327,16 +360,23 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
   strategy = make_strategy(cfg.runtime)
   worker = _worker(strategy)
   tokenizer = Tokenizer.from_file(job.vocab, cfg.model.query_len, cfg.model.doc_len)
+  if steps == 0:
+    # The No-SSL baseline (eval.demo, `--allow_untrained`): say it, so that a log never
+    # passes these towers off as trained.
+    logger.warning("0 steps: %s will hold the initial towers, untrained", job.out)
   per_epoch = checkpoint_interval(steps, t.checkpoint_every)
   epochs = math.ceil(steps / per_epoch)
   if epochs * per_epoch != steps:
     logger.warning("steps %d rounded up to %d (a multiple of checkpoint_every=%d)", steps,
                    epochs * per_epoch, per_epoch)
+  text = config_text(cfg, {"vocab": job.vocab, "init": job.init, "steps": steps,
+                          "learning_rate": learning_rate,
+                          "replicas": strategy.num_replicas_in_sync, "select": select,
+                          **(run_info or {})})
+  if worker in (None, 0):  # the chief owns the run dir; other workers write under it
+    claim_run_dir(job, text)
   io.makedirs(job.out)
-  write_config(job.out, cfg, {"vocab": job.vocab, "init": job.init, "steps": steps,
-                              "learning_rate": learning_rate,
-                              "replicas": strategy.num_replicas_in_sync, "select": select,
-                              **(run_info or {})})
+  io.write_text(contracts.run_config_path(job.out), text)
   io.log_settings("train", {"out": job.out, "strategy": cfg.runtime.strategy,
                             "replicas": strategy.num_replicas_in_sync, "steps": steps,
                             "lr": learning_rate, "batch": cfg.data.batch_size,
@@ -394,6 +434,8 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
   if job.export and exportable and worker is None:
     saved = export_lib.export(model, tokenizer, job.vocab, contracts.export_dir(job.out),
                               cfg.to_yaml())
+  if worker in (None, 0):
+    outputs.write_manifest(job.out, job.STAGE, run_settings(text), inputs=[job.vocab])
   return TrainResult(out=job.out, history=history.as_dict(), saved_model=saved,
                      steps=steps_done, seconds=time.perf_counter() - started,
                      selected_step=selected if selected is not None else steps_done,

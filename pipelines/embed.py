@@ -36,7 +36,9 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower import texts
+from twotower.contracts import codecs
 from twotower.contracts import counters as C
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,7 @@ class EmbedConfig:
   num_shards: int = 0         # output shards (0: the runner decides)
   large_model: bool = False   # one model shared across worker processes
   model_copies: Optional[int] = None  # exact model copies per machine
+  overwrite: bool = False     # replace an --out that holds another run (outputs.claim)
   beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 
@@ -331,12 +334,25 @@ def run(config: EmbedConfig) -> dict:
   the stats."""
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
-  tio.match_files(spec.pattern)  # a clear error now rather than an empty job
+  inputs = tio.match_files(spec.pattern)  # a clear error now rather than an empty job
+  for path in inputs:
+    # A candidates file given as --questions (or the reverse) reads no row and embeds
+    # nothing, a warning per row: check the footer's columns against the flag.
+    codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, config.kind,
+                        spec.columns)
   dim = embedding_dim(config.model, spec.signature)
   tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
                                       "pattern": spec.pattern, "dim": dim})
-  return tio.run_beam_job(lambda pipeline: build(pipeline, config, dim), config.beam_args,
-                          stats_dir=config.out, finish=finish_stats)
+  # Written beside --out, then moved into place: an index never reads two runs' shards.
+  # Batch sizes and model copies change the speed, not the embeddings: not settings.
+  settings = outputs.settings_of(config, skip=("batch_size", "min_batch_size", "large_model",
+                                               "model_copies"))
+  with outputs.staged(config.out, "embed", settings, inputs=inputs,
+                      overwrite=config.overwrite,
+                      markers=(contracts.STATS_FILE,)) as out:
+    staged = dataclasses.replace(config, out=out)
+    return tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
+                            stats_dir=out, finish=finish_stats)
 
 
 def summary_table(stats: dict, config: EmbedConfig) -> str:

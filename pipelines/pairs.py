@@ -49,6 +49,7 @@ import apache_beam as beam
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
 from twotower.pipelines import passages as passages_lib
@@ -200,6 +201,7 @@ class PairsConfig:
   shuffle: str = "auto"  # "auto" (disk on the local runner, else beam) | "beam" | "disk"
   shuffle_dir: str = ""  # disk shuffle files; "" = OUT/.shuffle-<id> (or the temp dir)
   shuffle_buckets: int = 0  # 0 = one per 8 MB of dump XML (shuffle.buckets_for)
+  overwrite: bool = False  # replace an --out that holds another run (twotower.outputs)
   beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
 
 
@@ -367,13 +369,41 @@ def summary_table(stats: dict, out: str) -> str:
   return "\n".join(lines)
 
 
+def output_settings(config: PairsConfig) -> dict:
+  """The settings that decide what `run` writes (how the joins shuffle does not)."""
+  return outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets"))
+
+
+def _written(out: str, inputs: list[str]) -> list[str] | None:
+  if not tio.is_local(out):
+    return None
+  keep = outputs.inside(out, inputs)
+  return [f for f in outputs.files_under(out) if f.split("/")[0] not in keep]
+
+
+def claim_output(config: PairsConfig, inputs: list[str]) -> None:
+  """The output folder is this run's (twotower.outputs.claim), emptied when it holds this
+  run's last output (a re-run must not keep the last run's shards: with the runner choosing
+  the shard count, both would be read); its manifest is written first, so that a killed run
+  is re-run into the same folder. Dump files inside it (the experiment writes one there)
+  stay. The job writes in place: its outputs are sharded writers' own temp-then-move."""
+  settings = output_settings(config)
+  markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
+  if (outputs.claim(config.out, "pairs", settings, overwrite=config.overwrite, inputs=inputs,
+                    markers=markers) and tio.is_local(config.out)):
+    outputs.empty(config.out, keep=outputs.inside(config.out, inputs))
+  outputs.write_manifest(config.out, "pairs", settings, inputs, files=[])
+
+
 def run(config: PairsConfig) -> dict:
   """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
   that readers of passages/ know the held-out share); returns the stats."""
   tio.log_settings("twotower pairs", dataclasses.asdict(config))
   # A clear error now (a glob matching nothing, a directory, a file in no known format)
-  # rather than an empty run.
+  # rather than an empty run; then the output folder is this run's.
   files = textdocs.match_inputs(config.dump)
+  inputs = [f.path for f in files]
+  claim_output(config, inputs)
   tio.makedirs(config.out)
   tio.write_json(f"{config.out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
                  dataclasses.asdict(config))
@@ -387,6 +417,8 @@ def run(config: PairsConfig) -> dict:
     if shuffle.on_disk:
       shutil.rmtree(shuffle.directory, ignore_errors=True)
   check_inputs_gave_pages(stats, files, config.dump)
+  outputs.write_manifest(config.out, "pairs", output_settings(config), inputs,
+                         files=_written(config.out, inputs))
   return stats
 
 

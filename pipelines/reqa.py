@@ -63,6 +63,7 @@ import apache_beam as beam
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower import texts
 from twotower.contracts import Candidate, Pair, codecs
 from twotower.contracts import counters as C
@@ -95,6 +96,7 @@ class ReqaConfig:
   seed: str = "reqa"                 # salt of every split/sampling hash
   doc_text: str = texts.DEFAULT_DOC_TEXT  # layout of doc_text in the fine-tuning pairs
   num_shards: int = 1                # fine-tuning TFRecord shards per split
+  overwrite: bool = False            # replace an --out that holds another run (outputs.claim)
   beam_args: tuple[str, ...] = ()    # Beam pipeline options (--runner, --direct_num_workers ...)
 
   @property
@@ -392,6 +394,12 @@ def check(config: ReqaConfig) -> None:
   if config.extra_candidates and not config.extra_passages:
     raise ValueError("--extra_candidates needs --extra_passages")
   sentences_lib.get_splitter(config.splitter)  # a bad name fails here
+  if config.squad:
+    # A SQuAD file is one JSON document (tens of MB at most): a file that is not UTF-8, not
+    # JSON or not SQuAD fails here, in a second and before any output is written, not
+    # inside a worker after Beam started.
+    for path in tio.match_files(config.squad):
+      squad_lib.load_squad(path)
 
 
 def run(config: ReqaConfig) -> dict:
@@ -399,11 +407,19 @@ def run(config: ReqaConfig) -> dict:
   the stats."""
   check(config)
   tio.log_settings("twotower reqa", dataclasses.asdict(config))
+  inputs = [path for kind in PARSERS if getattr(config, kind)
+            for path in tio.match_files(getattr(config, kind))]
   if config.has_extra:
-    tio.match_files(contracts.passages_pattern(config.extra_passages))  # a clear error now
-  return tio.run_beam_job(lambda pipeline: build(pipeline, config), config.beam_args,
-                          stats_dir=config.out,
-                          finish=functools.partial(finish_stats, config=config))
+    # a clear error now
+    inputs += tio.match_files(contracts.passages_pattern(config.extra_passages))
+  # Written beside --out, then moved into place: never half a benchmark, never two mixed.
+  with outputs.staged(config.out, "reqa", outputs.settings_of(config), inputs=inputs,
+                      overwrite=config.overwrite,
+                      markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
+    staged = dataclasses.replace(config, out=out)
+    return tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
+                            stats_dir=out,
+                            finish=functools.partial(finish_stats, config=config))
 
 
 def summary_table(stats: dict, config: ReqaConfig) -> str:

@@ -50,15 +50,25 @@ def squad_question(qa: Any, where: str) -> ParsedQuestion | Skip:
   return ParsedQuestion(qid, qa["question"], tuple(answers))  # raw: ReQA keys metrics on it
 
 
-def parse_squad(path: str) -> Iterator[Paragraph | Skip]:
-  """Paragraphs of a SQuAD v1.1/v2.0 file, and Skips for what cannot be used.
+def load_squad(path: str) -> dict:
+  """The JSON document of a SQuAD file.
 
   Raises:
-    ValueError: the file is not JSON, or has no `data` list (names the file).
+    ValueError: the file is not UTF-8, not JSON, or has no `data` list (names the file).
   """
   doc = _parse_json(tio.read_text(path), path)
   if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
     raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
+  return doc
+
+
+def parse_squad(path: str) -> Iterator[Paragraph | Skip]:
+  """Paragraphs of a SQuAD v1.1/v2.0 file, and Skips for what cannot be used.
+
+  Raises:
+    ValueError: as `load_squad`.
+  """
+  doc = load_squad(path)
   for i, article in enumerate(doc["data"]):
     title = article.get("title") if isinstance(article, dict) else None
     if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import os
 import sys
 from typing import Iterable, Iterator
 
@@ -179,6 +180,9 @@ def check(config: VocabConfig) -> None:
                      f"{config.vocab_size}")
   if config.max_texts < 0:
     raise ValueError(f"max_texts must be >= 0, got {config.max_texts}")
+  if tio.is_local(config.out) and os.path.isdir(config.out):  # before minutes of counting
+    raise IsADirectoryError(f"{config.out}: is a directory; --out is the vocabulary file "
+                            f"(e.g. {config.out.rstrip('/')}/vocab.txt)")
   if not codecs.match(contracts.passages_pattern(config.passages)):
     raise FileNotFoundError(f"no passages Parquet at {config.passages!r} (expected a "
                             "`twotower pairs` output dir, its passages/ dir, or a glob)")

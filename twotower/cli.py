@@ -61,6 +61,25 @@ def _usage() -> str:
   return "\n".join(lines)
 
 
+def _library_error(e: BaseException) -> bool:
+  """TensorFlow's OpError (a missing or unreadable file given to a TF op: NotFoundError,
+  InvalidArgumentError, ...) and pyjnius' JavaException (Lucene refusing an input) reach us
+  for user errors too; matched by class, without importing either library."""
+  for cls in type(e).__mro__:
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if name in ("tensorflow.python.framework.errors_impl.OpError", "jnius.JavaException"):
+      return True
+  return False
+
+
+def error_line(e: BaseException) -> str:
+  """The one line a failure prints: the first non-empty line of its message (a Java or
+  TensorFlow message goes on with a stack trace, shown with --verbose)."""
+  text = getattr(e, "message", None) if _library_error(e) else None
+  lines = [line.strip() for line in str(text or e).splitlines() if line.strip()]
+  return lines[0] if lines else type(e).__name__
+
+
 def run_stage(stage: str, argv: Sequence[str] | None = None) -> int:
   """Runs one stage's command with quiet-by-default logging; returns the exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)
@@ -73,9 +92,11 @@ def run_stage(stage: str, argv: Sequence[str] | None = None) -> int:
   except KeyboardInterrupt:
     print(f"twotower {stage}: interrupted", file=sys.stderr)
     return 130
-  except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:
+  except Exception as e:  # pylint: disable=broad-except
+    if not isinstance(e, (ValueError, OSError, RuntimeError)) and not _library_error(e):
+      raise  # a bug: the traceback is the report
     logging.getLogger("twotower").info("failure", exc_info=True)
-    print(f"twotower {stage}: error: {e}", file=sys.stderr)
+    print(f"twotower {stage}: error: {error_line(e)}", file=sys.stderr)
     return 1
   return 0
 

@@ -58,32 +58,69 @@ def makedirs(path: str) -> None:
   # Object stores have no directories: nothing to do.
 
 
-def write_text(path: str, text: str) -> None:
-  """Writes a text file atomically (temp file + rename) locally, or through FileSystems."""
-  if is_local(path):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
+def _write_local(path: str, write: Callable[[str], None]) -> None:
+  """`write(tmp)` into a temp file beside `path`, then renamed over it: a reader sees the old
+  file or the new one, never half of one, and a failure (or Ctrl-C) leaves no temp file. The
+  parent directory is made if needed."""
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{path}: is a directory; give a file path")
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+  os.close(fd)
+  try:
+    write(tmp)
     # mkstemp makes the file 0600; give it the mode a plain open() would (0666 & ~umask).
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes a text file atomically (temp file + rename) locally, or through FileSystems."""
+  if is_local(path):
+    def write(tmp: str) -> None:
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    _write_local(path, write)
     return
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.create(path) as f:
     f.write(text.encode("utf-8"))
 
 
-def read_text(path: str) -> str:
+def write_parquet(path: str, table) -> None:
+  """Writes a `pyarrow.Table` as one Parquet file, atomically and into a directory made if
+  needed (locally), or through FileSystems."""
+  import pyarrow.parquet as pq
   if is_local(path):
-    with open(path, encoding="utf-8") as f:
-      return f.read()
+    _write_local(path, lambda tmp: pq.write_table(table, tmp))
+    return
   from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(path) as f:
-    return f.read().decode("utf-8")
+  with FileSystems.create(path) as f:
+    pq.write_table(table, f)
+
+
+def read_text(path: str) -> str:
+  """A UTF-8 text file; a ValueError naming the file and the byte offset if it is not UTF-8
+  (the codec's own message names neither the file nor what to do)."""
+  if is_local(path):
+    with open(path, "rb") as f:
+      data = f.read()
+  else:
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(path) as f:
+      data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text (byte {e.start}: {e.reason}); convert the "
+                     "file to UTF-8") from None
 
 
 def write_json(path: str, obj: Any) -> None:

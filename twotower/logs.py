@@ -135,6 +135,10 @@ def setup(verbose: bool = False) -> None:
   _progress.setLevel(logging.INFO)
   for name in _LIBRARIES:
     logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+  # Beam logs a failing DoFn's traceback at ERROR, then re-raises: the command prints the
+  # error's one line, so the traceback is for --verbose only.
+  logging.getLogger("apache_beam.runners.common").setLevel(
+      logging.INFO if verbose else logging.CRITICAL)
   # FAISS logs each CPU-specific build it fails to load, with a traceback, at INFO.
   logging.getLogger("faiss.loader").setLevel(logging.WARNING)
   if not verbose:

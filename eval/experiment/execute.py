@@ -162,6 +162,13 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
       continue
     cells_lib.clean(cell, out)
     tio.makedirs(out)
+    for name in (FAILED_FILE, DONE_FILE):
+      # A resumable cell's run dir is owned by its stage (twotower.outputs): the grid's own
+      # record of an earlier try (or a restored one, in a run dir the stage never wrote)
+      # would make the stage refuse the folder. The cell runs again: the record is stale,
+      # and is written anew when it ends.
+      if os.path.exists(os.path.join(out, name)):
+        os.remove(os.path.join(out, name))
     logs.progress("[%d/%d] %s ...", i, total, cell.name)
     started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
     try:
@@ -178,8 +185,6 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
                   "seconds": round(seconds, 1), "error": str(e)})
       continue
     seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
-    if os.path.exists(os.path.join(out, FAILED_FILE)):
-      os.remove(os.path.join(out, FAILED_FILE))
     tio.write_json(os.path.join(out, DONE_FILE),
                    {"cell": cell.name, "kind": cell.kind, "key": cell.key,
                     "params": dict(cell.params), "deps": dict(cell.deps), "started": started,

@@ -22,12 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--b", type=float, default=d.b, help="BM25 b (Pyserini's default)")
   p.add_argument("--split", default=",".join(d.splits), help="split(s) to search and evaluate")
   p.add_argument("--gold", default=",".join(d.golds), help="gold convention(s): pair, sentence")
-  p.add_argument("--threads", type=int, default=d.threads,
+  p.add_argument("--threads", type=flags.positive_int, default=d.threads,
                  help="indexing and search threads (1: one query at a time)")
-  p.add_argument("--hits", type=int, default=d.hits, help="candidates retrieved per question")
-  p.add_argument("--batch_size", type=int, default=d.batch_size,
+  p.add_argument("--hits", type=flags.positive_int, default=d.hits, help="candidates retrieved per question")
+  p.add_argument("--batch_size", type=flags.positive_int, default=d.batch_size,
                  help="questions per batch_search call")
   p.add_argument("--system", default="", help="system name in metrics (default bm25-<doc_text>)")
+  flags.add_overwrite(p)
   return p
 
 
@@ -36,7 +37,7 @@ def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
   return bm25.Bm25Config(reqa=args.reqa, out=args.out, doc_text=args.doc_text, k1=args.k1,
                          b=args.b, splits=flags.csv(args.split), golds=flags.csv(args.gold),
                          threads=args.threads, hits=args.hits, batch_size=args.batch_size,
-                         system=args.system)
+                         system=args.system, overwrite=args.overwrite)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="share one model across worker processes (RunInference large_model)")
   p.add_argument("--model_copies", type=int, default=d.model_copies,
                  help="exact number of model copies per machine (RunInference model_copies)")
+  flags.add_overwrite(p)
   return p
 
 
@@ -52,7 +53,7 @@ def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
       model=args.model, out=args.out, kind=kind, path=getattr(args, kind),
       doc_text=args.doc_text, batch_size=args.batch_size, min_batch_size=args.min_batch_size,
       num_shards=args.num_shards, large_model=args.large_model,
-      model_copies=args.model_copies, beam_args=beam_args)
+      model_copies=args.model_copies, overwrite=args.overwrite, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

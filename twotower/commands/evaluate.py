@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--gold", default="pair", help="gold convention(s), comma-separated: "
                  f"{', '.join(metrics.GOLD_CONVENTIONS)} (pair: the paper's exact "
                  "(sentence, passage); sentence: ReQA's sentence text)")
-  p.add_argument("--ks", default=",".join(map(str, contracts.DEFAULT_KS)),
+  p.add_argument("--ks", type=flags.positive_ints,
+                 default=",".join(map(str, contracts.DEFAULT_KS)),
                  help="recall cut-offs, comma-separated")
   p.add_argument("--stem", default="metrics", help="output file stem")
   return p
@@ -33,7 +34,7 @@ def parse(argv: Iterable[str] | None) -> evaluate.EvaluateConfig:
   try:
     return evaluate.EvaluateConfig(
         reqa=args.reqa, runs=tuple(args.run), out=args.out, names=tuple(args.names or ()),
-        splits=flags.csv(args.split), golds=flags.csv(args.gold), ks=flags.ints(args.ks),
+        splits=flags.csv(args.split), golds=flags.csv(args.gold), ks=args.ks,
         stem=args.stem)
   except ValueError as e:
     p.error(str(e))

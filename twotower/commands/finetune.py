@@ -40,10 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Iterable[str] | None) -> finetune.FinetuneJob:
-  args = build_parser().parse_args(None if argv is None else list(argv))
-  cfg = pretrain_cmd.training_config(args, steps=_STEPS, batch=_BATCH)
+  p = build_parser()
+  args = p.parse_args(None if argv is None else list(argv))
+  cfg = pretrain_cmd.training_config(p, args, steps=_STEPS, batch=_BATCH)
   return finetune.FinetuneJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
+                              overwrite=args.overwrite,
                               reqa=args.reqa, split=args.split, doc_text=args.doc_text,
                               validation_recall=not args.no_recall, select=args.select,
                               hard_negatives=args.hard_negatives)

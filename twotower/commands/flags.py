@@ -31,6 +31,14 @@ def parse_with_beam(p: argparse.ArgumentParser,
   return args, tuple(beam_args)
 
 
+def add_overwrite(p: argparse.ArgumentParser) -> None:
+  """--overwrite: the stage may replace an output folder that holds another run
+  (twotower.outputs)."""
+  p.add_argument("--overwrite", action="store_true",
+                 help="replace --out when it holds another run (other settings, another "
+                      "stage, or files no stage recorded); without it that is an error")
+
+
 def csv(value: str) -> tuple[str, ...]:
   """"a, b,c" -> ("a", "b", "c")."""
   return tuple(v.strip() for v in (value or "").split(",") if v.strip())
@@ -46,3 +54,23 @@ def non_negative(p: argparse.ArgumentParser, args: argparse.Namespace,
   for name in names:
     if getattr(args, name) < 0:
       p.error(f"--{name} must be >= 0, got {getattr(args, name)}")
+
+
+def positive_int(value: str) -> int:
+  """An argparse `type` for counts that must be >= 1 (`--k`, `--hits`, `--depth`): 0 would
+  run and give an empty or failing result, so it is a usage error (exit 2)."""
+  try:
+    n = int(value)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value!r}") from None
+  if n < 1:
+    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+  return n
+
+
+def positive_ints(value: str) -> tuple[int, ...]:
+  """An argparse `type` for a comma list of counts >= 1 (`--ks 1,5,10`)."""
+  values = tuple(positive_int(v) for v in csv(value))
+  if not values:
+    raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 1, got {value!r}")
+  return values

@@ -25,8 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="validation split that chooses the weight, e.g. validation-5 (a test "
                       "split is refused)")
   p.add_argument("--tune_metric", default="R@100", help="metric the weight maximises")
-  p.add_argument("--depth", type=int, default=100, help="candidates kept per question")
-  p.add_argument("--rrf_k", type=int, default=fusion.RRF_K, help="RRF's k")
+  p.add_argument("--depth", type=flags.positive_int, default=100, help="candidates kept per question")
+  p.add_argument("--rrf_k", type=flags.positive_int, default=fusion.RRF_K, help="RRF's k")
   p.add_argument("--tag", default="fused", help="TREC run tag")
   return p
 

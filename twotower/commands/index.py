@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="embeddings directory (embeddings-*.parquet) or a glob of shards")
   p.add_argument("--out", required=True, help="index file to write (e.g. index.faiss)")
   add_index_flags(p)
-  p.add_argument("--num_index_shards", type=int, default=1,
+  p.add_argument("--num_index_shards", type=flags.positive_int, default=1,
                  help="write N index shards (OUT-SSSSS-of-NNNNN.faiss) for IndexShards")
-  p.add_argument("--block_rows", type=int, default=65_536,
+  p.add_argument("--block_rows", type=flags.positive_int, default=65_536,
                  help="vectors read and added per step (bounds build memory)")
   p.add_argument("--threads", type=int, default=0, help="FAISS OpenMP threads (0: all)")
   return p

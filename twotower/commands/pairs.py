@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--shuffle_buckets", type=int, default=0,
                  help="disk shuffle buckets; 0 = one per 8 MB of dump XML (at least 8); "
                       "memory holds about one bucket")
+  flags.add_overwrite(p)
   return p
 
 
@@ -87,7 +88,7 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
                        min_doc_words=args.min_doc_words),
       max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
       num_shards=args.num_shards, shuffle=args.shuffle, shuffle_dir=args.shuffle_dir,
-      shuffle_buckets=args.shuffle_buckets, beam_args=beam_args)
+      shuffle_buckets=args.shuffle_buckets, overwrite=args.overwrite, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -47,14 +47,19 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
                       "bounded by N, the same gradients (trainer.grad_cache_chunk; 0: off)")
   g.add_argument("--no_export", "--no-export", action="store_true",
                  help="skip the SavedModel export")
+  flags.add_overwrite(g)
+  g.add_argument("--allow_untrained", "--allow-untrained", action="store_true",
+                 help=f"let {steps}=0 export the initial towers untrained (random, or "
+                      "--init's: the No-SSL baseline); without it 0 steps is refused")
   g.add_argument("--progress", choices=train.PROGRESS_MODES, default="bar",
                  help="bar: one progress bar over all steps; epoch: one line per checkpoint; "
                       "none")
 
 
-def training_config(args: argparse.Namespace, *, steps: str,
+def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, steps: str,
                     batch: str, **sections: dict[str, Any]) -> config_lib.PretrainConfig:
-  """The preset or file, then --set, then the dedicated flags (and `sections`)."""
+  """The preset or file, then --set, then the dedicated flags (and `sections`); a usage
+  error for a negative step count, or 0 steps without --allow_untrained."""
   cfg = config_lib.load(args.config, args.set)
   chosen = {"runtime": {"strategy": args.strategy, "tpu": args.tpu},
             "trainer": {"mixed_precision": args.mixed_precision,
@@ -67,7 +72,14 @@ def training_config(args: argparse.Namespace, *, steps: str,
   for section, fields in sections.items():
     chosen.setdefault(section, {}).update(fields)
   changed = {s: {k: v for k, v in f.items() if v is not None} for s, f in chosen.items()}
-  return config_lib.replace(cfg, **{s: f for s, f in changed.items() if f})
+  cfg = config_lib.replace(cfg, **{s: f for s, f in changed.items() if f})
+  section, field = steps.split(".")
+  n = getattr(getattr(cfg, section), field)
+  if n < 0 or (n == 0 and not args.allow_untrained):
+    # 0 steps exports the initial towers as if trained: a typo must not pass for a model.
+    p.error(f"{steps} is {n}: give --steps >= 1, or --allow_untrained to export the initial "
+            "towers untrained (the No-SSL baseline)")
+  return cfg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,11 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Iterable[str] | None) -> pretrain.PretrainJob:
-  args = build_parser().parse_args(None if argv is None else list(argv))
-  cfg = training_config(args, steps="trainer.steps", batch="data.batch_size",
+  p = build_parser()
+  args = p.parse_args(None if argv is None else list(argv))
+  cfg = training_config(p, args, steps="trainer.steps", batch="data.batch_size",
                         data={"tasks": flags.csv(args.tasks) or None, "mixture": args.mixture})
   return pretrain.PretrainJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
+                              overwrite=args.overwrite,
                               pairs=args.pairs, passages=args.passages,
                               eval_split=args.eval_split)
 

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="doc_text layout of the fine-tuning pairs (twotower.texts)")
   p.add_argument("--num_shards", type=int, default=d.num_shards,
                  help="TFRecord shards per fine-tuning split")
+  flags.add_overwrite(p)
   return p
 
 
@@ -63,7 +64,7 @@ def parse(argv: Iterable[str] | None) -> reqa.ReqaConfig:
                          extra_candidates=args.extra_candidates,
                          validation_percent=args.validation_percent, seed=args.seed,
                          doc_text=args.doc_text, num_shards=args.num_shards,
-                         beam_args=beam_args)
+                         overwrite=args.overwrite, beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -244,10 +244,42 @@ def write_pairs(prefix: str, pairs: Sequence[Pair], shards: int = 1) -> list[str
 # ---------------------------------------------------------------------------------------------
 
 
-def _parquet_rows(pattern: str, columns: Sequence[str] | None = None) -> Iterator[dict]:
+#: The columns that tell each Parquet layout of the contracts apart, by what a reader wants:
+#: a file of another kind (a candidates file given as questions) is named as such.
+PARQUET_KINDS = {
+    "passages": ("page_id", "passage_id", "text"),
+    "candidates": ("candidate_id", "sentence", "passage"),
+    "questions": ("question_id", "question", "gold_candidate_ids"),
+    "embeddings": ("id", "embedding"),
+}
+
+
+def parquet_kind(names: Sequence[str]) -> str | None:
+  """Which contract layout a Parquet file with these column names is, or None."""
+  return next((kind for kind, needed in PARQUET_KINDS.items()
+               if set(needed) <= set(names)), None)
+
+
+def require_kind(path: str, names: Sequence[str], kind: str,
+                 needed: Sequence[str] | None = None) -> None:
+  """A ValueError naming the file, what it holds and what was expected, unless it has the
+  columns of `kind` (PARQUET_KINDS), or `needed` where a reader needs fewer."""
+  needed = tuple(needed or PARQUET_KINDS[kind])
+  if any(c not in names for c in needed):
+    found = parquet_kind(names)
+    what = f"a {found} file" if found else f"columns {', '.join(names) or 'none'}"
+    raise ValueError(f"{path}: expected {kind} (columns {', '.join(needed)}), found {what}")
+
+
+def _parquet_rows(pattern: str, columns: Sequence[str] | None = None,
+                  kind: str | None = None) -> Iterator[dict]:
+  """Rows of every file matching `pattern`; with `kind`, a file of another layout is a named
+  ValueError before any of its rows is read."""
   from twotower import io  # pylint: disable=import-outside-toplevel
   for path in match(pattern):
     pf = io.open_parquet(path)
+    if kind:
+      require_kind(path, pf.schema_arrow.names, kind)
     for i in range(pf.num_row_groups):
       yield from pf.read_row_group(i, columns=list(columns) if columns else None).to_pylist()
 
@@ -259,7 +291,7 @@ def read_passages(path: str, columns: Sequence[str] | None = None) -> Iterator[r
   if columns is not None:
     columns = ["page_id", "passage_id", *(c for c in columns if c not in ("page_id",
                                                                           "passage_id"))]
-  for row in _parquet_rows(layout.passages_pattern(path), columns):
+  for row in _parquet_rows(layout.passages_pattern(path), columns, kind="passages"):
     yield records.Passage.from_row(row)
 
 
@@ -267,7 +299,7 @@ def read_questions(reqa_dir: str, split: str) -> tuple[records.Question, ...]:
   path = layout.questions_path(reqa_dir, split)
   if not match(path):
     raise FileNotFoundError(f"{path}: no such split {split!r}")
-  return tuple(records.Question.from_row(r) for r in _parquet_rows(path))
+  return tuple(records.Question.from_row(r) for r in _parquet_rows(path, kind="questions"))
 
 
 def read_candidates(reqa_dir: str, columns: Sequence[str] | None = None) -> list[dict]:
@@ -275,7 +307,7 @@ def read_candidates(reqa_dir: str, columns: Sequence[str] | None = None) -> list
   path = layout.candidates_path(reqa_dir)
   if not match(path):
     raise FileNotFoundError(f"{path}: no candidates (is {reqa_dir} a `twotower reqa` output?)")
-  return list(_parquet_rows(path, columns))
+  return list(_parquet_rows(path, columns, kind="candidates"))
 
 
 def read_heldout_percent(pairs_out: str) -> float:

@@ -11,11 +11,17 @@ per file layout, so that no stage spells another's paths.
                  logs/, history.csv, export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
     BM25_OUT/    run.trec, metrics.{json,md,csv,png}
+
+Every folder a stage owns (pairs, reqa, embed, a training run) also holds MANIFEST_FILE:
+the stage, its settings, inputs and files (twotower.outputs).
 """
 
 from __future__ import annotations
 
 STATS_FILE = "stats.json"
+#: In every output folder: the stage that wrote it, its settings and inputs, the files it
+#: holds (twotower.outputs). A leading underscore: Beam and Hadoop tools skip such files.
+MANIFEST_FILE = "_twotower.json"
 METRICS_FILE = "metrics.json"
 
 # Pair pipeline.
