@@ -34,8 +34,8 @@ logger = logging.getLogger(__name__)
 #: Candidates re-ranked per hit wanted (k * DEFAULT_RERANK), chosen from the 1M-vector
 #: measurement in docs/guide/index_search.md.
 DEFAULT_RERANK = 4
-#: Queries re-scored together: bounds the gathered block (chunk * k * rerank * d floats).
-RERANK_CHUNK = 64
+#: Queries re-scored together: bounds the score block (chunk * k * rerank floats).
+RERANK_CHUNK = 1024
 
 Blocks = Iterator[tuple[np.ndarray, np.ndarray]]  # (ids int64[b], vectors float32[b, d])
 
@@ -157,10 +157,13 @@ def rerank(queries: np.ndarray, candidates: np.ndarray, vectors: MappedVectors, 
   (scores float32[nq, k], ids int64[nq, k]), best first; -inf / -1 where fewer than k
   candidates exist. A candidate id missing from the vectors file is an error (the file was
   not written from this index)."""
+  queries = np.ascontiguousarray(queries, dtype=np.float32)
   nq, c = candidates.shape
+  d = vectors.vectors.shape[1]
   scores = np.full((nq, k), -np.inf, np.float32)
   ids = np.full((nq, k), -1, np.int64)
   top = min(k, c)
+  base = faiss.swig_ptr(vectors.vectors)
   for i in range(0, nq, chunk):
     cand = candidates[i:i + chunk]
     rows, found = vectors.lookup(cand)
@@ -168,15 +171,19 @@ def rerank(queries: np.ndarray, candidates: np.ndarray, vectors: MappedVectors, 
     if missing.any():
       raise ValueError(f"{vectors.path}: no vector for id {cand[missing][0]} returned by the "
                        "index; the vectors file was written for another index")
-    # Sorted unique rows: one pass over the mapped file in page order.
-    uniq, inv = np.unique(rows, return_inverse=True)
-    block = np.asarray(vectors.vectors[uniq])[inv.reshape(rows.shape)]  # [b, c, d]
-    s = np.einsum("bcd,bd->bc", block, queries[i:i + chunk])
-    s[~found] = -np.inf
-    order = np.argsort(-s, axis=1, kind="stable")[:, :top]
-    scores[i:i + chunk, :top] = np.take_along_axis(s, order, 1)
-    ids[i:i + chunk, :top] = np.where(np.isfinite(scores[i:i + chunk, :top]),
-                                      np.take_along_axis(cand, order, 1), -1)
+    rows = np.ascontiguousarray(np.where(found, rows, -1), dtype=np.int64)
+    s = np.full(cand.shape, -np.inf, np.float32)
+    # FAISS reads each candidate's row in place from the mapped file (no gathered copy of
+    # chunk x c x d floats) and skips the rows marked -1.
+    faiss.fvec_inner_products_by_idx(faiss.swig_ptr(s), faiss.swig_ptr(queries[i:i + chunk]),
+                                     base, faiss.swig_ptr(rows), d, len(cand), c)
+    best = (np.argpartition(-s, top - 1, axis=1)[:, :top] if top < c
+            else np.broadcast_to(np.arange(c), s.shape))
+    best_s = np.take_along_axis(s, best, 1)
+    order = np.argsort(-best_s, axis=1, kind="stable")
+    scores[i:i + chunk, :top] = np.take_along_axis(best_s, order, 1)
+    chosen = np.take_along_axis(np.take_along_axis(cand, best, 1), order, 1)
+    ids[i:i + chunk, :top] = np.where(np.isfinite(scores[i:i + chunk, :top]), chosen, -1)
   return scores, ids
 
 
