@@ -56,14 +56,12 @@ class Case:
   mmap: bool = False
 
 
-def builds(n: int, d: int, nlist: int) -> dict[str, dict]:
-  """IndexConfig fields of each index built (key -> fields)."""
-  return {
-      "flat": {"type": "flat"},
-      "ivf": {"type": "ivf", "nlist": nlist},
-      "ivfpq": {"type": "ivfpq", "nlist": nlist},
-      "ivfpq_rerank": {"type": "ivfpq_rerank", "nlist": nlist},
-  }
+def builds(nlist: int, train_size: int) -> dict[str, dict]:
+  """IndexConfig fields of each index built (key -> fields). IVF-PQ rows search the
+  ivfpq_rerank index with re-ranking off: the same codes (IVF{nlist},PQ{d/4}x8), one build."""
+  common = {"nlist": nlist, "train_size": train_size}
+  return {"flat": {"type": "flat"}, "ivf": {"type": "ivf", **common},
+          "ivfpq_rerank": {"type": "ivfpq_rerank", **common}}
 
 
 def cases(nprobes: list[int], reranks: list[int]) -> list[Case]:
@@ -72,9 +70,8 @@ def cases(nprobes: list[int], reranks: list[int]) -> list[Case]:
   rows += [Case("IVF-Flat", "ivf", f"nprobe={p}", nprobe=p) for p in nprobes]
   rows.append(Case("IVF-Flat --mmap", "ivf", f"nprobe={nprobes[0]}", nprobe=nprobes[0],
                    mmap=True))
-  rows += [Case("IVF-PQ", "ivfpq", f"nprobe={p}", nprobe=p) for p in nprobes]
-  rows.append(Case("ivfpq_rerank", "ivfpq_rerank", "rerank=0 (codes only)",
-                   nprobe=faiss_index.RERANK_NPROBE, rerank=0))
+  rows += [Case("IVF-PQ (ivfpq_rerank, rerank 0)", "ivfpq_rerank", f"nprobe={p}", nprobe=p)
+           for p in nprobes]
   for r in sorted(set(reranks) | {rerank.DEFAULT_RERANK}):
     default = r == rerank.DEFAULT_RERANK
     rows.append(Case("ivfpq_rerank" + (" (defaults)" if default else ""), "ivfpq_rerank",
@@ -186,8 +183,9 @@ def parser() -> argparse.ArgumentParser:
                  help="IVF lists (0: as `twotower index`, about 4 sqrt(n))")
   p.add_argument("--nprobes", type=faiss_ann._ints, default=[16, 32],  # pylint: disable=protected-access
                  help="nprobe values of the IVF-Flat and IVF-PQ rows")
-  p.add_argument("--reranks", type=faiss_ann._ints, default=[2, 8],  # pylint: disable=protected-access
+  p.add_argument("--reranks", type=faiss_ann._ints, default=[1, 2, 8],  # pylint: disable=protected-access
                  help="re-rank factors of the ivfpq_rerank rows (the default is added)")
+  p.add_argument("--train_size", type=int, default=64_000, help="IVF / PQ training sample")
   p.add_argument("--files", type=int, default=20, help="Parquet shards of the synthetic set")
   p.add_argument("--embeddings", default=None, help="real candidate embedding shards")
   p.add_argument("--query_embeddings", default=None, help="real query embedding shards")
@@ -207,7 +205,6 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
   from twotower.eval import index as index_lib  # pylint: disable=import-outside-toplevel
   with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
     if args.embeddings:
-      args.queries = args.queries
       x, q, what = faiss_ann.load_real(args)
       emb_dir = args.embeddings
     else:
@@ -226,12 +223,12 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
     np.save(os.path.join(tmp, "gt.npy"), gt)
     nlist = args.nlist or faiss_index.IndexConfig().resolve(n, d).nlist
     paths = {}
-    for key, fields in builds(n, d, nlist).items():
+    for key, fields in builds(nlist, args.train_size).items():
       config = faiss_index.IndexConfig(**fields)
       logger.info("building %s: %s", key, config.resolve(n, d).factory_string())
       t0 = time.perf_counter()
       out = os.path.join(tmp, f"{key}.faiss")
-      index_lib.run(index_lib.IndexJob(emb_dir, out, config))
+      index_lib.run(index_lib.IndexJob(emb_dir, out, config, threads=args.threads))
       logger.info("built %s in %.0f s", key, time.perf_counter() - t0)
       paths[key] = (out, config.resolve(n, d).factory_string())
     rows = []

@@ -32,8 +32,9 @@ def add_index_flags(p: argparse.ArgumentParser) -> None:
                  help="IVF nprobe saved in the index, the search default (0: FAISS's 1; "
                       f"ivfpq_rerank: {faiss_index.RERANK_NPROBE})")
   p.add_argument("--opq", action="store_true",
-                 help="ivfpq / ivfpq_rerank: an OPQ rotation before PQ (measured: no gain "
-                      "after re-ranking, see docs/guide/index_search.md)")
+                 help="ivfpq / ivfpq_rerank: an OPQ rotation before PQ")
+  p.add_argument("--fast_scan", action="store_true",
+                 help="ivfpq / ivfpq_rerank: 4-bit fast-scan PQ codes (PQ{m}x4fs)")
   p.add_argument("--store_vectors", action="store_true",
                  help="write float32 vectors beside the index (INDEX.vectors.npy, id order) "
                       "for exact re-ranking at search time; implied by ivfpq_rerank")
@@ -44,7 +45,8 @@ def index_config(args: argparse.Namespace) -> faiss_index.IndexConfig:
       type=args.type, factory=args.factory, nlist=args.nlist, pq_m=args.pq_m,
       pq_nbits=args.pq_nbits, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
       train_size=args.train_size, kmeans_niter=args.kmeans_niter, seed=args.seed,
-      nprobe=args.nprobe, opq=args.opq, store_vectors=args.store_vectors)
+      nprobe=args.nprobe, opq=args.opq, fast_scan=args.fast_scan,
+      store_vectors=args.store_vectors)
 
 
 def build_parser() -> argparse.ArgumentParser:
