@@ -114,7 +114,7 @@ class IndexConfig:
   type: str = "flat"             # flat | ivf | hnsw | ivfpq | ivfpq_rerank
   factory: Optional[str] = None  # an index_factory string; overrides type and the fields below
   nlist: int = 0                 # IVF lists (0: the power of two nearest 4·sqrt(n))
-  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, i.e. 4 dims each)
+  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, 4 dims each; ivfpq_rerank d/2)
   pq_nbits: int = 8              # bits per PQ code
   hnsw_m: int = 32               # HNSW graph degree
   ef_construction: int = 40      # HNSW build beam width
@@ -124,7 +124,8 @@ class IndexConfig:
   nprobe: int = 0                # IVF nprobe saved in the index (0: FAISS's 1; ivfpq_rerank:
                                  # RERANK_NPROBE)
   opq: bool = False              # ivfpq / ivfpq_rerank: learn an OPQ rotation before the PQ
-  fast_scan: bool = False        # ivfpq / ivfpq_rerank: 4-bit fast-scan PQ (PQ{m}x4fs)
+  fast_scan: bool = False        # ivfpq: 4-bit fast-scan PQ (PQ{m}x4fs); always for
+                                 # ivfpq_rerank
   store_vectors: bool = False    # write float32 vectors beside the index for exact re-ranking
                                  # (eval.rerank; always on for ivfpq_rerank)
 
@@ -132,18 +133,20 @@ class IndexConfig:
     nlist = self.nlist or max(1, min(2 ** round(math.log2(max(4 * math.sqrt(n), 1))),
                                      max(1, n // 39)))
     pq_m = self.pq_m or max(1, d // 4)
-    nbits, nprobe, store = self.pq_nbits, self.nprobe, self.store_vectors
-    if self.fast_scan:
-      nbits = 4
+    nbits, nprobe, store, fast = self.pq_nbits, self.nprobe, self.store_vectors, self.fast_scan
     if self.type == "ivfpq_rerank" and not self.factory:
-      # 8-bit PQ by default, not fast-scan: measured on 1M clustered vectors (d 128), PQ32x8
-      # holds 0.995 of the exact top 100 in its top 400 (nprobe 16), 4-bit PQ32x4fs only 0.89
-      # (0.97 needs its top 800), and re-scoring a candidate, a random read of its vector,
-      # costs more than the fast scan saves.
-      nprobe, store = nprobe or RERANK_NPROBE, True
+      # Fast-scan PQ with d/2 sub-quantizers of 4 bits (d/2 bytes a vector, as PQ{d/4}x8):
+      # measured on 1M clustered vectors (d 128, nprobe 16, re-rank of the top 4k), PQ64x4fs
+      # keeps 0.967 of the exact top 100 at about 6x the queries/s of PQ32x8 (0.995), whose
+      # 8-bit tables are scanned without SIMD; PQ32x4fs (16 bytes) needs the top 8k for 0.97,
+      # and an OPQ rotation adds under 0.01. docs/guide/index_search.md has the table.
+      pq_m = self.pq_m or max(1, d // 2)
+      nprobe, store, fast = nprobe or RERANK_NPROBE, True, True
+    if fast:
+      nbits = 4
     train = self.train_size or max(64 * nlist, (2 ** nbits) * 64)
     return dataclasses.replace(self, nlist=nlist, pq_m=pq_m, pq_nbits=nbits, nprobe=nprobe,
-                               store_vectors=store, train_size=min(n, train))
+                               store_vectors=store, fast_scan=fast, train_size=min(n, train))
 
   def factory_string(self) -> str:
     if self.factory:
