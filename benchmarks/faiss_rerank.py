@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
     flat = faiss.IndexFlatIP(d)
     flat.add(x)
     _, gt = flat.search(q, K)
+    if args.embeddings:  # positions -> the shards' own ids, which the built indexes return
+      gt = faiss_index.read_embeddings(args.embeddings)[0][gt]
     del flat, x
     np.save(os.path.join(tmp, "queries.npy"), q)
     np.save(os.path.join(tmp, "gt.npy"), gt)
