@@ -64,20 +64,21 @@ def builds(nlist: int, train_size: int) -> dict[str, dict]:
           "ivfpq_rerank": {"type": "ivfpq_rerank", **common}}
 
 
-def cases(nprobes: list[int], reranks: list[int]) -> list[Case]:
+def cases(nprobes: list[int], reranks: list[int], rerank_nprobe: int = 0) -> list[Case]:
   from twotower.eval import faiss_index, rerank  # pylint: disable=import-outside-toplevel
+  saved = faiss_index.RERANK_NPROBE
+  rp = rerank_nprobe or saved
   rows = [Case("Flat (exact)", "flat", "-")]
   rows += [Case("IVF-Flat", "ivf", f"nprobe={p}", nprobe=p) for p in nprobes]
   rows.append(Case("IVF-Flat --mmap", "ivf", f"nprobe={nprobes[0]}", nprobe=nprobes[0],
                    mmap=True))
   rows += [Case("IVF-PQ", "ivfpq", f"nprobe={p}", nprobe=p) for p in nprobes]
-  rows.append(Case("ivfpq_rerank", "ivfpq_rerank", f"nprobe={faiss_index.RERANK_NPROBE} "
-                   "rerank=0 (codes only)", nprobe=faiss_index.RERANK_NPROBE, rerank=0))
+  rows.append(Case("ivfpq_rerank", "ivfpq_rerank", f"nprobe={rp} rerank=0 (codes only)",
+                   nprobe=rp, rerank=0))
   for r in sorted(set(reranks) | {rerank.DEFAULT_RERANK}):
-    default = r == rerank.DEFAULT_RERANK
+    default = r == rerank.DEFAULT_RERANK and rp == saved
     rows.append(Case("ivfpq_rerank" + (" (defaults)" if default else ""), "ivfpq_rerank",
-                     f"nprobe={faiss_index.RERANK_NPROBE} rerank={r}",
-                     nprobe=None if default else faiss_index.RERANK_NPROBE, rerank=r))
+                     f"nprobe={rp} rerank={r}", nprobe=None if default else rp, rerank=r))
   return rows
 
 
@@ -187,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--reranks", type=faiss_ann._ints, default=[1, 2, 8],  # pylint: disable=protected-access
                  help="re-rank factors of the ivfpq_rerank rows (the default is added)")
   p.add_argument("--train_size", type=int, default=64_000, help="IVF / PQ training sample")
+  p.add_argument("--rerank_nprobe", type=int, default=0,
+                 help="nprobe of the ivfpq_rerank rows (0: the one saved in the index)")
   p.add_argument("--files", type=int, default=20, help="Parquet shards of the synthetic set")
   p.add_argument("--embeddings", default=None, help="real candidate embedding shards")
   p.add_argument("--query_embeddings", default=None, help="real query embedding shards")
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
       logger.info("built %s in %.0f s", key, time.perf_counter() - t0)
       paths[key] = (out, config.resolve(n, d).factory_string())
     rows = []
-    for case in cases([min(p, nlist) for p in args.nprobes], args.reranks):
+    for case in cases([min(p, nlist) for p in args.nprobes], args.reranks,
+                      min(args.rerank_nprobe, nlist)):
       path, factory = paths[case.build]
       spec = {"paths": path, "queries": os.path.join(tmp, "queries.npy"),
               "gt": os.path.join(tmp, "gt.npy"), "threads": args.threads,
