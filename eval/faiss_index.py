@@ -34,7 +34,10 @@ from twotower import io as tio
 
 logger = logging.getLogger(__name__)
 
-INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
+INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq", "ivfpq_rerank")
+#: nprobe saved in an `ivfpq_rerank` index (its search default), from the 1M measurement in
+#: docs/guide/index_search.md; other IVF types keep FAISS's default of 1 unless --nprobe.
+RERANK_NPROBE = 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,23 +111,42 @@ def read_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:
 @dataclasses.dataclass(frozen=True)
 class IndexConfig:
   """How to build an index. Zero means "derive from the corpus size" (`resolve`)."""
-  type: str = "flat"             # flat | ivf | hnsw | ivfpq
+  type: str = "flat"             # flat | ivf | hnsw | ivfpq | ivfpq_rerank
   factory: Optional[str] = None  # an index_factory string; overrides type and the fields below
   nlist: int = 0                 # IVF lists (0: the power of two nearest 4·sqrt(n))
-  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, i.e. 4 dims each)
+  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, 4 dims each; ivfpq_rerank d/2)
   pq_nbits: int = 8              # bits per PQ code
   hnsw_m: int = 32               # HNSW graph degree
   ef_construction: int = 40      # HNSW build beam width
   train_size: int = 0            # training sample (0: max(64·nlist, 2^nbits·64), ≤ n)
   kmeans_niter: int = 10         # k-means iterations (IVF coarse quantizer, PQ codebooks)
   seed: int = 0
+  nprobe: int = 0                # IVF nprobe saved in the index (0: FAISS's 1; ivfpq_rerank:
+                                 # RERANK_NPROBE)
+  opq: bool = False              # ivfpq / ivfpq_rerank: learn an OPQ rotation before the PQ
+  fast_scan: bool = False        # ivfpq: 4-bit fast-scan PQ (PQ{m}x4fs); always for
+                                 # ivfpq_rerank
+  store_vectors: bool = False    # write float32 vectors beside the index for exact re-ranking
+                                 # (eval.rerank; always on for ivfpq_rerank)
 
   def resolve(self, n: int, d: int) -> IndexConfig:
     nlist = self.nlist or max(1, min(2 ** round(math.log2(max(4 * math.sqrt(n), 1))),
                                      max(1, n // 39)))
     pq_m = self.pq_m or max(1, d // 4)
-    train = self.train_size or max(64 * nlist, (2 ** self.pq_nbits) * 64)
-    return dataclasses.replace(self, nlist=nlist, pq_m=pq_m, train_size=min(n, train))
+    nbits, nprobe, store, fast = self.pq_nbits, self.nprobe, self.store_vectors, self.fast_scan
+    if self.type == "ivfpq_rerank" and not self.factory:
+      # Fast-scan PQ with d/2 sub-quantizers of 4 bits (d/2 bytes a vector, as PQ{d/4}x8):
+      # measured on 1M clustered vectors (d 128, nprobe 16, re-rank of the top 4k), PQ64x4fs
+      # keeps 0.967 of the exact top 100 at about 6x the queries/s of PQ32x8 (0.995), whose
+      # 8-bit tables are scanned without SIMD; PQ32x4fs (16 bytes) needs the top 8k for 0.97,
+      # and an OPQ rotation adds under 0.01. docs/guide/index_search.md has the table.
+      pq_m = self.pq_m or max(1, d // 2)
+      nprobe, store, fast = nprobe or RERANK_NPROBE, True, True
+    if fast:
+      nbits = 4
+    train = self.train_size or max(64 * nlist, (2 ** nbits) * 64)
+    return dataclasses.replace(self, nlist=nlist, pq_m=pq_m, pq_nbits=nbits, nprobe=nprobe,
+                               store_vectors=store, fast_scan=fast, train_size=min(n, train))
 
   def factory_string(self) -> str:
     if self.factory:
@@ -135,8 +157,10 @@ class IndexConfig:
       return f"IVF{self.nlist},Flat"
     if self.type == "hnsw":
       return f"HNSW{self.hnsw_m},Flat"
-    if self.type == "ivfpq":
-      return f"IVF{self.nlist},PQ{self.pq_m}x{self.pq_nbits}"
+    opq = f"OPQ{self.pq_m}," if self.opq else ""
+    pq = f"PQ{self.pq_m}x4fs" if self.fast_scan else f"PQ{self.pq_m}x{self.pq_nbits}"
+    if self.type in ("ivfpq", "ivfpq_rerank"):
+      return f"{opq}IVF{self.nlist},{pq}"
     raise ValueError(f"unknown index type {self.type!r}; expected one of {INDEX_TYPES}")
 
 
@@ -146,7 +170,7 @@ def memory_estimate(config: IndexConfig, n: int, d: int, block_rows: int) -> dic
   per_vector = 4 * d + 8  # flat-coded vector + id
   fixed = 0
   if "PQ" in spec:
-    per_vector = config.pq_m * config.pq_nbits // 8 + 8
+    per_vector = config.pq_m * (4 if "fs" in spec else config.pq_nbits) // 8 + 8
     fixed += (2 ** config.pq_nbits) * d * 4
   if "HNSW" in spec:
     per_vector += int(2 * config.hnsw_m * 4 * 1.1)  # level-0 links + upper levels
@@ -214,14 +238,25 @@ def train_template(files: Sequence[str], config: IndexConfig, block_rows: int = 
     if ivf is not None:
       ivf = faiss.downcast_index(ivf)
       ivf.cp.niter = config.kmeans_niter
-      if isinstance(ivf, faiss.IndexIVFPQ):
+      if hasattr(ivf, "pq"):  # IVF-PQ and its fast-scan variant
         ivf.pq.cp.niter = config.kmeans_niter
+      if getattr(ivf, "do_polysemous_training", False):
+        # index_factory turns it on for "PQ{m}x8" (off only with "np"): minutes of simulated
+        # annealing over the codebooks (326 s of a 1M build here, the same at 10k) for a
+        # Hamming pre-filter that inner-product search never uses.
+        ivf.do_polysemous_training = False
     t0 = time.perf_counter()
     sample = sample_vectors(files, n, config.train_size, config.seed, block_rows)
     logger.info("training on a sample of %d vectors", len(sample))
     index.train(sample)
     del sample
     logger.info("trained in %.1f s", time.perf_counter() - t0)
+  if config.nprobe:
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None:
+      raise ValueError(f"nprobe {config.nprobe} given for {config.factory_string()}, which is "
+                       "not an IVF index")
+    ivf.nprobe = config.nprobe  # saved with the index: its default for search
   return index, config
 
 
@@ -253,13 +288,21 @@ def iter_index_shards(files: Sequence[str], config: IndexConfig, num_shards: int
   n, _ = count_vectors(files)
   for s in range(num_shards):
     shard = faiss.clone_index(template)
-    if len(files) >= num_shards:
-      add_blocks(shard, iter_blocks(files[s::num_shards], block_rows, progress))
-    else:
-      add_blocks(shard, _row_range(iter_blocks(files, block_rows, progress),
-                                   s * n // num_shards, (s + 1) * n // num_shards))
+    add_blocks(shard, shard_blocks(files, s, num_shards, n, block_rows, progress))
     logger.info("shard %d/%d holds %d vectors", s + 1, num_shards, shard.ntotal)
     yield shard
+
+
+def shard_blocks(files: Sequence[str], s: int, num_shards: int, n: int,
+                 block_rows: int = 65_536, progress: bool = False
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """The blocks of index shard s of `num_shards` (see `iter_index_shards`); n: all rows."""
+  if num_shards <= 1:
+    return iter_blocks(files, block_rows, progress)
+  if len(files) >= num_shards:
+    return iter_blocks(files[s::num_shards], block_rows, progress)
+  return _row_range(iter_blocks(files, block_rows, progress),
+                    s * n // num_shards, (s + 1) * n // num_shards)
 
 
 def _row_range(blocks: Iterator[tuple[np.ndarray, np.ndarray]], start: int, stop: int
@@ -308,12 +351,51 @@ def shard_paths(path: str, num_shards: int) -> list[str]:
   return [f"{stem}-{s:05d}-of-{num_shards:05d}{ext or '.faiss'}" for s in range(num_shards)]
 
 
-def _read_one(path: str, mmap: bool) -> faiss.Index:
-  if tio.is_local(path):
-    return faiss.read_index(path, faiss.IO_FLAG_MMAP if mmap else 0)
-  from apache_beam.io.filesystems import FileSystems
-  with FileSystems.open(path) as f:
-    return faiss.deserialize_index(np.frombuffer(f.read(), dtype=np.uint8))
+def _unmappable(index: faiss.Index) -> Optional[str]:
+  """Why FAISS leaves this (mmap-loaded) index's bulk in RAM, or None when it is mapped."""
+  index = faiss.downcast_index(index)
+  while isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2, faiss.IndexPreTransform)):
+    index = faiss.downcast_index(index.index)
+  ivf = faiss.try_extract_index_ivf(index)
+  if ivf is not None:
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    if not isinstance(lists, (faiss.ArrayInvertedLists, faiss.OnDiskInvertedLists)):
+      return f"its inverted lists are {type(lists).__name__}, which FAISS reads into memory"
+    return None
+  if isinstance(index, (faiss.IndexFlatCodes, faiss.IndexHNSW)):
+    return None
+  return f"FAISS maps the codes of flat, HNSW and IVF indexes, not {type(index).__name__}"
+
+
+def read_index_file(path: str, mmap: bool = False) -> faiss.Index:
+  """One index file. mmap: map it rather than read it, so resident memory is the pages
+  searches touch (and the kernel may drop them again).
+
+  FAISS's IO_FLAG_MMAP maps only IVF inverted lists: on a flat or HNSW index it silently reads
+  everything into memory. IO_FLAG_MMAP_IFC (FAISS >= 1.10) maps the flat codes of flat, HNSW
+  storage, PQ/SQ and IVF array lists alike, so it is the one flag used here; an HNSW graph
+  (2·M int32 a vector) stays in memory. An index whose bulk FAISS cannot map (fast-scan IVF
+  lists) is refused with a ValueError naming the file and type, not silently read."""
+  if not tio.is_local(path):
+    if mmap:
+      raise ValueError(f"{path}: --mmap needs a local index file")
+    from apache_beam.io.filesystems import FileSystems
+    with FileSystems.open(path) as f:
+      return faiss.deserialize_index(np.frombuffer(f.read(), dtype=np.uint8))
+  if not mmap:
+    return faiss.read_index(path)
+  if not os.path.exists(path):
+    raise ValueError(f"{path}: no such index file")
+  flag = getattr(faiss, "IO_FLAG_MMAP_IFC", None)
+  index = faiss.read_index(path, flag if flag is not None else faiss.IO_FLAG_MMAP)
+  if flag is None and faiss.try_extract_index_ivf(index) is None:
+    why = f"FAISS {faiss.__version__} has no IO_FLAG_MMAP_IFC to map non-IVF indexes"
+  else:
+    why = _unmappable(index)
+  if why:
+    raise ValueError(f"{path}: cannot memory-map {type(faiss.downcast_index(index)).__name__}: "
+                     f"{why}; load it without --mmap")
+  return index
 
 
 def load_index(paths: str | Sequence[str], mmap: bool = False,
@@ -322,7 +404,7 @@ def load_index(paths: str | Sequence[str], mmap: bool = False,
   each query goes to every shard and the top-k lists are merged by inner product."""
   if isinstance(paths, str):
     paths = tio.match_files(paths) if any(c in paths for c in "*?,") else [paths]
-  indexes = [_read_one(p, mmap) for p in paths]
+  indexes = [read_index_file(p, mmap) for p in paths]
   for p, index in zip(paths, indexes):
     check_inner_product(index, p)
   if len(indexes) == 1:
@@ -349,16 +431,24 @@ def set_search_params(index: faiss.Index, nprobe: Optional[int] = None,
 # ---------------------------------------------------------------------------------------------
 
 
-def search(index: faiss.Index, queries: np.ndarray, k: int, batch_size: int = 4096,
-           progress: bool = False) -> tuple[np.ndarray, np.ndarray, float]:
-  """(scores float32[nq, k], ids int64[nq, k], seconds). Missing hits have id -1."""
+def search(index, queries: np.ndarray, k: int, batch_size: int = 4096,
+           progress: bool = False, **params) -> tuple[np.ndarray, np.ndarray, float]:
+  """(scores float32[nq, k], ids int64[nq, k], seconds). Missing hits have id -1.
+
+  index: a faiss.Index, or an eval.searcher.Searcher (re-ranks when its vectors exist);
+  params (nprobe=, ef_search=, rerank=) go to Searcher.search for this call only."""
   queries = np.ascontiguousarray(queries, dtype=np.float32)
   scores = np.empty((len(queries), k), np.float32)
   ids = np.empty((len(queries), k), np.int64)
   t0 = time.perf_counter()
+  params = {key: v for key, v in params.items() if v is not None}
+  if params and isinstance(index, faiss.Index):  # per call, the index left as it is
+    from twotower.eval import searcher  # pylint: disable=import-outside-toplevel
+    params = {"params": searcher.search_params(index, "index", **params)}
   for i in tqdm(range(0, len(queries), batch_size), desc="search",
                 disable=None if progress else True):
-    scores[i:i + batch_size], ids[i:i + batch_size] = index.search(queries[i:i + batch_size], k)
+    scores[i:i + batch_size], ids[i:i + batch_size] = index.search(
+        queries[i:i + batch_size], k, **params)
   return scores, ids, time.perf_counter() - t0
 
 

@@ -5,6 +5,8 @@ embedding shards, streamed, and write it atomically; optionally as several index
   twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq --nlist 4096
   twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq \
       --num_index_shards 4      # writes run/index-0000{0..3}-of-00004.faiss
+  twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq_rerank
+      # + run/index.vectors.npy (and index.ids.npy): `twotower search` re-ranks exactly
 
 `run(IndexJob) -> IndexResult` is the typed entry point (twotower.commands.index parses the
 flags).
@@ -23,6 +25,7 @@ from twotower import io as tio
 from twotower import outputs
 from twotower.contracts import codecs
 from twotower.eval import faiss_index
+from twotower.eval import rerank
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +76,16 @@ def run(job: IndexJob) -> IndexResult:
                              "index_shards": job.num_index_shards})
   t0 = time.perf_counter()
   paths = faiss_index.shard_paths(job.out, job.num_index_shards)
+  n, d = faiss_index.count_vectors(files)
+  store_vectors = job.index.resolve(n, d).store_vectors
+  if store_vectors and not tio.is_local(job.out):
+    raise ValueError(f"{job.out}: re-rank vectors are memory-mapped at search time, so the "
+                     "index must be written to a local path")
   if job.num_index_shards <= 1:
     index = faiss_index.build_index(files, job.index, job.block_rows, progress=True)
     faiss_index.save_index(index, paths[0])
     total = index.ntotal
+    shards = [index]
   else:
     total = 0
     for path, shard in zip(paths, faiss_index.iter_index_shards(
@@ -84,6 +93,12 @@ def run(job: IndexJob) -> IndexResult:
       faiss_index.save_index(shard, path)
       total += shard.ntotal
       del shard
+  if store_vectors:
+    # Each index file gets the vectors of the ids it holds: a shard re-ranks its own short
+    # list, and the shards' exact lists merge exactly.
+    for s, path in enumerate(paths):
+      rerank.write_vectors(path, lambda s=s: faiss_index.shard_blocks(
+          files, s, job.num_index_shards, n, job.block_rows), d)
   seconds = time.perf_counter() - t0
   logger.info("index: %d vectors in %s (%.1f s)", total, ", ".join(paths), seconds)
   return IndexResult(tuple(paths), total, seconds)

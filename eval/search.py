@@ -5,6 +5,11 @@ index's Recall@k against the exact flat inner-product search and of both queries
   twotower search --index run/index.faiss --queries run/q_emb --out run/run.parquet \
       --k 100 --nprobe 32 --reference run/embeddings
   twotower search --index 'run/index-*-of-00004.faiss' ...   # served as faiss.IndexShards
+  twotower search --index run/index.faiss --rerank 8 ...     # re-rank k*8 (ivfpq_rerank)
+
+An index built with its vectors beside it (`twotower index --type ivfpq_rerank` or
+`--store_vectors`) is re-ranked by default (eval.rerank.DEFAULT_RERANK); `--rerank 0` turns
+that off. Search goes through eval.searcher.load_searcher, as a query service would.
 
 `run(SearchJob) -> SearchResult` is the typed entry point (twotower.commands.search parses
 the flags).
@@ -24,6 +29,7 @@ from twotower import contracts
 from twotower import io as tio
 from twotower.eval import faiss_index
 from twotower.eval import runs
+from twotower.eval import searcher as searcher_lib
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +69,8 @@ class SearchJob:
   ef_search: Optional[int] = None   # HNSW search beam width
   batch_size: int = 4096            # queries per FAISS call
   threads: int = 0                  # FAISS OpenMP threads (0: all)
-  mmap: bool = False
+  mmap: bool = False                # map the index file(s) (refused for unmappable types)
+  rerank: Optional[int] = None      # re-rank k*rerank exactly (None: default if vectors exist)
   tag: str = "twotower"             # TREC run tag
   reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
   report: Optional[str] = None      # where that report goes (default OUT.report.json)
@@ -84,16 +91,17 @@ def run(job: SearchJob) -> SearchResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
-  index = faiss_index.load_index(job.index, mmap=job.mmap)
-  faiss_index.set_search_params(index, job.nprobe, job.ef_search)
+  index = searcher_lib.load_searcher(job.index, mmap=job.mmap, rerank=job.rerank)
   qids, queries = faiss_index.read_embeddings(job.queries)
   if queries.shape[1] != index.d:
     raise ValueError(f"{job.queries}: query dim {queries.shape[1]} != index dim {index.d}")
   tio.log_settings("search", {"index": job.index, "vectors": index.ntotal,
                               "queries": len(qids), "k": job.k, "nprobe": job.nprobe,
-                              "ef_search": job.ef_search, "out": job.out})
+                              "ef_search": job.ef_search, "rerank": index.rerank,
+                              "mmap": job.mmap, "out": job.out})
   scores, ids, seconds = faiss_index.search(index, queries, job.k, job.batch_size,
-                                            progress=True)
+                                            progress=True, nprobe=job.nprobe,
+                                            ef_search=job.ef_search)
   runs.write_run(job.out, to_run(qids, scores, ids), tag=job.tag)
   logger.info("search: %d queries in %.2f s (%.0f queries/s) -> %s", len(qids), seconds,
               len(qids) / max(seconds, 1e-9), job.out)
@@ -102,7 +110,7 @@ def run(job: SearchJob) -> SearchResult:
     report = compare_to_flat(ids, seconds, queries,
                              faiss_index.embedding_files(job.reference), job.k)
     report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
-                   "k": job.k})
+                   "rerank": index.rerank, "k": job.k})
     tio.write_json(job.report or f"{job.out}.report.json", report)
   return SearchResult(job.out, len(qids), seconds, report)
 

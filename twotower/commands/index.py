@@ -13,7 +13,9 @@ from twotower.eval import faiss_index, index
 def add_index_flags(p: argparse.ArgumentParser) -> None:
   """Flags of a `faiss_index.IndexConfig` (shared with benchmarks.faiss_ann)."""
   p.add_argument("--type", choices=faiss_index.INDEX_TYPES, default="flat",
-                 help="index family; flat is the exact inner-product reference")
+                 help="index family; flat is the exact inner-product reference; "
+                      "ivfpq_rerank: fast-scan IVF-PQ whose short list is re-ranked exactly "
+                      "from float32 vectors memory-mapped beside the index")
   p.add_argument("--factory", default=None,
                  help="an index_factory string (e.g. 'OPQ32,IVF4096,PQ32'); overrides --type")
   p.add_argument("--nlist", type=int, default=0, help="IVF lists (0: about 4*sqrt(n))")
@@ -26,13 +28,25 @@ def add_index_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--kmeans_niter", type=int, default=10,
                  help="k-means iterations of the IVF coarse quantizer")
   p.add_argument("--seed", type=int, default=0, help="seed of the training sample")
+  p.add_argument("--nprobe", type=int, default=0,
+                 help="IVF nprobe saved in the index, the search default (0: FAISS's 1; "
+                      f"ivfpq_rerank: {faiss_index.RERANK_NPROBE})")
+  p.add_argument("--opq", action="store_true",
+                 help="ivfpq / ivfpq_rerank: an OPQ rotation before PQ")
+  p.add_argument("--fast_scan", action="store_true",
+                 help="ivfpq / ivfpq_rerank: 4-bit fast-scan PQ codes (PQ{m}x4fs)")
+  p.add_argument("--store_vectors", action="store_true",
+                 help="write float32 vectors beside the index (INDEX.vectors.npy, id order) "
+                      "for exact re-ranking at search time; implied by ivfpq_rerank")
 
 
 def index_config(args: argparse.Namespace) -> faiss_index.IndexConfig:
   return faiss_index.IndexConfig(
       type=args.type, factory=args.factory, nlist=args.nlist, pq_m=args.pq_m,
       pq_nbits=args.pq_nbits, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
-      train_size=args.train_size, kmeans_niter=args.kmeans_niter, seed=args.seed)
+      train_size=args.train_size, kmeans_niter=args.kmeans_niter, seed=args.seed,
+      nprobe=args.nprobe, opq=args.opq, fast_scan=args.fast_scan,
+      store_vectors=args.store_vectors)
 
 
 def build_parser() -> argparse.ArgumentParser:

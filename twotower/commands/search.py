@@ -21,7 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--ef_search", type=int, default=None, help="HNSW search beam width")
   p.add_argument("--batch_size", type=flags.positive_int, default=4096, help="queries per FAISS call")
   p.add_argument("--threads", type=int, default=0, help="FAISS OpenMP threads (0: all)")
-  p.add_argument("--mmap", action="store_true", help="memory-map the index file(s)")
+  p.add_argument("--mmap", action="store_true",
+                 help="memory-map the index file(s) (flat, HNSW storage, IVF lists); a type "
+                      "FAISS cannot map (fast-scan IVF) is refused")
+  p.add_argument("--rerank", type=int, default=None,
+                 help="re-rank the top k*R candidates exactly from the vectors stored beside "
+                      "the index (default: 4 when they exist, else off; 0: off)")
   p.add_argument("--tag", default="twotower", help="TREC run tag")
   p.add_argument("--reference", default=None,
                  help="document embeddings the index was built from: report Recall@k "
