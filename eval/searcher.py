@@ -98,6 +98,14 @@ class Searcher:
       for p in parts:
         self._shards.add_shard(p.index)
 
+  def check_params(self, nprobe: Optional[int] = None, ef_search: Optional[int] = None,
+                   rerank: Optional[int] = None) -> None:
+    """Raises ValueError for parameters this index cannot take (before any search: a
+    server refuses such a request alone, with this message)."""
+    search_params(self.parts[0].index, self.what, nprobe, ef_search)
+    if rerank and not self.can_rerank:
+      raise ValueError(f"{self.what}: no re-rank vectors beside the index; rerank must be 0")
+
   @property
   def can_rerank(self) -> bool:
     return all(p.vectors is not None for p in self.parts)

@@ -72,7 +72,7 @@ BAD_INPUTS = [
     ("no query", "POST", {"k": 3}, 400, "give exactly one of 'query'"),
     ("unknown field", "POST", {"query": "x", "topk": 3}, 400, "unknown field(s) ['topk']"),
     ("nprobe on a flat index", "POST", {"query": "x", "nprobe": 8}, 400,
-     "nprobe applies to IVF indexes; this bundle's index is Flat"),
+     "nprobe is for IVF indexes; this is IndexFlat"),
     ("nprobe = 0", "POST", {"query": "x", "nprobe": 0}, 400, "'nprobe' must be >= 1, got 0"),
     ("GET without q", "GET", {}, 400, "'query' is empty"),
     ("GET k not a number", "GET", {"q": "x", "k": "abc"}, 400, "k: Input should be a valid"),

@@ -170,7 +170,7 @@ def test_bad_requests_are_value_errors(retriever):
     retriever.search("q", k=0)
   with pytest.raises(ValueError, match="empty"):
     retriever.search(["ok", "  "])
-  with pytest.raises(ValueError, match="nprobe applies to IVF"):
+  with pytest.raises(ValueError, match="nprobe is for IVF indexes; this is IndexFlat"):
     retriever.search("q", nprobe=4)
 
 
@@ -182,7 +182,7 @@ def test_per_request_nprobe_leaves_the_shared_index_alone(serving_bundle, tmp_pa
                                  weight=0.5))
   r = Retriever.load(out)
   try:
-    ivf = faiss.extract_index_ivf(r._index)  # pylint: disable=protected-access
+    ivf = faiss.extract_index_ivf(r._index.parts[0].index)  # pylint: disable=protected-access
     assert ivf.nlist == 4 and ivf.nprobe == 1
     queries = ["Who designed the tower in Galt?", "When was the river of Arlen built?"]
     everything = r.search(queries, k=10, nprobe=4)  # every list visited: exact
@@ -194,6 +194,26 @@ def test_per_request_nprobe_leaves_the_shared_index_alone(serving_bundle, tmp_pa
     for a, b in zip(everything, flat.search(queries, k=10)):
       assert [h.id for h in a] == [h.id for h in b]
   finally:
+    flat.close()
+
+
+def test_a_compressed_bundle_reranks_exactly_from_its_vectors(serving_bundle, tmp_path):
+  from twotower.eval import faiss_index
+  out = str(tmp_path / "pq")
+  bundle.run(bundle.BundleConfig(
+      model=serving_bundle["model"], reqa=serving_bundle["reqa"], out=out, weight=0.5,
+      index=faiss_index.IndexConfig(type="ivfpq_rerank", nlist=2, train_size=48)))
+  assert any(name.endswith(".vectors.npy") for name in os.listdir(out))
+  compressed, flat = Retriever.load(out), Retriever.load(serving_bundle["bundle"])
+  try:
+    assert "fs" in compressed.manifest["index"]["factory"]
+    queries = ["Who designed the tower in Galt?", "When was the river of Arlen built?"]
+    # Every list visited and every document in the short list (48 <= 10 x 4 x ...): exact.
+    for a, b in zip(compressed.search(queries, k=10, nprobe=2), flat.search(queries, k=10)):
+      assert [h.id for h in a] == [h.id for h in b]
+      np.testing.assert_allclose([h.score for h in a], [h.score for h in b], atol=1e-5)
+  finally:
+    compressed.close()
     flat.close()
 
 

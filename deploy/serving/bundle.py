@@ -167,13 +167,14 @@ def _embed(config: BundleConfig, saved_model: str, work: str) -> str:
 
 
 def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
-  files = faiss_index.embedding_files(embeddings)
-  index = faiss_index.build_index(files, config.index)
-  faiss_index.save_index(index, path)
-  resolved = config.index.resolve(index.ntotal, index.d)
-  return {"factory": resolved.factory_string(), "vectors": int(index.ntotal),
-          "dim": int(index.d),
-          "metric": "inner_product"}
+  """The `twotower index` stage into the bundle (with `ivfpq_rerank`, its float32 vectors
+  beside the index: searches re-rank exactly from them, memory-mapped)."""
+  from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
+  files = index_stage.embedding_files(embeddings)
+  n, d = faiss_index.count_vectors(files)
+  index_stage.run(index_stage.IndexJob(embeddings=embeddings, out=path, index=config.index))
+  return {"factory": config.index.resolve(n, d).factory_string(), "vectors": int(n),
+          "dim": int(d), "metric": "inner_product"}
 
 
 def package_versions() -> dict[str, str]:

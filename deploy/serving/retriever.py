@@ -16,8 +16,10 @@ What a mode does (the batch path each one equals):
           weight (eval.fusion.interpolate)     == `twotower fuse --weight W`
 
 Per-call FAISS parameters (`nprobe`, `ef_search`) go through FAISS's SearchParameters
-objects, so concurrent callers with different settings never race on the shared index (a
-`ParameterSpace.set_index_parameter` would change it for everyone). `k` beyond the corpus
+objects (eval.searcher), so concurrent callers with different settings never race on the
+shared index (a `ParameterSpace.set_index_parameter` would change it for everyone). A bundle
+built with `--type ivfpq_rerank` holds its float32 vectors beside the index: the dense side
+then re-ranks the compressed index's top k x 4 exactly, reading them memory-mapped. `k` beyond the corpus
 returns every document, never a -1 id; a side that finds nothing leaves the hybrid to the
 other.
 
@@ -180,8 +182,8 @@ class Retriever:
     """
     if verify not in VERIFY:
       raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-    import faiss  # pylint: disable=import-outside-toplevel
     from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
+    from twotower.eval import searcher as searcher_lib  # pylint: disable=import-outside-toplevel
     from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
     path = path.rstrip("/")
     manifest = read_manifest(path)
@@ -207,16 +209,14 @@ class Retriever:
       raise BundleError(f"{path}: part 'query_encoder' embeds in {encoder_dim} dims, the "
                         f"manifest says {dim}")
 
-    try:
-      index = faiss.read_index(part(contracts.BUNDLE_INDEX_FILE))
-    except RuntimeError as e:
+    try:  # eval.searcher: per-call parameters, exact re-rank from the vectors beside it
+      index = searcher_lib.load_searcher(part(contracts.BUNDLE_INDEX_FILE))
+    except (RuntimeError, ValueError) as e:
       raise BundleError(f"{path}: part 'index.faiss' does not load: "
                         f"{str(e).splitlines()[0]}") from e
     if index.d != dim or index.ntotal != count:
       raise BundleError(f"{path}: part 'index.faiss' holds {index.ntotal} vectors of dim "
                         f"{index.d}; the manifest says {count} of dim {dim}")
-    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-      raise BundleError(f"{path}: part 'index.faiss' is not an inner-product index")
 
     store = store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE))
     if len(store) != count:
@@ -257,7 +257,7 @@ class Retriever:
   def check(self, request: SearchRequest) -> None:
     """Raises ValueError if `request` cannot run on this bundle (e.g. nprobe on a flat
     index): a server checks before batching, so a bad request fails alone."""
-    self._search_params(*request.params)
+    self._index.check_params(*request.params)
 
   def search(self, queries: Union[str, Sequence[str]], k: int = 10, mode: str = "dense",
              nprobe: Optional[int] = None, ef_search: Optional[int] = None
@@ -332,7 +332,7 @@ class Retriever:
     for params, members in rows.items():
       depth = min(max(self._depth(requests[r]) for r, _ in members), self.size)
       x = vectors[[row for _, row in members]]
-      scores, ids = self._index.search(x, depth, params=self._search_params(*params))
+      scores, ids = self._index.search(x, depth, nprobe=params[0], ef_search=params[1])
       for (r, row), s, i in zip(members, scores, ids):
         # Each request's own depth: a hybrid normalises over exactly `hybrid.depth` hits,
         # whatever deeper request shared its FAISS call.
@@ -368,24 +368,6 @@ class Retriever:
     depth = max(k, self.hybrid_depth)
     fused = fusion.interpolate({"q": sparse.ranked}, {"q": dense.ranked}, self.weight, depth)
     return _Side(fused["q"]).cut(k)
-
-  def _search_params(self, nprobe: Optional[int], ef_search: Optional[int]) -> Any:
-    """A SearchParameters object for this call (None: the index's own settings)."""
-    if nprobe is None and ef_search is None:
-      return None
-    import faiss  # pylint: disable=import-outside-toplevel
-    factory = self.manifest["index"].get("factory", "")
-    if nprobe is not None:
-      if faiss.try_extract_index_ivf(self._index) is None:
-        raise ValueError(f"nprobe applies to IVF indexes; this bundle's index is {factory}")
-      if nprobe < 1:
-        raise ValueError(f"nprobe must be >= 1, got {nprobe}")
-      return faiss.SearchParametersIVF(nprobe=int(nprobe))
-    if "HNSW" not in factory:
-      raise ValueError(f"ef_search applies to HNSW indexes; this bundle's index is {factory}")
-    if ef_search < 1:
-      raise ValueError(f"ef_search must be >= 1, got {ef_search}")
-    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
 
   def _with_text(self, ranked: list[list[Ranked]]) -> list[list[list[Hit]]]:
     ids = [c for per_request in ranked for r in per_request for c in r.candidate_ids]
