@@ -257,7 +257,10 @@ class Retriever:
   def check(self, request: SearchRequest) -> None:
     """Raises ValueError if `request` cannot run on this bundle (e.g. nprobe on a flat
     index): a server checks before batching, so a bad request fails alone."""
-    self._index.check_params(*request.params)
+    try:
+      self._index.check_params(*request.params)
+    except ValueError as e:  # named by the part, not by where the server keeps it
+      raise ValueError(str(e).replace(f"{self.path}/", "")) from e
 
   def search(self, queries: Union[str, Sequence[str]], k: int = 10, mode: str = "dense",
              nprobe: Optional[int] = None, ef_search: Optional[int] = None
