@@ -14,9 +14,10 @@ ReQA candidate's is its title and `texts.candidate_doc_text` of the layout.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from twotower import contracts
+from twotower import io as tio
 from twotower import texts
 from twotower.contracts import codecs
 
@@ -31,24 +32,13 @@ class Lengths:
     return self.tokens / self.count if self.count else 0.0
 
 
-def _batches(items: Iterable[str], size: int = 1024) -> Iterator[list[str]]:
-  batch: list[str] = []
-  for item in items:
-    batch.append(item)
-    if len(batch) == size:
-      yield batch
-      batch = []
-  if batch:
-    yield batch
-
-
 def word_piece_lengths(vocab_path: str, items: Iterable[str]) -> Lengths:
   """Word pieces of each text, summed over `items`."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   tokenizer = Tokenizer.from_file(vocab_path, 8, 8)
   count = tokens = 0
-  for batch in _batches(items):
+  for batch in tio.batched(items, 1024):
     pieces = tokenizer.word_pieces(tf.constant(batch))
     count += len(batch)
     tokens += int(tf.reduce_sum(pieces.row_lengths()))

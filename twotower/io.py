@@ -8,11 +8,12 @@ import json
 import logging
 import os
 import tempfile
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from twotower.contracts import counters as counter_names
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def match_files(pattern: str) -> list[str]:
@@ -204,3 +205,29 @@ def run_beam_job(build: Callable[[Any], None], beam_args: Sequence[str] = (),
   if stats_dir:
     write_json(f"{stats_dir.rstrip('/')}/{layout.STATS_FILE}", stats)
   return stats
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+  """Lists of `size` consecutive items (the last may be shorter): Python 3.12's
+  itertools.batched, for 3.11."""
+  batch: list[T] = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+  """Installed versions of `names` ("not installed" for a missing one): what a result or a
+  retriever bundle records about the stack that made it."""
+  import importlib.metadata  # pylint: disable=import-outside-toplevel
+  versions = {}
+  for name in names:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      versions[name] = "not installed"
+  return versions

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import importlib.metadata
 import logging
 import os
 import platform
@@ -178,13 +177,8 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
 
 
 def package_versions() -> dict[str, str]:
-  versions = {"python": platform.python_version()}
-  for name in RECORDED_PACKAGES:
-    try:
-      versions[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      versions[name] = ""
-  return versions
+  """Python's and RECORDED_PACKAGES' versions, as the manifest records them."""
+  return {"python": platform.python_version(), **tio.package_versions(RECORDED_PACKAGES)}
 
 
 def sha256_of(path: str) -> str:

@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Iterable, Iterator, Optional, TextIO
 
+from twotower import io as tio
 from twotower.deploy.serving.retriever import Hit, Retriever
 
 BATCH = 256  # queries per retriever call for a file
@@ -75,21 +76,10 @@ def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
     yield qid, query
 
 
-def _batches(items: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[str, str]]]:
-  batch: list[tuple[str, str]] = []
-  for item in items:
-    batch.append(item)
-    if len(batch) == size:
-      yield batch
-      batch = []
-  if batch:
-    yield batch
-
-
 def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: TextIO) -> int:
   """Searches every query of `source`, writing a JSON line each to `out`; returns the count."""
   n = 0
-  for batch in _batches(read_queries(source, config.jsonl or "-"), BATCH):
+  for batch in tio.batched(read_queries(source, config.jsonl or "-"), BATCH):
     results = retriever.search([q for _, q in batch], k=config.k, mode=config.mode,
                                nprobe=config.nprobe, ef_search=config.ef_search)
     for (qid, query), hits in zip(batch, results):

@@ -9,7 +9,6 @@ Recalls are in percent; `mean ± std` over seeds where a row has several (popula
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import math
 import os
 import platform
@@ -257,16 +256,6 @@ def machine() -> dict[str, str]:
   return info
 
 
-def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
-  versions = {}
-  for name in names:
-    try:
-      versions[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      versions[name] = "not installed"
-  return versions
-
-
 def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
                  results_dir: str, sections: Sequence[str]) -> str:
   """README.md: command, what the grid is, results, machine, packages, cells and time."""
@@ -294,7 +283,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   lines += ["## Machine and packages", "",
             f"{m.get('cpu', '?')}, {m['cores']} cores, {m.get('ram', '?')} RAM; {m['os']}; "
             f"Python {m['python']}.", "", "| package | version |", "|---|---|"]
-  lines += [f"| {k} | {v} |" for k, v in package_versions().items()]
+  lines += [f"| {k} | {v} |" for k, v in tio.package_versions(PACKAGES).items()]
   wall = sum((d or {}).get("seconds", 0.0) for d in done.values())
   cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
