@@ -145,8 +145,10 @@ def test_cli_refuses_wrong_inputs_in_one_line(tmp_path, capsys):
            (f"{dump},{dump}", "matched by two inputs"),
            (empty, "no page or document read"),
            (f"{dump},{empty}", "no page or document read")]
-  for dump_arg, message in cases:
-    code = cli.main(["pairs", "--dump", dump_arg, "--out", str(tmp_path / "out")])
+  for i, (dump_arg, message) in enumerate(cases):
+    # One folder per case: a stage owns its output folder, so a second run with other
+    # inputs into the first one's folder would be refused for that reason instead.
+    code = cli.main(["pairs", "--dump", dump_arg, "--out", str(tmp_path / f"out-{i}")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1, dump_arg
     assert len(err) == 1 and err[0].startswith("twotower pairs: error:") and message in err[0], err
