@@ -1,0 +1,151 @@
+"""Which files a `--dump` comma list names, and in which format: MediaWiki XML dumps,
+WikiExtractor output (text or `--json`) or JSONL documents, sniffed from the first bytes of
+each file (pipelines.textdocs reads the text formats; pipelines.wikidump the dumps). Also the
+id space of each input: a text input's page ids move into a range of their own, so that
+several inputs in one run cannot collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Optional
+
+from apache_beam.io.filesystems import FileSystems
+
+from twotower import io as tio
+from twotower.contracts import counters as C
+from twotower.pipelines import wikidump
+
+FORMATS = ("mediawiki", "wikiextractor", "wikiextractor-json", "jsonl")
+MEDIAWIKI, WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, JSONL = FORMATS
+
+#: Width of each text input's page-id range (ids of input i: (i + 1) * stride + id). 1e10 is
+#: far above any wiki's page ids, and (index + 1) * 1e10 << 20 fits passage_uid's int64 for
+#: up to 800 inputs.
+TEXT_ID_STRIDE = 10_000_000_000
+#: Bytes of a file read to decide its format.
+SNIFF_BYTES = 1 << 16
+
+_XML_DECLARATION = re.compile(r"<\?xml[^>]*\?>\s*(?:<!--.*?-->\s*)*", re.DOTALL)
+_XML_ROOT = re.compile(r"<([A-Za-z_][\w.:-]*)")
+#: The opening line of a WikiExtractor document (pipelines.textdocs reads its attributes).
+DOC_OPEN = re.compile(r"<doc\b(?P<attrs>[^\n]*)>\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputFile:
+  """One file of a `--dump` comma list: its format and the position of its glob."""
+  path: str
+  format: str
+  index: int     # position of the glob that matched it in the comma list, from 0
+  pattern: str   # that glob
+
+  @property
+  def id_offset(self) -> int:
+    return 0 if self.format == MEDIAWIKI else (self.index + 1) * TEXT_ID_STRIDE
+
+
+def input_of(page_id: int) -> Optional[int]:
+  """The comma-list position of the text input a page id comes from; None for dump pages."""
+  space = page_id // TEXT_ID_STRIDE
+  return space - 1 if space > 0 else None
+
+
+def per_input_counter(page_id: int, name: str) -> str:
+  """`input<k>_<name>` for a page of text input k, `mediawiki_<name>` for a dump page."""
+  index = input_of(page_id)
+  return C.MEDIAWIKI_PREFIX + name if index is None else C.per_input(index, name)
+
+# ---------------------------------------------------------------------------------------------
+# Which files, in which format.
+# ---------------------------------------------------------------------------------------------
+
+
+def _head(path: str) -> str:
+  """The first SNIFF_BYTES of the decompressed file, decoded leniently."""
+  try:
+    with wikidump._open_decompressed(path) as stream:  # pylint: disable=protected-access
+      read = getattr(stream, "read1", stream.read)
+      pieces, size = [], 0
+      while size < SNIFF_BYTES:
+        try:
+          piece = read(SNIFF_BYTES - size)
+        except wikidump._DECOMPRESSION_ERRORS as e:  # pylint: disable=protected-access
+          if not pieces:
+            raise ValueError(f"{path}: cannot be decompressed ({type(e).__name__}: {e}); "
+                             "is it the file you meant?") from None
+          break
+        if not piece:
+          break
+        pieces.append(piece)
+        size += len(piece)
+  except OSError as e:
+    raise ValueError(f"{path}: cannot be read: {e}") from None
+  return b"".join(pieces).decode("utf-8", errors="replace")
+
+
+def sniff_format(path: str) -> str:
+  """The format of a file (one of FORMATS) from its first bytes; ValueError naming the file
+  and saying what was found when it is none of them."""
+  head = _head(path).lstrip("\ufeff \t\r\n")
+  if not head:
+    raise ValueError(f"{path}: empty file; give a MediaWiki dump, WikiExtractor output or "
+                     "JSONL documents")
+  first_lines = [line for line in head.split("\n")[:-1] if line.strip()][:5]
+  if any(DOC_OPEN.match(line) for line in first_lines):
+    return WIKIEXTRACTOR  # (a stray line or two before the first <doc> is counted, not fatal)
+  if head.startswith("<"):
+    body = _XML_DECLARATION.sub("", head, count=1) if head.startswith("<?xml") else head
+    root = _XML_ROOT.match(body)
+    name = root.group(1) if root else body[:20]
+    if name.rpartition(":")[2] == "mediawiki":
+      return MEDIAWIKI
+    raise ValueError(
+        f"{path}: an XML file whose root is <{name}>, not a MediaWiki export (<mediawiki>, a "
+        "pages-articles*.xml dump) nor WikiExtractor output (<doc ...>)")
+  if head.startswith("{"):
+    line = head.split("\n", 1)[0]
+    try:
+      record = json.loads(line)
+    except ValueError:
+      raise ValueError(f"{path}: starts with '{{' but its first line is not a JSON object; "
+                       "JSONL documents need one object per line") from None
+    if not isinstance(record, dict) or "text" not in record:
+      keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+      raise ValueError(f"{path}: JSON lines without a 'text' field (first line: {keys}); "
+                       "JSONL documents need 'id', 'title' and 'text'")
+    return WIKIEXTRACTOR_JSON if "url" in record else JSONL
+  raise ValueError(f"{path}: not a MediaWiki dump, WikiExtractor output or JSONL documents "
+                   f"(it starts with {head[:40]!r})")
+
+
+def match_inputs(pattern: str) -> list[InputFile]:
+  """Every file of a `--dump` comma list of globs, with its format; errors (naming the glob
+  or file, and what to do) for a glob that matches nothing, a directory, a file matched by
+  two globs, or a file in no known format."""
+  entries = [p.strip() for p in pattern.split(",") if p.strip()]
+  if not entries:
+    raise ValueError(f"--dump {pattern!r} names no file")
+  files: list[InputFile] = []
+  seen: dict[str, str] = {}
+  for index, entry in enumerate(entries):
+    if tio.is_local(entry) and os.path.isdir(entry):
+      raise ValueError(f"{entry} is a directory; give the files in it as a glob, e.g. "
+                       f"--dump '{entry.rstrip('/')}/*.bz2'")
+    paths = [m.path for m in FileSystems.match([entry])[0].metadata_list]
+    if not paths:
+      what = f"(one of the inputs of --dump {pattern!r})" if len(entries) > 1 else ""
+      raise FileNotFoundError(f"no file matches {entry!r} {what}".rstrip())
+    for path in sorted(set(paths), key=lambda p: (os.path.basename(p), p)):
+      if tio.is_local(path) and os.path.isdir(path):
+        raise ValueError(f"{path} (matched by {entry!r}) is a directory; make the glob match "
+                         "files only")
+      if path in seen:
+        raise ValueError(f"{path} is matched by two inputs, {seen[path]!r} and {entry!r}: it "
+                         "would be read twice")
+      seen[path] = entry
+      files.append(InputFile(path, sniff_format(path), index, entry))
+  return files
