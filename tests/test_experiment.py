@@ -110,6 +110,56 @@ def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
   assert untrained.params["config"]["model"]["encoder"] == "bow_mlp"
 
 
+def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
+  """Issue 22: the 0 % column evaluates each pre-trained row's exported towers, never
+  fine-tuned, on `all`; rows with no towers before fine-tuning have no zero-shot entry."""
+  spec = grid.load("cpu-small")
+  the_plan, entries = plan.plan(spec, INPUTS)
+  zero = [e for e in entries if e.table == "3" and e.ratio == 0]
+  assert {e.split for e in zero} == {"all"}
+  assert {e.system for e in zero} == {"bm25", "ict", "bfs", "wlp", "ict+bfs+wlp",
+                                      "ict+bfs+wlp-pooled", "bow-mlp-ict+bfs+wlp"}
+  assert sorted(e.seed for e in zero if e.system == "ict") == [0, 1, 2]
+  cell = the_plan["eval/squad/ict/base/r0/s0"]
+  assert cell.deps["model"] == "pretrain/ict/base/s0" and cell.params["splits"] == ["all"]
+  assert the_plan["pretrain/ict/base/s0"].params["export"] is True
+  assert "export" not in the_plan["pretrain/mlm/base/s0"].params  # MLM exports no towers
+  # Rows that differ in fine-tuning only have no zero-shot entry: their pre-training's row
+  # has it (the same towers).
+  assert not [e for e in entries if e.system == "ict+bfs+wlp-hn" and e.ratio == 0]
+  assert [e for e in entries if e.system == "ict+bfs+wlp-large" and e.ratio == 0]
+  assert "all" in the_plan["bm25/squad"].params["splits"]
+  # Zero-shot trains on nothing: no hard negatives of a ratio 0, no fine-tuning cell.
+  assert 0 not in the_plan["hardneg/squad/k1"].params["ratios"]
+  assert not [c for c in the_plan.of_kind("finetune") if c.params["ratio"] == 0]
+
+
+def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabulary():
+  spec = grid.load("cpu-small")
+  assert spec.data.pretrain_text_from_squad is False
+  the_plan, _ = plan.plan(spec, INPUTS)
+  control = the_plan["pretrain/ict+bfs+wlp-pooled+squad/base/s0"]
+  assert control.deps["pairs"] == "pairs/wiki+squad"
+  assert the_plan["pairs/wiki+squad"].params["squad_text"] == INPUTS.squad
+  assert the_plan["pairs/wiki"].params["squad_text"] == ""
+  assert control.deps["vocab"] == "vocab/wiki" and the_plan["vocab/wiki"].deps == {
+      "pairs": "pairs/wiki"}
+  base = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"]
+  assert base.deps["pairs"] == "pairs/wiki"
+  assert control.params["config"] == base.params["config"]  # only the text differs
+
+
+def test_bow_mlp_rows_share_towers_like_the_transformer_rows_unless_labelled():
+  spec = grid.load("cpu-small")
+  the_plan, _ = plan.plan(spec, INPUTS)
+  model = lambda name: the_plan[name].params["config"]["model"]  # noqa: E731
+  assert model("finetune/squad/ict/base/r5/s0")["shared_towers"] is True
+  assert model("finetune/squad/bow-mlp/base/r5/s0")["shared_towers"] is True
+  assert model("pretrain/bow-mlp-ict+bfs+wlp/base/s0")["shared_towers"] is True
+  assert model("finetune/squad/bow-mlp-separate/base/r5/s0")["shared_towers"] is False
+  assert "separate" in spec.systems["bow-mlp-separate"].encoder
+
+
 def test_a_narrowed_run_makes_the_whole_grids_cells():
   """--ratios / --tables pick cells of the whole grid: BM25 and hard negatives serve every
   ratio, so narrowing must not give them new keys (their results would not count later)."""
