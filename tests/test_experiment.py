@@ -147,6 +147,22 @@ def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabula
   base = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"]
   assert base.deps["pairs"] == "pairs/wiki"
   assert control.params["config"] == base.params["config"]  # only the text differs
+  # Table 1 gives both texts' composition.
+  assert the_plan["datastats/squad"].deps["control_pairs"] == "pairs/wiki+squad"
+
+
+def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
+  from twotower.eval import data_stats
+  from twotower.pipelines import inputs, squad_dump
+  assert data_stats.source_of(12) == "mediawiki"
+  assert data_stats.source_of(squad_dump.SQUAD_PAGE_ID_BASE + 3) == data_stats.QA_ARTICLES
+  assert data_stats.source_of(2 * inputs.TEXT_ID_STRIDE + 5) == "input1"
+  row = {"task": "ict", "pairs": 8, "tokens": 80, "query_length": 3.0, "doc_length": 7.0,
+         "by_input": {"mediawiki": 2, "input1": 4, data_stats.QA_ARTICLES: 2}}
+  text = data_stats.markdown([dict(row, by_input={"mediawiki": 2, "input1": 6})], [],
+                             control=[row])
+  assert "| ICT | 6 (75.0 %) | 2 (25.0 %) |" in text  # the grid's text: no QA articles
+  assert "| ICT | 4 (50.0 %) | 2 (25.0 %) | 2 (25.0 %) |" in text  # the control row's
 
 
 def test_bow_mlp_rows_share_towers_like_the_transformer_rows_unless_labelled():

@@ -67,8 +67,12 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
 def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import data_stats
   vocab = _vocab_file(cell, ctx)
-  return {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
-          "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab, cell.params["doc_text"])}
+  out_stats = {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
+               "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab,
+                                           cell.params["doc_text"])}
+  if "control_pairs" in cell.deps:  # the control row's pre-training text
+    out_stats["table1_control"] = data_stats.table1(ctx.dep(cell, "control_pairs"), vocab)
+  return out_stats
 
 
 def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:

@@ -158,6 +158,7 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   data = spec.data
 
   def pairs_cell(squad_text: bool) -> str:
+    squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
     params = {"dump": inputs.dump, "squad_text": inputs.squad if squad_text else "",
               "pairs": dict(data.pairs), "passages": dict(data.passages),
               "heldout_percent": data.heldout_percent}
@@ -165,7 +166,7 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
       params["corpus"] = inputs.corpus
     # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
     # without the QA file's articles) is a second pair set beside it.
-    other = squad_text != data.pretrain_text_from_squad
+    other = squad_text != (data.pretrain_text_from_squad and bool(inputs.squad))
     return p.add("pairs", "pairs/wiki" + ("+squad" if squad_text else "-squad") * other,
                  params)
 
@@ -265,12 +266,20 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
                   "splits": eval_splits(ratio), "doc_text": data.doc_text},
                  {"model": model, "reqa": reqa})
 
+  # The control row's pair set (the QA articles' text in, or out), planned here so that Table 1
+  # gives its composition beside the grid's.
+  texts_used = {spec.squad_text_in_pretraining(spec.systems[row.system])
+                for table in spec.tables for row in table.rows
+                if spec.pretraining_of(spec.systems[row.system]).pretrained}
+  stats_deps = {"pairs": pairs, "vocab": vocab}
+  if inputs.squad and (not data.pretrain_text_from_squad) in texts_used:
+    stats_deps["control_pairs"] = pairs_cell(not data.pretrain_text_from_squad)
   for dataset, path in inputs.datasets():
     reqa = p.add("reqa", f"reqa/{dataset}", {"source": dataset, "path": path,
                                              "doc_text": data.doc_text,
                                              "open_candidates": 0})
     p.add("datastats", f"datastats/{dataset}", {"dataset": dataset, "doc_text": data.doc_text},
-          {"pairs": pairs, "vocab": vocab, "reqa": reqa})
+          {**stats_deps, "reqa": reqa})
     open_reqa = None
     for table in spec.tables:
       target = reqa

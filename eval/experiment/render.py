@@ -194,7 +194,8 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   stats = [(name, d) for name, d in stats if d]
   if stats:
     from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
-    text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats])
+    text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats],
+                               control=stats[0][1].get("table1_control"))
     tio.write_text(os.path.join(results_dir, "tables1-2.md"), text)
     sections.append(text)
   for table in spec.tables:
