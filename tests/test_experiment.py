@@ -374,12 +374,13 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
                             "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0",
                             "hardneg/squad/k1", "finetune/squad/ict-hn/base/r80/s0",
-                            "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0"}
+                            "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0",
+                            "eval/squad/ict/base/r0/s0"}
   assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
   assert "| BM25 | - |" in md and "| Transformer | ICT |" in md and "| BM25 + Transformer |" in md
-  assert "80%/20% R@1" in md
+  assert "80%/20% R@1" in md and "zero-shot R@1" in md
   assert (results / "table3-squad-r80.png").read_bytes()[:4] == b"\x89PNG"
   data = json.loads((results / "results.json").read_text())
   assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "ict-hn", "hybrid"}
@@ -387,8 +388,13 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert all(0.0 <= v <= 1.0 for v in a["mean"].values())
     assert a["mean"]["R@1"] <= a["mean"]["R@10"] <= a["mean"]["R@100"]
     assert a["questions"] > 0 and a["candidates"] > 0
-  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25")
+  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25" and a["ratio"] == 80)
   assert bm25["mean"]["R@100"] > 0.5        # BM25 finds these lexical questions
+  # Zero-shot: the pre-trained towers themselves, exported by pre-training, on every question;
+  # the row that only fine-tunes differently has no entry of its own there.
+  zero = {a["system"]: a for a in data["aggregates"] if a["ratio"] == 0}
+  assert set(zero) == {"bm25", "ict"}
+  assert zero["ict"]["questions"] == zero["bm25"]["questions"] > bm25["questions"]
   the_plan = plan.plan(experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0]
   fuse = execute.read_done(execute.cell_dir(str(work),
                                             the_plan["fuse/squad/hybrid/base/r80/s0"]))
@@ -420,7 +426,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     retriever.close()
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "13 of 13 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "14 of 14 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
@@ -436,7 +442,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
-  assert "13 of 13 cells done" in (results / "README.md").read_text()
+  assert "14 of 14 cells done" in (results / "README.md").read_text()
 
   # The work directory lost, the results directory kept: the finished cells come back from
   # its cells.json; a missing result runs again with what it needs, and (training being
@@ -455,7 +461,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 13:]} == {"skipped"}
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 14:]} == {"skipped"}
 
 
 def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):

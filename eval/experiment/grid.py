@@ -61,6 +61,9 @@ class System:
       control row that shows what the test articles' text is worth.
     fuse: rows of a hybrid: the first (BM25), then its partner, or several candidate
       partners of which the validation split chooses one; fusion: its method.
+    tune_metric, min_tune_questions, untuned_weight: a hybrid's weight maximises
+      `tune_metric` on the validation split (eval.fusion); a split with fewer questions than
+      `min_tune_questions` tunes nothing: `untuned_weight` and the first partner.
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -77,6 +80,9 @@ class System:
   pretrain_text_from_squad: Optional[bool] = None
   fuse: tuple[str, ...] = ()
   fusion: str = "interpolate"
+  tune_metric: str = "mean_R@k"
+  min_tune_questions: int = 50
+  untuned_weight: float = 0.5
   note: str = ""
 
   @property

@@ -254,11 +254,9 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
                    {"system": system.name, "method": system.fusion, "ratio": ratio,
                     "seed": seed, "splits": eval_splits(ratio),
                     "tune_split": contracts.validation_split(ratio),
-                    # eval.fusion: the mean of R@1..100, never R@100 alone (it traded R@1
-                    # away); under 50 validation questions (the 1 % ratio's 18), an even
-                    # weight, untuned, recorded as such.
-                    "tune_metric": "mean_R@k", "min_tune_questions": 50,
-                    "untuned_weight": 0.5},
+                    "tune_metric": system.tune_metric,
+                    "min_tune_questions": system.min_tune_questions,
+                    "untuned_weight": system.untuned_weight},
                    {**deps, "reqa": reqa})
     model = finetune(system, variant, train_reqa, dataset, ratio, seed)
     return p.add("eval", f"eval/{tag}",
