@@ -7,7 +7,9 @@ the left instead, the number their length is chosen by.
       --out docs/results/pretrain_cpu_small_curve.png
 
 `plot(curves, out)` draws histories a caller already holds (`TrainResult.history`);
-`run(CurvesConfig)` reads them from run dirs (history.csv, config.yaml).
+`run(CurvesConfig)` reads them from run dirs (history.csv, config.yaml). `table(curves)` gives
+the plotted metric as a Markdown table (`--table FILE.md`), so that the numbers a page quotes
+come from the runs, not from a reading of the figure.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class CurvesConfig:
   runs: tuple[tuple[str, str], ...]
   out: str
   title: str = ""
+  table: str = ""   # also write the plotted metric as a Markdown table here
+  every: int = 0    # the table's steps: every `every` steps (0: every checkpoint)
 
 
 def load(run_dir: str) -> Curve:
@@ -92,10 +96,37 @@ def plot(curves: Mapping[str, Curve], out: str, title: str = "") -> str:
   return out
 
 
+def plotted_metric(curves: Mapping[str, Curve]) -> str:
+  """The history column the left panel shows: validation Recall@100, else held-out accuracy."""
+  if all("val_R@100" in c.history for c in curves.values()):
+    return "val_R@100"
+  return "val_in_batch_accuracy"
+
+
+def table(curves: Mapping[str, Curve], every: int = 0) -> str:
+  """The plotted metric of each run at each step (every `every` steps) as Markdown: one row
+  per run, one column per step; blank where a run has no checkpoint at that step."""
+  metric = plotted_metric(curves)
+  values = {label: dict(zip(c.history["step"], c.history.get(metric, ())))
+            for label, c in curves.items()}
+  steps = sorted({int(s) for v in values.values() for s in v
+                  if not every or int(s) % every == 0})
+  percent = metric == "val_R@100"
+  lines = [f"| {metric} at step | " + " | ".join(f"{s:,}" for s in steps) + " |",
+           "|---|" + "---:|" * len(steps)]
+  for label, by_step in values.items():
+    cells = [("" if s not in by_step else
+              f"{100 * by_step[s]:.1f}" if percent else f"{by_step[s]:.3f}") for s in steps]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def run(config: CurvesConfig) -> str:
-  """Plots the runs of `config`; returns the PNG path."""
-  return plot({label: load(run_dir) for label, run_dir in config.runs}, config.out,
-              config.title)
+  """Plots the runs of `config` (and writes their table); returns the PNG path."""
+  curves = {label: load(run_dir) for label, run_dir in config.runs}
+  if config.table:
+    tio.write_text(config.table, table(curves, config.every))
+  return plot(curves, config.out, config.title)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,21 @@ def test_curves_plot_a_result_and_a_run_dir(workdir, pretrained, tmp_path, capsy
   assert cli.main(["curves", "--run", result.out, "--out", str(tmp_path / "c.png")]) == 2
 
 
+def test_curves_table_gives_the_histories_numbers(tmp_path):
+  """The table a page quotes is the runs' own numbers, at the steps asked for."""
+  from twotower.model import curves
+  runs = {"ICT": curves.Curve({"step": [100, 200, 300, 400],
+                               "val_in_batch_accuracy": [0.1, 0.25, 0.3, 0.3125]}, 64),
+          "BFS": curves.Curve({"step": [200, 400], "val_in_batch_accuracy": [0.05, 0.0625]}, 64)}
+  assert curves.table(runs, every=200).splitlines() == [
+      "| val_in_batch_accuracy at step | 200 | 400 |", "|---|---:|---:|",
+      "| ICT | 0.250 | 0.312 |", "| BFS | 0.050 | 0.062 |"]
+  full = curves.table(runs)
+  assert "| BFS |  | 0.050 |  | 0.062 |" in full  # no checkpoint at 100 and 300: blank
+  recall = {"80 %": curves.Curve({"step": [50], "val_R@100": [0.6912]}, 64)}
+  assert "| 80 % | 69.1 |" in curves.table(recall)
+
+
 def test_run_takes_a_job_not_argv():
   with pytest.raises(TypeError, match="takes a PretrainJob"):
     pretrain.run(["--config", "tiny"])

@@ -16,6 +16,10 @@ def build_parser() -> argparse.ArgumentParser:
                  help="a run dir with history.csv and config.yaml (repeatable)")
   p.add_argument("--out", required=True, help="PNG path")
   p.add_argument("--title", default="", help="figure title")
+  p.add_argument("--table", default="",
+                 help="also write the plotted metric as a Markdown table to this file")
+  p.add_argument("--every", type=int, default=0,
+                 help="the table's steps: every N steps (default: every checkpoint)")
   return p
 
 
@@ -28,7 +32,8 @@ def parse(argv: Iterable[str] | None) -> curves.CurvesConfig:
     if not sep or not label or not run_dir:
       p.error(f"--run {item!r}: expected LABEL=DIR")
     runs.append((label, run_dir))
-  return curves.CurvesConfig(runs=tuple(runs), out=args.out, title=args.title)
+  return curves.CurvesConfig(runs=tuple(runs), out=args.out, title=args.title,
+                            table=args.table, every=args.every)
 
 
 def main(argv: Iterable[str] | None = None) -> None:
