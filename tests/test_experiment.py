@@ -169,13 +169,14 @@ def test_aggregate_and_tables_in_the_papers_layouts():
   aggs = render.aggregate(entries, values)
   ict = next(a for a in aggs if a.system == "ict" and a.table == "3")
   assert ict.seeds == (0, 1, 2) and ict.mean["R@1"] == pytest.approx(0.2)
-  assert ict.std["R@1"] == pytest.approx((2 / 300) ** 0.5)   # population std
+  # The sample standard deviation (n - 1): sqrt((0.01 + 0 + 0.01) / 2).
+  assert ict.std["R@1"] == pytest.approx(0.1)
   t3 = next(t for t in spec.tables if t.id == "3")
   lines = render.markdown_table(spec, grid.Table("3", "t", t3.rows, (5,)),
                                 [a for a in aggs if a.table == "3"]).splitlines()
   assert lines[0] == "| Encoder | Pre-training | 5%/95% R@1 | R@5 | R@10 | R@50 | R@100 |"
   assert lines[2] == "| BM25 | - | 40.00 | 40.00 | 40.00 | 80.00 | 80.00 |"
-  assert lines[3].startswith("| Transformer | ICT | 20.00 ± 8.16 | ")
+  assert lines[3].startswith("| Transformer | ICT | 20.00 ± 10.00 | ")
   t5 = next(t for t in spec.tables if t.id == "5")
   lines = render.markdown_table(spec, grid.Table("5", "t", t5.rows, (5,), layout="r100"),
                                 [a for a in aggs if a.table == "5"]).splitlines()
