@@ -99,9 +99,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     tio.write_json(records_file, records)
     render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
-      render.update_block(config.readme, spec.name, written.summary)
-      if written.reading_summary:  # a README without the reading's block keeps its text
-        render.update_block(config.readme, f"{spec.name}-reading", written.reading_summary)
+      render.update_blocks(config.readme, spec.name, written)
 
   if config.render_only:
     # What a narrowed or interrupted run has left, shown against the whole grid.

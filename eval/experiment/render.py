@@ -182,6 +182,7 @@ class Written:
   sections: list[str]
   summary: str
   reading_summary: str = ""
+  tables1_2: str = ""           # tables1-2.md ("" without a datastats cell)
 
 
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
@@ -201,12 +202,13 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
   """What `write_tables` writes, from the result records (`collect`), the datastats records
   [(dataset, record)] and the pre-training records."""
   aggs = aggregate(entries, values)
-  sections, kept = [], []
+  sections, kept, tables1_2 = [], [], ""
   if stats:
     from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
     text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats])
     tio.write_text(os.path.join(results_dir, "tables1-2.md"), text)
     sections.append(text)
+    tables1_2 = text
   for table in spec.tables:
     for dataset in sorted({e.dataset for e in entries if e.table == table.id}):
       these = [a for a in aggs if a.table == table.id and a.dataset == dataset]
@@ -241,7 +243,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
   readings.write(spec, results, pretrain_records, results_dir)
   reading_summary = (readings.summary_markdown(spec, readings.compare(spec, results))
                      if spec.readings else "")
-  return Written(sections, summary, reading_summary)
+  return Written(sections, summary, reading_summary, tables1_2)
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
@@ -267,10 +269,18 @@ def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
   written = write_results(spec, entries, values, stats, pretrain, results_dir)
   replace_readme_results(os.path.join(results_dir, "README.md"), written.sections)
   if readme:
-    update_block(readme, spec.name, written.summary)
-    if written.reading_summary:
-      update_block(readme, f"{spec.name}-reading", written.reading_summary)
+    update_blocks(readme, spec.name, written)
   return written
+
+
+def update_blocks(path: str, grid_name: str, written: Written) -> None:
+  """Refreshes, in the file `path`, the blocks a grid's results fill: `results:<grid>` (the
+  summary), and where the file has them `results:<grid>-reading` (the reading's claim lines)
+  and `results:<grid>-tables1-2`."""
+  update_block(path, grid_name, written.summary)
+  for suffix, text in (("reading", written.reading_summary), ("tables1-2", written.tables1_2)):
+    if text:
+      update_block(path, f"{grid_name}-{suffix}", text)
 
 
 def replace_readme_results(path: str, sections: Sequence[str]) -> bool:
