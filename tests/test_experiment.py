@@ -357,6 +357,10 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "twotower experiment --grid tiny" in readme
   assert "13 of 13 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
+  # The grid's claim is read from the results: one seed, so an observation either way.
+  reading = (results / "reading.md").read_text()
+  assert "### hybrid-over-bm25" in reading and "**holds, resolved**" not in reading.split(
+      "## Claims")[1] and "**observation, " in reading
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
 
@@ -367,7 +371,8 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   # summary lands in a project README's block.
   (results / "README.md").unlink()
   project_readme = tmp_path / "PROJECT.md"
-  project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n")
+  project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n"
+                            "<!-- results:tiny-reading -->\n<!-- /results:tiny-reading -->\n")
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
@@ -387,7 +392,9 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rerun = json.loads((results / "results.json").read_text())
   assert rerun["aggregates"] == data["aggregates"]
   block = project_readme.read_text()
-  assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
+  assert "\nold\n" not in block and "<!-- /results:tiny -->\nend\n" in block
+  # The reading's claim lines link to reading.md from where the README is.
+  assert "| [hybrid-over-bm25](results/reading.md#hybrid-over-bm25): " in block
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
   assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 13:]} == {"skipped"}

@@ -198,4 +198,5 @@ def test_results_page_types_no_number_of_the_grid():
   results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
   spec = grid.load("cpu-small")
   assert blocks["cpu-small-reading"] == \
-      readings.summary_markdown(spec, readings.compare(spec, results)).strip()
+      readings.summary_markdown(spec, readings.compare(spec, results),
+                                "results/cpu-small/reading.md").strip()

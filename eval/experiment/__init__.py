@@ -99,7 +99,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     tio.write_json(records_file, records)
     render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
-      render.update_blocks(config.readme, spec.name, written)
+      render.update_blocks(config.readme, spec, written, results_dir)
 
   if config.render_only:
     # What a narrowed or interrupted run has left, shown against the whole grid.

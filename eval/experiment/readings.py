@@ -233,15 +233,15 @@ def _counts(comparisons: Sequence[Comparison]) -> dict[str, int]:
   return {v: sum(1 for c in comparisons if c.verdict == v) for v in VERDICTS}
 
 
-def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison]) -> str:
+def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: str = "") -> str:
   """One line per claim: how many of its comparisons got each verdict (no recall in it: the
-  numbers are in reading.md)."""
+  numbers are in reading.md, at `link`: "" within reading.md itself)."""
   lines = ["| claim | source | " + " | ".join(VERDICTS) + " |",
            "|---|---|" + "---:|" * len(VERDICTS)]
   for claim in spec.readings:
     counts = _counts([c for c in comparisons if c.claim == claim.id])
     if any(counts.values()):
-      lines.append(f"| [{claim.id}](results/{spec.name}/{READING_FILE}#{claim.id}): "
+      lines.append(f"| [{claim.id}]({link}#{claim.id}): "
                    f"{claim.sentence} | {claim.source} | "
                    + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
   return "\n".join(lines) + "\n"
@@ -300,8 +300,7 @@ def markdown(spec: GridSpec, results: Mapping, pretrain_records: Iterable[Mappin
            f"`readings:` of `eval/experiment/grids/{spec.name}.yaml`. Do not edit by hand: "
            f"`python -m twotower.eval.experiment.rerender --grid {spec.name} --results_dir "
            f"docs/results/{spec.name}` writes it again.", "", "## The rule", "", RULE, "",
-           "## Summary", "", summary_markdown(spec, comparisons).replace(
-               f"results/{spec.name}/{READING_FILE}", ""), "## Claims", ""]
+           "## Summary", "", summary_markdown(spec, comparisons), "## Claims", ""]
   for claim in spec.readings:
     these = [c for c in comparisons if c.claim == claim.id]
     if these:

@@ -181,8 +181,8 @@ class Written:
   reading's summary (reading.md's claim lines; "" for a grid without readings)."""
   sections: list[str]
   summary: str
-  reading_summary: str = ""
   tables1_2: str = ""           # tables1-2.md ("" without a datastats cell)
+  readings: tuple = ()          # the reading's comparisons (readings.Comparison)
 
 
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
@@ -241,9 +241,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
                           for e in entries if (e.cell, e.split) in values]}
   tio.write_json(os.path.join(results_dir, "results.json"), results)
   readings.write(spec, results, pretrain_records, results_dir)
-  reading_summary = (readings.summary_markdown(spec, readings.compare(spec, results))
-                     if spec.readings else "")
-  return Written(sections, summary, reading_summary, tables1_2)
+  return Written(sections, summary, tables1_2, tuple(readings.compare(spec, results)))
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
@@ -269,18 +267,21 @@ def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
   written = write_results(spec, entries, values, stats, pretrain, results_dir)
   replace_readme_results(os.path.join(results_dir, "README.md"), written.sections)
   if readme:
-    update_blocks(readme, spec.name, written)
+    update_blocks(readme, spec, written, results_dir)
   return written
 
 
-def update_blocks(path: str, grid_name: str, written: Written) -> None:
+def update_blocks(path: str, spec: GridSpec, written: Written, results_dir: str) -> None:
   """Refreshes, in the file `path`, the blocks a grid's results fill: `results:<grid>` (the
-  summary), and where the file has them `results:<grid>-reading` (the reading's claim lines)
-  and `results:<grid>-tables1-2`."""
-  update_block(path, grid_name, written.summary)
-  for suffix, text in (("reading", written.reading_summary), ("tables1-2", written.tables1_2)):
+  summary), and where the file has them `results:<grid>-reading` (the reading's claim lines,
+  linked to reading.md) and `results:<grid>-tables1-2`."""
+  update_block(path, spec.name, written.summary)
+  link = os.path.relpath(os.path.join(results_dir, readings.READING_FILE),
+                         os.path.dirname(os.path.abspath(path)))
+  reading = readings.summary_markdown(spec, written.readings, link) if spec.readings else ""
+  for suffix, text in (("reading", reading), ("tables1-2", written.tables1_2)):
     if text:
-      update_block(path, f"{grid_name}-{suffix}", text)
+      update_block(path, f"{spec.name}-{suffix}", text)
 
 
 def replace_readme_results(path: str, sections: Sequence[str]) -> bool:
