@@ -101,6 +101,7 @@ def verdict(a: Side, b: Side, expect: str = "higher") -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
+  """One claim's pair of rows at one ratio on one metric, and its verdict."""
   claim: str
   dataset: str
   ratio: int
@@ -121,10 +122,15 @@ def _per_seed(results: Mapping) -> dict[tuple, dict[int, Mapping[str, float]]]:
 
 
 def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
+  """The row as the tables name it ("Transformer, ICT (L4 / d128)"), plus the table and the
+  seeds where the claim reads another table or some seeds only."""
   system = spec.systems.get(ref.system)
-  label = system.encoder if system is None or system.pretraining in ("", "-") else \
-      f"{system.encoder}, {system.pretraining}"
-  label = label if system else ref.system
+  if system is None:
+    label = ref.system
+  elif system.pretraining in ("", "-"):
+    label = system.encoder
+  else:
+    label = f"{system.encoder}, {system.pretraining}"
   if ref.variant != grid_lib.BASE_VARIANT:
     label += f" ({spec.variants[ref.variant].label})"
   if ref.table and ref.table != claim_table:
@@ -251,13 +257,15 @@ def _claim_section(claim: Claim, comparisons: Sequence[Comparison]) -> list[str]
   relation = ">" if claim.expect == "higher" else "<"
   lines = [f'<a id="{claim.id}"></a>', f"### {claim.id}", "",
            f"> {claim.sentence}", "", f"Source: {claim.source}. Read from Table {claim.table}; "
-           f"claimed: A {relation} B. Recalls in percent.", "",
+           f"claimed: A {relation} B. Metrics in percent.", "",
            "| A | B | ratio | metric | A | B | A − B | A / B | 2 × max SD | verdict |",
            "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+  several_datasets = len({c.dataset for c in comparisons}) > 1
   for c in comparisons:
+    where = f"{c.ratio} %" + (f" ({c.dataset})" if several_datasets else "")
     bar = f"{2 * max(c.a.sd, c.b.sd):.2f}" if c.a.measured and c.b.measured else "–"
     share = f"{100 * c.a.mean / c.b.mean:.1f} %" if c.b.mean else "–"
-    lines.append(f"| {c.a.label} | {c.b.label} | {c.ratio} % | {c.metric} | {c.a.text()} | "
+    lines.append(f"| {c.a.label} | {c.b.label} | {where} | {c.metric} | {c.a.text()} | "
                  f"{c.b.text()} | {c.a.mean - c.b.mean:+.2f} | {share} | {bar} | "
                  f"**{c.verdict}** |")
   counts = _counts(comparisons)
