@@ -282,7 +282,8 @@ def _pretrain_section(checks: Sequence[PretrainCheck], without_history: int) -> 
            "than that is cycled, so the margin is, if anything, too small). Otherwise the "
            "task **does not generalise at this scale**: the towers learn the training pairs "
            "(training accuracy beside it) without learning what they share with held-out "
-           "ones. A mixture's held-out pairs are its tasks' together."
+           "ones. A mixture's held-out pairs are its tasks' together; MLM logs no in-batch "
+           "accuracy and is not listed."
            + (f" {without_history} pre-training record(s) hold no history (restored from "
               "an earlier records file) and are not listed." if without_history else ""), "",
            "| run | row | steps | batch | chance | margin | held-out accuracy | "
