@@ -183,7 +183,7 @@ def _blocks(text: str) -> dict[str, str]:
 
 def test_results_page_types_no_number_of_the_grid():
   """docs/results.md's grid section: every decimal number sits in a generated block, and
-  each block holds what the renderer wrote."""
+  each block (and the project README's summary) holds what the renderer wrote."""
   section = _grid_section()
   blocks = _blocks(section)
   assert set(blocks) == {"cpu-small", "cpu-small-tables1-2", "cpu-small-reading"}
@@ -195,6 +195,8 @@ def test_results_page_types_no_number_of_the_grid():
   assert blocks["cpu-small"] == (RESULTS / "summary.md").read_text(encoding="utf-8").strip()
   assert blocks["cpu-small-tables1-2"] == \
       (RESULTS / "tables1-2.md").read_text(encoding="utf-8").strip()
+  readme = _blocks((ROOT / "README.md").read_text(encoding="utf-8"))
+  assert readme["cpu-small"] == blocks["cpu-small"]
   results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
   spec = grid.load("cpu-small")
   assert blocks["cpu-small-reading"] == \
