@@ -23,7 +23,6 @@ against chance (1 / batch), so "does not generalise at this scale" is computed t
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import os
 import re
@@ -32,8 +31,6 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import io as tio
 from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import Claim, GridSpec, RowRef
-
-logger = logging.getLogger(__name__)
 
 READING_FILE = "reading.md"
 HOLDS = "holds, resolved"
