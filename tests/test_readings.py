@@ -5,6 +5,7 @@ committed results."""
 import json
 import pathlib
 import re
+import statistics
 
 import pytest
 
@@ -202,3 +203,33 @@ def test_results_page_types_no_number_of_the_grid():
   assert blocks["cpu-small-reading"] == \
       readings.summary_markdown(spec, readings.compare(spec, results),
                                 "results/cpu-small/reading.md").strip()
+
+
+def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
+  """No work directory: results.json and cells.json give the tables, summary and reading."""
+  for name in ("results.json", "cells.json", "README.md"):
+    (tmp_path / name).write_bytes((RESULTS / name).read_bytes())
+  page = tmp_path / "page.md"
+  page.write_text("<!-- results:cpu-small -->\n<!-- /results:cpu-small -->\n"
+                  "<!-- results:cpu-small-reading -->\n<!-- /results:cpu-small-reading -->\n",
+                  encoding="utf-8")
+  from twotower.eval.experiment import render, rerender
+  assert rerender.main(["--grid", "cpu-small", "--results_dir", str(tmp_path),
+                        "--readme", str(page)]) == 0
+  assert (tmp_path / readings.READING_FILE).read_text(encoding="utf-8") == \
+      (RESULTS / readings.READING_FILE).read_text(encoding="utf-8")
+  # Table 3's ICT row at the ratio with several seeds: mean ± the sample SD (statistics.stdev,
+  # n - 1), whatever the committed numbers are.
+  results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
+  by_ratio = {}
+  for e in results["per_seed"]:
+    if (e["table"], e["system"], e["variant"]) == ("3", "ict", "base"):
+      by_ratio.setdefault(e["ratio"], []).append(100 * e["record"]["metrics"]["R@100"])
+  xs = max(by_ratio.values(), key=len)
+  assert len(xs) > 1
+  cell = f"| {statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f} |"
+  table3 = (tmp_path / "table3-squad.md").read_text(encoding="utf-8")
+  assert cell in table3 and render.SD_NOTE in table3
+  assert cell in (tmp_path / "README.md").read_text(encoding="utf-8")
+  blocks = _blocks(page.read_text(encoding="utf-8"))
+  assert "[mlm-over-no-ssl](reading.md#mlm-over-no-ssl)" in blocks["cpu-small-reading"]
