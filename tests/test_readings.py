@@ -140,20 +140,24 @@ def test_comparisons_are_computed_from_the_results():
 
 
 def test_pretraining_runs_are_checked_against_chance():
-  spec = grid.load("cpu-small")   # batch 64, 8 held-out batches: 512 examples a point
+  spec = grid.load("cpu-small")
+  cfg = grid.pretrain_config(spec, spec.systems["bfs"], spec.variants["base"], 0)
+  batch, examples = cfg.data.batch_size, cfg.trainer.eval_steps * cfg.data.batch_size
   records = [{"cell": f"pretrain/{name}/base/s0", "kind": "pretrain",
               "history": {"step": [640], "in_batch_accuracy": [0.98],
                           "val_in_batch_accuracy": [accuracy]}}
-             for name, accuracy in (("ict", 0.14), ("bfs", 1 / 64), ("wlp", 0.0))]
+             for name, accuracy in (("ict", 0.5), ("bfs", 1 / batch), ("wlp", 0.0))]
   records.append({"cell": "pretrain/mlm/base/s0", "kind": "pretrain",
                   "history": {"step": [640], "mlm_accuracy": [0.07]}})
   records.append({"cell": "pretrain/ict/base/s1", "kind": "pretrain"})  # restored, no history
   checks = {c.cell: c for c in readings.pretrain_checks(spec, records)}
   assert set(checks) == {"pretrain/ict/base/s0", "pretrain/bfs/base/s0", "pretrain/wlp/base/s0"}
   bfs = checks["pretrain/bfs/base/s0"]
-  # Chance 1/64; two binomial standard errors over 512 examples: 2 sqrt(p (1 - p) / 512).
-  assert bfs.batch == 64 and bfs.heldout_examples == 512
-  assert bfs.margin == pytest.approx(2 * (1 / 64 * 63 / 64 / 512) ** 0.5)
+  # Chance 1 / batch; the margin is two binomial standard errors at chance over the held-out
+  # examples of a point (eval steps x batch): 2 sqrt(p (1 - p) / n).
+  assert bfs.batch == batch and bfs.heldout_examples == examples
+  p = 1 / batch
+  assert bfs.margin == pytest.approx(2 * (p * (1 - p) / examples) ** 0.5)
   assert [checks[f"pretrain/{n}/base/s0"].above_chance for n in ("ict", "bfs", "wlp")] == \
       [True, False, False]
 
