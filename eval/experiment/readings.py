@@ -252,7 +252,8 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
 
 def _claim_section(claim: Claim, comparisons: Sequence[Comparison]) -> list[str]:
   relation = ">" if claim.expect == "higher" else "<"
-  lines = [f'<a id="{claim.id}"></a>', f"### {claim.id}", "",
+  # The heading is the claim's id, so "reading.md#<id>" links to it.
+  lines = [f"### {claim.id}", "",
            f"> {claim.sentence}", "", f"Source: {claim.source}. Read from Table {claim.table}; "
            f"claimed: A {relation} B. Metrics in percent.", "",
            "| A | B | ratio | metric | A | B | A − B | A / B | 2 × max SD | verdict |",
