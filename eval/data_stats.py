@@ -14,7 +14,7 @@ ReQA candidate's is its title and `texts.candidate_doc_text` of the layout.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 from twotower import contracts
 from twotower import io as tio
@@ -45,12 +45,26 @@ def word_piece_lengths(vocab_path: str, items: Iterable[str]) -> Lengths:
   return Lengths(count, tokens)
 
 
+#: Table 1's name of the pairs whose query page is one of the QA file's articles.
+QA_ARTICLES = "qa-articles"
+
+
+def source_of(page_id: int) -> str:
+  """Where a page comes from: "input<k>" for the k-th glob of `--dump` when it is extracted
+  text, QA_ARTICLES for the QA file's articles written as a dump (pipelines.squad_dump's id
+  range), "mediawiki" for the other dumps' pages."""
+  from twotower.pipelines import squad_dump, textdocs  # pylint: disable=import-outside-toplevel
+  index = textdocs.input_of(page_id)
+  if index is not None:
+    return f"input{index}"
+  return QA_ARTICLES if page_id >= squad_dump.SQUAD_PAGE_ID_BASE else "mediawiki"
+
+
 def table1(pairs_dir: str, vocab_path: str,
            splits: Sequence[str] = contracts.PAIR_SPLITS) -> list[dict]:
   """One row per pre-training task: pairs, word pieces, mean query / document length, and
-  the pairs per input of the pair pipeline (`by_input`: "mediawiki" for the dumps, "input<k>"
-  for the k-th glob of `--dump` when it is extracted text; by the query page's id)."""
-  from twotower.pipelines import textdocs  # pylint: disable=import-outside-toplevel
+  the pairs per input of the pair pipeline (`by_input`, by the query page's id: see
+  `source_of`)."""
   rows = []
   for task in contracts.PRETRAIN_TASKS:
     pairs = [p for split in splits
@@ -59,8 +73,7 @@ def table1(pairs_dir: str, vocab_path: str,
     docs = word_piece_lengths(vocab_path, (f"{p.doc_title} {p.doc_text}" for p in pairs))
     by_input: dict[str, int] = {}
     for p in pairs:
-      index = textdocs.input_of(p.query_page_id)
-      name = "mediawiki" if index is None else f"input{index}"
+      name = source_of(p.query_page_id)
       by_input[name] = by_input.get(name, 0) + 1
     rows.append({"task": task, "pairs": len(pairs), "tokens": queries.tokens + docs.tokens,
                  "query_length": round(queries.mean, 2), "doc_length": round(docs.mean, 2),
@@ -81,21 +94,35 @@ def table2(reqa_dir: str, vocab_path: str, doc_text: str = texts.DEFAULT_DOC_TEX
           "query_length": round(query.mean, 2), "doc_length": round(doc.mean, 2)}
 
 
-def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]]) -> str:
-  """Both tables in the paper's columns."""
+def _composition(rows: Sequence[dict], title: str) -> list[str]:
+  """Pairs per task from each input, and each input's share of the task's pairs."""
+  inputs = sorted({name for r in rows for name in r.get("by_input", {})})
+  lines = ["", title, "", "| task | " + " | ".join(inputs) + " |",
+           "|---|" + "---:|" * len(inputs)]
+  for r in rows:
+    counts = [r["by_input"].get(name, 0) for name in inputs]
+    cells = [f"{n:,} ({100 * n / r['pairs']:.1f} %)" if r["pairs"] else "0" for n in counts]
+    lines.append(f"| {r['task'].upper()} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]],
+             control: Optional[Sequence[dict]] = None) -> str:
+  """Both tables in the paper's columns; the pre-training text's composition by input, and
+  that of the control row's text (`control`: Table 1 rows of its pairs) when there is one."""
   lines = ["### Table 1: pre-training pairs (word pieces of the grid's vocabulary)", "",
            "| task | #tokens | #pairs | query length | document length |",
            "|---|---:|---:|---:|---:|"]
   lines += [f"| {r['task'].upper()} | {r['tokens']:,} | {r['pairs']:,} | "
             f"{r['query_length']:.2f} | {r['doc_length']:.2f} |" for r in table1_rows]
-  inputs = sorted({name for r in table1_rows for name in r.get("by_input", {})})
-  if len(inputs) > 1:  # pre-trained on several inputs (a dump and extracted text)
-    lines += ["", "Pairs per input (by the query's page; `mediawiki`: the dumps, `input<k>`: "
-              "the k-th glob of the pairs' `--dump`, extracted text):", "",
-              "| task | " + " | ".join(inputs) + " |", "|---|" + "---:|" * len(inputs)]
-    lines += [f"| {r['task'].upper()} | "
-              + " | ".join(f"{r['by_input'].get(name, 0):,}" for name in inputs) + " |"
-              for r in table1_rows]
+  legend = (f"by the query's page; `mediawiki`: the dumps, `input<k>`: the k-th glob of the "
+            f"pairs' `--dump` (extracted text), `{QA_ARTICLES}`: the QA file's articles")
+  inputs = {name for r in table1_rows for name in r.get("by_input", {})}
+  if len(inputs) > 1 or control:  # pre-trained on several inputs (a dump and extracted text)
+    lines += _composition(table1_rows, f"Pairs per input ({legend}):")
+  if control:
+    lines += _composition(control, "The control row's pre-training text (the grid's plus the "
+                          "QA file's articles; the same settings), pairs per input:")
   lines += ["", "### Table 2: ReQA (word pieces of the grid's vocabulary)", "",
             "| dataset | #query | #candidate | #tuples | query length | document length |",
             "|---|---:|---:|---:|---:|---:|"]

@@ -110,6 +110,72 @@ def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
   assert untrained.params["config"]["model"]["encoder"] == "bow_mlp"
 
 
+def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
+  """Issue 22: the 0 % column evaluates each pre-trained row's exported towers, never
+  fine-tuned, on `all`; rows with no towers before fine-tuning have no zero-shot entry."""
+  spec = grid.load("cpu-small")
+  the_plan, entries = plan.plan(spec, INPUTS)
+  zero = [e for e in entries if e.table == "3" and e.ratio == 0]
+  assert {e.split for e in zero} == {"all"}
+  assert {e.system for e in zero} == {"bm25", "ict", "bfs", "wlp", "ict+bfs+wlp",
+                                      "ict+bfs+wlp-pooled", "bow-mlp-ict+bfs+wlp"}
+  assert sorted(e.seed for e in zero if e.system == "ict") == [0, 1, 2]
+  cell = the_plan["eval/squad/ict/base/r0/s0"]
+  assert cell.deps["model"] == "pretrain/ict/base/s0" and cell.params["splits"] == ["all"]
+  assert the_plan["pretrain/ict/base/s0"].params["export"] is True
+  assert "export" not in the_plan["pretrain/mlm/base/s0"].params  # MLM exports no towers
+  # Rows that differ in fine-tuning only have no zero-shot entry: their pre-training's row
+  # has it (the same towers).
+  assert not [e for e in entries if e.system == "ict+bfs+wlp-hn" and e.ratio == 0]
+  assert [e for e in entries if e.system == "ict+bfs+wlp-large" and e.ratio == 0]
+  assert "all" in the_plan["bm25/squad"].params["splits"]
+  # Zero-shot trains on nothing: no hard negatives of a ratio 0, no fine-tuning cell.
+  assert 0 not in the_plan["hardneg/squad/k1"].params["ratios"]
+  assert not [c for c in the_plan.of_kind("finetune") if c.params["ratio"] == 0]
+
+
+def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabulary():
+  spec = grid.load("cpu-small")
+  assert spec.data.pretrain_text_from_squad is False
+  the_plan, _ = plan.plan(spec, INPUTS)
+  control = the_plan["pretrain/ict+bfs+wlp-pooled+squad/base/s0"]
+  assert control.deps["pairs"] == "pairs/wiki+squad"
+  assert the_plan["pairs/wiki+squad"].params["squad_text"] == INPUTS.squad
+  assert the_plan["pairs/wiki"].params["squad_text"] == ""
+  assert control.deps["vocab"] == "vocab/wiki" and the_plan["vocab/wiki"].deps == {
+      "pairs": "pairs/wiki"}
+  base = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"]
+  assert base.deps["pairs"] == "pairs/wiki"
+  assert control.params["config"] == base.params["config"]  # only the text differs
+  # Table 1 gives both texts' composition.
+  assert the_plan["datastats/squad"].deps["control_pairs"] == "pairs/wiki+squad"
+
+
+def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
+  from twotower.eval import data_stats
+  from twotower.pipelines import inputs, squad_dump
+  assert data_stats.source_of(12) == "mediawiki"
+  assert data_stats.source_of(squad_dump.SQUAD_PAGE_ID_BASE + 3) == data_stats.QA_ARTICLES
+  assert data_stats.source_of(2 * inputs.TEXT_ID_STRIDE + 5) == "input1"
+  row = {"task": "ict", "pairs": 8, "tokens": 80, "query_length": 3.0, "doc_length": 7.0,
+         "by_input": {"mediawiki": 2, "input1": 4, data_stats.QA_ARTICLES: 2}}
+  text = data_stats.markdown([dict(row, by_input={"mediawiki": 2, "input1": 6})], [],
+                             control=[row])
+  assert "| ICT | 6 (75.0 %) | 2 (25.0 %) |" in text  # the grid's text: no QA articles
+  assert "| ICT | 4 (50.0 %) | 2 (25.0 %) | 2 (25.0 %) |" in text  # the control row's
+
+
+def test_bow_mlp_rows_share_towers_like_the_transformer_rows_unless_labelled():
+  spec = grid.load("cpu-small")
+  the_plan, _ = plan.plan(spec, INPUTS)
+  model = lambda name: the_plan[name].params["config"]["model"]  # noqa: E731
+  assert model("finetune/squad/ict/base/r5/s0")["shared_towers"] is True
+  assert model("finetune/squad/bow-mlp/base/r5/s0")["shared_towers"] is True
+  assert model("pretrain/bow-mlp-ict+bfs+wlp/base/s0")["shared_towers"] is True
+  assert model("finetune/squad/bow-mlp-separate/base/r5/s0")["shared_towers"] is False
+  assert "separate" in spec.systems["bow-mlp-separate"].encoder
+
+
 def test_a_narrowed_run_makes_the_whole_grids_cells():
   """--ratios / --tables pick cells of the whole grid: BM25 and hard negatives serve every
   ratio, so narrowing must not give them new keys (their results would not count later)."""
@@ -229,8 +295,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("13 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
-                        "1 pretrain, 2 finetune, 2 eval, 1 fuse, 1 bundle); rough estimate")
+  # The tiny grid's zero-shot column (ratio 0) adds one eval cell of the pre-trained towers.
+  assert out.startswith("14 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
+                        "1 pretrain, 2 finetune, 3 eval, 1 fuse, 1 bundle); rough estimate")
   assert "todo  bundle   bundle/squad/hybrid/base/r80/s0" in out
   assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
   assert not (tmp_path / "w").exists()
@@ -309,12 +376,13 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
                             "eval/squad/ict/base/r80/s0", "fuse/squad/hybrid/base/r80/s0",
                             "hardneg/squad/k1", "finetune/squad/ict-hn/base/r80/s0",
-                            "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0"}
+                            "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0",
+                            "eval/squad/ict/base/r0/s0"}
   assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
   assert "| BM25 | - |" in md and "| Transformer | ICT |" in md and "| BM25 + Transformer |" in md
-  assert "80%/20% R@1" in md
+  assert "80%/20% R@1" in md and "zero-shot R@1" in md
   assert (results / "table3-squad-r80.png").read_bytes()[:4] == b"\x89PNG"
   data = json.loads((results / "results.json").read_text())
   assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "ict-hn", "hybrid"}
@@ -322,8 +390,13 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     assert all(0.0 <= v <= 1.0 for v in a["mean"].values())
     assert a["mean"]["R@1"] <= a["mean"]["R@10"] <= a["mean"]["R@100"]
     assert a["questions"] > 0 and a["candidates"] > 0
-  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25")
+  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25" and a["ratio"] == 80)
   assert bm25["mean"]["R@100"] > 0.5        # BM25 finds these lexical questions
+  # Zero-shot: the pre-trained towers themselves, exported by pre-training, on every question;
+  # the row that only fine-tunes differently has no entry of its own there.
+  zero = {a["system"]: a for a in data["aggregates"] if a["ratio"] == 0}
+  assert set(zero) == {"bm25", "ict"}
+  assert zero["ict"]["questions"] == zero["bm25"]["questions"] > bm25["questions"]
   the_plan = plan.plan(experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0]
   fuse = execute.read_done(execute.cell_dir(str(work),
                                             the_plan["fuse/squad/hybrid/base/r80/s0"]))
@@ -355,7 +428,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     retriever.close()
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "13 of 13 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert "14 of 14 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   # The grid's claim is read from the results: one seed, so an observation either way.
   reading = (results / "reading.md").read_text()
@@ -376,7 +449,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
-  assert "13 of 13 cells done" in (results / "README.md").read_text()
+  assert "14 of 14 cells done" in (results / "README.md").read_text()
 
   # The work directory lost, the results directory kept: the finished cells come back from
   # its cells.json; a missing result runs again with what it needs, and (training being
@@ -397,7 +470,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "| [hybrid-over-bm25](results/reading.md#hybrid-over-bm25): " in block
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 13:]} == {"skipped"}
+  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 14:]} == {"skipped"}
 
 
 def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):

@@ -116,7 +116,8 @@ def test_fuse_command_tunes_then_writes_a_run(tmp_path):
   out = str(tmp_path / "hybrid" / "run.trec")
   config = fuse_cmd.parse(["--run", str(tmp_path / "a.trec"), str(tmp_path / "b.parquet"),
                            "--out", out, "--reqa", str(tmp_path / "reqa"),
-                           "--tune_split", "validation-5", "--tune_metric", "R@1"])
+                           "--tune_split", "validation-5", "--tune_metric", "R@1",
+                           "--min_tune_questions", "2"])
   result = fusion.run(config)
   assert result.weight == result.tuning.weight > 0.5
   fused = runs.read_run(out)
@@ -124,3 +125,38 @@ def test_fuse_command_tunes_then_writes_a_run(tmp_path):
   assert fused["t1"].candidate_ids[0] == 4  # the validation-chosen weight, applied to test
   with pytest.raises(SystemExit):  # auto without a validation split is a usage error
     fuse_cmd.parse(["--run", "x", "y", "--out", out])
+
+
+def test_the_default_objective_is_the_mean_recall_so_early_precision_counts(tmp_path):
+  """Every weight ties at R@100 here; the mean of R@1..100 (the default) still rewards the
+  weights that put the validation gold first, where R@100 alone cannot see a difference."""
+  write_reqa(tmp_path / "reqa")
+  a, b = runs_for_tuning()
+  (validation,) = evaluate.load_splits(str(tmp_path / "reqa"), ["validation-5"])
+  tuning = fusion.tune_weight(a, b, validation)
+  assert tuning.metric == fusion.MEAN_RECALL == "mean_R@k"
+  by_weight = dict(tuning.by_weight)
+  assert by_weight[1.0] == 1.0 and by_weight[0.0] < 1.0  # gold 3rd at weight 0: R@1 = 0
+  assert tuning.weight > 0.5
+  assert fusion.objective({"R@1": 0.0, "R@5": 1.0, "R@100": 1.0, "MRR": 0.3},
+                          fusion.MEAN_RECALL) == pytest.approx(2 / 3)
+  with pytest.raises(ValueError, match="unknown tuning metric"):
+    fusion.objective({"R@1": 1.0}, "R@7")
+
+
+def test_a_validation_split_under_the_floor_is_refused_or_given_the_untuned_weight(tmp_path):
+  write_reqa(tmp_path / "reqa")  # 2 validation questions
+  a, b = runs_for_tuning()
+  runs.write_run(str(tmp_path / "a.trec"), a)
+  runs.write_run(str(tmp_path / "b.trec"), b)
+  base = dict(runs=(str(tmp_path / "a.trec"), str(tmp_path / "b.trec")),
+              reqa=str(tmp_path / "reqa"), tune_split="validation-5")
+  with pytest.raises(ValueError, match="has 2 questions, fewer than --min_tune_questions 50"):
+    fusion.run(fusion.FuseConfig(out=str(tmp_path / "refused.trec"), **base))
+  assert not (tmp_path / "refused.trec").exists()
+  result = fusion.run(fusion.FuseConfig(out=str(tmp_path / "even.trec"), untuned_weight=0.5,
+                                        **base))
+  assert result.weight == 0.5 and result.tuning is None
+  # At 0.5 the tie between 4 (A's first) and 1 (B's first) goes to 1: the untuned weight,
+  # not the one validation would choose (> 0.5, which puts 4 first).
+  assert runs.read_run(str(tmp_path / "even.trec"))["v1"].candidate_ids[0] == 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pre-train the two towers on a Cloud TPU VM (single host or pod slice) with TPUStrategy.
 #
-#   PROJECT=my-project ZONE=europe-west4-a TPU_NAME=twotower-v3-32 ACCELERATOR_TYPE=v3-32 \
+#   PROJECT=my-project ZONE=europe-west4-a TPU_NAME=twotower-v3-64 ACCELERATOR_TYPE=v3-64 \
 #   RUNTIME_VERSION=<a tpu-vm-tf-* version matching TF 2.21> BUCKET=my-bucket \
 #   deploy/tpu/launch_tpu_vm.sh [create|install|train|delete|all] [extra twotower pretrain flags]
 #
@@ -38,7 +38,7 @@ esac
 needed=(PROJECT "Google Cloud project id" ZONE "TPU zone, e.g. europe-west4-a"
         TPU_NAME "name of the TPU VM" BUCKET "GCS bucket for data, checkpoints, logs")
 if [ "$step" = create ] || [ "$step" = all ]; then
-  needed+=(ACCELERATOR_TYPE "e.g. v3-8, v3-32, v4-32"
+  needed+=(ACCELERATOR_TYPE "e.g. v3-8, v3-64 (the paper's 32 chips), v4-32"
            RUNTIME_VERSION "TPU VM software version with TF 2.21 (gcloud compute tpus tpu-vm versions list)")
 fi
 require "${needed[@]}"

@@ -67,8 +67,12 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
 def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import data_stats
   vocab = _vocab_file(cell, ctx)
-  return {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
-          "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab, cell.params["doc_text"])}
+  out_stats = {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
+               "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab,
+                                           cell.params["doc_text"])}
+  if "control_pairs" in cell.deps:  # the control row's pre-training text
+    out_stats["table1_control"] = data_stats.table1(ctx.dep(cell, "control_pairs"), vocab)
+  return out_stats
 
 
 def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
@@ -107,7 +111,9 @@ def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
   mlm = cfg.data.tasks == ("mlm",)
   _clear_keras()
   result = pretrain.run(pretrain.PretrainJob(
-      config=cfg, out=out, vocab=_vocab_file(cell, ctx), export=False,
+      # Exported only where a zero-shot entry evaluates the towers themselves.
+      config=cfg, out=out, vocab=_vocab_file(cell, ctx),
+      export=bool(cell.params.get("export", False)),
       progress=ctx.progress, pairs=None if mlm else pairs_dir,
       passages=contracts.passages_dir(pairs_dir) if mlm else None))
   return {"history": result.history, "seconds_training": result.seconds}
@@ -146,7 +152,10 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
   run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
   result = fusion.run(fusion.FuseConfig(runs=(first, *partners), out=run_file,
                                         method=p["method"], reqa=ctx.dep(cell, "reqa"),
-                                        tune_split=p["tune_split"], tag=p["system"]))
+                                        tune_split=p["tune_split"], tag=p["system"],
+                                        tune_metric=p["tune_metric"],
+                                        min_tune_questions=p["min_tune_questions"],
+                                        untuned_weight=p["untuned_weight"]))
   splits = evaluate.load_splits(ctx.dep(cell, "reqa"), p["splits"])
   records = evaluate.evaluate_run_file(run_file, p["system"], splits, ("pair", "sentence"))
   tuning = dataclasses.asdict(result.tuning) if result.tuning else None

@@ -34,6 +34,8 @@ from twotower import contracts
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
 TABLE_LAYOUTS = ("recall", "r100")
 CLAIM_DIRECTIONS = ("higher", "lower")
+#: The key of `seeds` for every ratio the grid names no seeds for (YAML: `default`).
+DEFAULT_SEEDS = -1
 BASE_VARIANT = "base"
 
 
@@ -60,8 +62,14 @@ class System:
       as many examples are seen (the large-batch row).
     pretrained_as: reuse another row's pre-training (rows that differ in fine-tuning only).
     hard_negatives: BM25 hard negatives per fine-tuning question.
+    pretrain_text_from_squad: pre-train with (True) or without (False) the QA file's
+      articles in the pre-training text, against the grid's `data` default (None): the
+      control row that shows what the test articles' text is worth.
     fuse: rows of a hybrid: the first (BM25), then its partner, or several candidate
       partners of which the validation split chooses one; fusion: its method.
+    tune_metric, min_tune_questions, untuned_weight: a hybrid's weight maximises
+      `tune_metric` on the validation split (eval.fusion); a split with fewer questions than
+      `min_tune_questions` tunes nothing: `untuned_weight` and the first partner.
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -75,8 +83,12 @@ class System:
   pretrain_batch: int = 0
   pretrained_as: str = ""
   hard_negatives: int = 0
+  pretrain_text_from_squad: Optional[bool] = None
   fuse: tuple[str, ...] = ()
   fusion: str = "interpolate"
+  tune_metric: str = "mean_R@k"
+  min_tune_questions: int = 50
+  untuned_weight: float = 0.5
   note: str = ""
 
   @property
@@ -160,14 +172,14 @@ class GridSpec:
   pretrain_steps: int                          # 0: the preset's trainer.steps
   finetune_steps: Mapping[int, int]            # per ratio; a missing ratio: the preset's
   ratios: tuple[int, ...]
-  seeds: Mapping[int, tuple[int, ...]]         # per ratio; key 0 = every other ratio
+  seeds: Mapping[int, tuple[int, ...]]         # per ratio; key DEFAULT_SEEDS = the others
   variants: Mapping[str, Variant]
   systems: Mapping[str, System]
   tables: tuple[Table, ...]
   readings: tuple[Claim, ...] = ()
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
-    return tuple(self.seeds.get(ratio, self.seeds.get(0, (0,))))
+    return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
 
   def finetune_steps_for(self, ratio: int) -> int:
     return int(self.finetune_steps.get(ratio, 0))
@@ -175,6 +187,11 @@ class GridSpec:
   def pretraining_of(self, system: System) -> System:
     """The row whose pre-training `system` reuses (itself unless `pretrained_as`)."""
     return self.systems[system.pretrained_as] if system.pretrained_as else system
+
+  def squad_text_in_pretraining(self, system: System) -> bool:
+    """Whether `system`'s pre-training text holds the QA file's articles."""
+    own = self.pretraining_of(system).pretrain_text_from_squad
+    return self.data.pretrain_text_from_squad if own is None else own
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +299,7 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
   tables = tuple(_table(t, where) for t in raw.get("tables") or ())
   seeds_raw = raw.get("seeds") or {"default": [0]}
-  seeds = {(0 if k == "default" else int(k)): tuple(int(s) for s in _tuple(v))
+  seeds = {(DEFAULT_SEEDS if k == "default" else int(k)): tuple(int(s) for s in _tuple(v))
            for k, v in seeds_raw.items()}
   training = raw.get("training") or {}
   spec = GridSpec(
@@ -307,13 +324,16 @@ def load(name_or_path: str) -> GridSpec:
 
 
 def check(spec: GridSpec) -> None:
-  """Every row, variant, reused pre-training and fused row exists; ratios are ReQA's."""
+  """Every row, variant, reused pre-training and fused row exists; ratios are ReQA's (or
+  0, zero-shot)."""
   where = f"grid {spec.name}"
   if not spec.model:
     raise ValueError(f"{where}: no `model` preset")
-  bad = [r for r in spec.ratios if r not in contracts.REQA_RATIOS]
+  bad = [r for r in spec.ratios
+         if r not in contracts.REQA_RATIOS and r != contracts.ZERO_SHOT_RATIO]
   if bad:
-    raise ValueError(f"{where}: ratios {bad}; ReQA splits exist for {contracts.REQA_RATIOS}")
+    raise ValueError(f"{where}: ratios {bad}; ReQA splits exist for {contracts.REQA_RATIOS} "
+                     f"(and {contracts.ZERO_SHOT_RATIO}: zero-shot, every question)")
   for s in spec.systems.values():
     refs = list(s.fuse) + ([s.pretrained_as] if s.pretrained_as else [])
     missing = [r for r in refs if r not in spec.systems]
@@ -371,11 +391,14 @@ def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,
 
 def _sized_like(grid_model: str, variant: Variant) -> list[str]:
   """Overrides that size another preset (BoW-MLP) like the grid's variant: same lengths,
-  embedding dimension, batches and steps (the paper's BoW-MLP has the Transformer's d)."""
+  embedding dimension, tower sharing, batches and steps (the paper's BoW-MLP has the
+  Transformer's d; a baseline with other tower sharing than the rows it is compared with
+  would be handicapped, not compared)."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   c = config_lib.load(grid_model, variant.overrides)
   return [f"model.query_len={c.model.query_len}", f"model.doc_len={c.model.doc_len}",
           f"model.embedding_dim={c.model.embedding_dim}",
+          f"model.shared_towers={str(c.model.shared_towers).lower()}",
           f"data.batch_size={c.data.batch_size}", f"trainer.steps={c.trainer.steps}",
           f"trainer.checkpoint_every={c.trainer.checkpoint_every}",
           f"trainer.eval_steps={c.trainer.eval_steps}",

@@ -32,6 +32,7 @@ import hashlib
 import json
 from typing import Any, Mapping, Optional, Sequence
 
+from twotower import contracts
 from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import GridSpec, System, Variant
 
@@ -141,8 +142,11 @@ class Inputs:
 
 
 def eval_splits(ratio: int) -> list[str]:
-  """The splits an evaluation scores: validation (tuning) and test (tables)."""
-  return [f"validation-{ratio}", f"test-{ratio}"]
+  """The splits an evaluation scores: validation (tuning) and test (tables); zero-shot, every
+  question (nothing was trained on, nothing is tuned)."""
+  if ratio == contracts.ZERO_SHOT_RATIO:
+    return [contracts.ALL_QUESTIONS]
+  return [contracts.validation_split(ratio), contracts.scored_split(ratio)]
 
 
 def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
@@ -152,28 +156,47 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   p = Plan()
   entries: list[Entry] = []
   data = spec.data
-  pairs_params = {
-      "dump": inputs.dump, "squad_text": inputs.squad if data.pretrain_text_from_squad else "",
-      "pairs": dict(data.pairs), "passages": dict(data.passages),
-      "heldout_percent": data.heldout_percent}
-  if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
-    pairs_params["corpus"] = inputs.corpus
-  pairs = p.add("pairs", "pairs/wiki", pairs_params)
+
+  def pairs_cell(squad_text: bool) -> str:
+    squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
+    params = {"dump": inputs.dump, "squad_text": inputs.squad if squad_text else "",
+              "pairs": dict(data.pairs), "passages": dict(data.passages),
+              "heldout_percent": data.heldout_percent}
+    if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
+      params["corpus"] = inputs.corpus
+    # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
+    # without the QA file's articles) is a second pair set beside it.
+    other = squad_text != (data.pretrain_text_from_squad and bool(inputs.squad))
+    return p.add("pairs", "pairs/wiki" + ("+squad" if squad_text else "-squad") * other,
+                 params)
+
+  pairs = pairs_cell(data.pretrain_text_from_squad)
+  # One vocabulary for every row, the control row's included: rows differ in pre-training
+  # pairs only.
   vocab = p.add("vocab", "vocab/wiki", {"vocab_size": data.vocab_size}, {"pairs": pairs})
-  all_ratios = sorted(spec.ratios)  # the whole grid's, also when narrowed (grid.restrict)
+  # The whole grid's, also when narrowed (grid.restrict); zero-shot trains on no split.
+  all_ratios = sorted(spec.ratios)
+  trained_ratios = [r for r in all_ratios if r != contracts.ZERO_SHOT_RATIO]
+  # Zero-shot entries evaluate the pre-trained towers themselves: pre-training exports them.
+  export_pretrained = contracts.ZERO_SHOT_RATIO in all_ratios
 
   def pretrain(system: System, variant: Variant, seed: int) -> Optional[str]:
     source = spec.pretraining_of(system)
     if not source.pretrained:
       return None
     cfg = grid_lib.pretrain_config(spec, source, variant, seed)
-    return p.add("pretrain", f"pretrain/{source.name}/{variant.name}/s{seed}",
-                 {"system": source.name, "variant": variant.name, "seed": seed,
-                  "config": cfg.to_dict()}, {"pairs": pairs, "vocab": vocab})
+    params = {"system": source.name, "variant": variant.name, "seed": seed,
+              "config": cfg.to_dict()}
+    if export_pretrained and source.tasks != ("mlm",):  # (absent: earlier keys stay)
+      params["export"] = True
+    return p.add("pretrain", f"pretrain/{source.name}/{variant.name}/s{seed}", params,
+                 {"pairs": pairs_cell(spec.squad_text_in_pretraining(source)),
+                  "vocab": vocab})
 
   def hardneg(reqa: str, k: int) -> str:
     return p.add("hardneg", f"hardneg/{p[reqa].name.split('/', 1)[1]}/k{k}",
-                 {"k": k, "ratios": all_ratios, "doc_text": data.doc_text}, {"reqa": reqa})
+                 {"k": k, "ratios": trained_ratios, "doc_text": data.doc_text},
+                 {"reqa": reqa})
 
   def finetune(system: System, variant: Variant, reqa: str, dataset: str, ratio: int,
                seed: int) -> str:
@@ -196,11 +219,29 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
                  {"system": "bm25", "splits": splits, "doc_text": data.doc_text},
                  {"reqa": reqa})
 
+  def zero_shot(system: System, variant: Variant, reqa: str, seed: int) -> Optional[str]:
+    """The eval cell of `system`'s pre-trained towers, not fine-tuned; None for a row with
+    no towers of its own to evaluate before fine-tuning (no pre-training, MLM's encoder, a
+    hybrid, or a row that reuses another row's pre-training: that row's entry is its)."""
+    if (system.kind != "dense" or not system.pretrained or system.pretrained_as
+        or system.tasks == ("mlm",)):
+      return None
+    model = pretrain(system, variant, seed)
+    ratio = contracts.ZERO_SHOT_RATIO
+    tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
+    return p.add("eval", f"eval/{tag}",
+                 {"system": system.name, "variant": variant.name, "ratio": ratio,
+                  "seed": seed, "splits": eval_splits(ratio), "doc_text": data.doc_text},
+                 {"model": model, "reqa": reqa})
+
   def result(system: System, variant: Variant, reqa: str, train_reqa: str, dataset: str,
-             ratio: int, seed: int) -> str:
-    """The cell whose run scores `system` on `reqa` at `ratio` / `seed`."""
+             ratio: int, seed: int) -> Optional[str]:
+    """The cell whose run scores `system` on `reqa` at `ratio` / `seed` (None: the row has
+    no zero-shot entry)."""
     if system.kind == "bm25":
       return bm25(reqa)
+    if ratio == contracts.ZERO_SHOT_RATIO:
+      return zero_shot(system, variant, reqa, seed)
     tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
     if system.kind == "hybrid":
       first, *partners = system.fuse
@@ -212,7 +253,10 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
       return p.add("fuse", f"fuse/{tag}",
                    {"system": system.name, "method": system.fusion, "ratio": ratio,
                     "seed": seed, "splits": eval_splits(ratio),
-                    "tune_split": f"validation-{ratio}"},
+                    "tune_split": contracts.validation_split(ratio),
+                    "tune_metric": system.tune_metric,
+                    "min_tune_questions": system.min_tune_questions,
+                    "untuned_weight": system.untuned_weight},
                    {**deps, "reqa": reqa})
     model = finetune(system, variant, train_reqa, dataset, ratio, seed)
     return p.add("eval", f"eval/{tag}",
@@ -220,12 +264,20 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
                   "splits": eval_splits(ratio), "doc_text": data.doc_text},
                  {"model": model, "reqa": reqa})
 
+  # The control row's pair set (the QA articles' text in, or out), planned here so that Table 1
+  # gives its composition beside the grid's.
+  texts_used = {spec.squad_text_in_pretraining(spec.systems[row.system])
+                for table in spec.tables for row in table.rows
+                if spec.pretraining_of(spec.systems[row.system]).pretrained}
+  stats_deps = {"pairs": pairs, "vocab": vocab}
+  if inputs.squad and (not data.pretrain_text_from_squad) in texts_used:
+    stats_deps["control_pairs"] = pairs_cell(not data.pretrain_text_from_squad)
   for dataset, path in inputs.datasets():
     reqa = p.add("reqa", f"reqa/{dataset}", {"source": dataset, "path": path,
                                              "doc_text": data.doc_text,
                                              "open_candidates": 0})
     p.add("datastats", f"datastats/{dataset}", {"dataset": dataset, "doc_text": data.doc_text},
-          {"pairs": pairs, "vocab": vocab, "reqa": reqa})
+          {**stats_deps, "reqa": reqa})
     open_reqa = None
     for table in spec.tables:
       target = reqa
@@ -243,8 +295,9 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
             seeds = (0,)  # deterministic: one run serves every seed
           for seed in seeds:
             cell = result(system, variant, target, reqa, dataset, ratio, seed)
-            entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
-                                 cell, f"test-{ratio}"))
+            if cell is not None:
+              entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
+                                   cell, contracts.scored_split(ratio)))
   _bundles(p, max(all_ratios))
   return p, entries
 

@@ -28,6 +28,7 @@ import os
 import re
 from typing import Iterable, Mapping, Optional, Sequence
 
+from twotower import contracts
 from twotower import io as tio
 from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import Claim, GridSpec, RowRef
@@ -260,7 +261,8 @@ def _claim_section(claim: Claim, comparisons: Sequence[Comparison]) -> list[str]
            "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
   several_datasets = len({c.dataset for c in comparisons}) > 1
   for c in comparisons:
-    where = f"{c.ratio} %" + (f" ({c.dataset})" if several_datasets else "")
+    where = ("zero-shot" if c.ratio == contracts.ZERO_SHOT_RATIO else f"{c.ratio} %") + (
+        f" ({c.dataset})" if several_datasets else "")
     bar = f"{2 * max(c.a.sd, c.b.sd):.2f}" if c.a.measured and c.b.measured else "–"
     share = f"{100 * c.a.mean / c.b.mean:.1f} %" if c.b.mean else "–"
     lines.append(f"| {c.a.label} | {c.b.label} | {where} | {c.metric} | {c.a.text()} | "

@@ -19,7 +19,7 @@ from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
 from twotower.eval.experiment import execute, readings
-from twotower.eval.experiment.grid import GridSpec, Table
+from twotower.eval.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
 from twotower.eval.experiment.plan import Entry, Plan, format_seconds
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
@@ -81,6 +81,8 @@ def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
 
 
 def ratio_label(ratio: int) -> str:
+  if ratio == contracts.ZERO_SHOT_RATIO:
+    return "zero-shot"
   return f"{ratio}%/{100 - ratio}%"
 
 
@@ -205,7 +207,8 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
   sections, kept, tables1_2 = [], [], ""
   if stats:
     from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
-    text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats])
+    text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats],
+                               control=stats[0][1].get("table1_control"))
     tio.write_text(os.path.join(results_dir, "tables1-2.md"), text)
     sections.append(text)
     tables1_2 = text
@@ -228,7 +231,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
       if table.layout == "recall":
         for ratio in table.ratios:
           records = [{"system": a.system if a.variant == "base" else f"{a.system} ({a.variant})",
-                      "split": f"test-{ratio}", "metrics": dict(a.mean)}
+                      "split": contracts.scored_split(ratio), "metrics": dict(a.mean)}
                      for a in these if a.ratio == ratio]
           if records:
             report.plot_recall(records, os.path.join(results_dir, f"{stem}-r{ratio}.png"),
@@ -333,8 +336,9 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   """README.md: command, what the grid is, results, machine, packages, cells and time."""
   state = execute.states(work, plan)
   done = {c.name: execute.read_done(execute.cell_dir(work, c)) for c in plan}
-  seeds = "; ".join(f"{'other ratios' if r == 0 else f'{r} %'}: {list(s)}"
-                    for r, s in sorted(spec.seeds.items(), key=lambda rs: rs[0] or 1000))
+  seeds = "; ".join(f"{'other ratios' if r == DEFAULT_SEEDS else ratio_label(r)}: {list(s)}"
+                    for r, s in sorted(spec.seeds.items(),
+                                       key=lambda rs: 1000 if rs[0] == DEFAULT_SEEDS else rs[0]))
   steps = ", ".join(f"{r} %: {spec.finetune_steps_for(r) or 'preset'}" for r in spec.ratios)
   lines = [f"# Experiment grid `{spec.name}`", "",
            "Written by `twotower experiment` (eval/experiment/). Recalls in percent on the test "

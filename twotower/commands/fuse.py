@@ -24,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--tune_split", default="",
                  help="validation split that chooses the weight, e.g. validation-5 (a test "
                       "split is refused)")
-  p.add_argument("--tune_metric", default="R@100", help="metric the weight maximises")
+  p.add_argument("--tune_metric", default=fusion.MEAN_RECALL,
+                 help="what the weight maximises: mean_R@k (the mean of R@1..100), or one "
+                 "metric (R@100, MRR, ...)")
+  p.add_argument("--min_tune_questions", type=int, default=fusion.MIN_TUNE_QUESTIONS,
+                 help="fewest questions of --tune_split that may choose the weight")
   p.add_argument("--depth", type=flags.positive_int, default=100, help="candidates kept per question")
   p.add_argument("--rrf_k", type=flags.positive_int, default=fusion.RRF_K, help="RRF's k")
   p.add_argument("--tag", default="fused", help="TREC run tag")
@@ -38,7 +42,8 @@ def parse(argv: Iterable[str] | None) -> fusion.FuseConfig:
     weight = None if args.weight == "auto" else float(args.weight)
     return fusion.FuseConfig(runs=tuple(args.run), out=args.out, method=args.method,
                              weight=weight, reqa=args.reqa, tune_split=args.tune_split,
-                             tune_metric=args.tune_metric, depth=args.depth,
+                             tune_metric=args.tune_metric,
+                             min_tune_questions=args.min_tune_questions, depth=args.depth,
                              rrf_k=args.rrf_k, tag=args.tag)
   except ValueError as e:
     p.error(str(e))

@@ -243,9 +243,31 @@ class Question:
     return cls(row["question_id"], row["question"], tuple(row["gold_candidate_ids"] or ()))
 
 
+#: The split of every question (no question is trained on at any ratio).
+ALL_QUESTIONS = "all"
+#: The "ratio" of a zero-shot evaluation: pre-trained towers with no fine-tuning, scored on
+#: every question (`all`), as the paper's successors (Contriever, coCondenser) report theirs.
+ZERO_SHOT_RATIO = 0
+
+
+def split_name(side: str, ratio: int) -> str:
+  """`train-5`, `validation-5`, `test-5`: one side of the r %/(100-r) % split."""
+  return f"{side}-{ratio}"
+
+
+def validation_split(ratio: int) -> str:
+  return split_name("validation", ratio)
+
+
+def scored_split(ratio: int) -> str:
+  """The questions a table scores at `ratio`: the test side, or every question zero-shot."""
+  return ALL_QUESTIONS if ratio == ZERO_SHOT_RATIO else split_name("test", ratio)
+
+
 def reqa_split_names(ratios: Sequence[int] = REQA_RATIOS) -> list[str]:
   """`all`, then train-r, validation-r, test-r for each ratio."""
-  return ["all"] + [f"{side}-{r}" for r in ratios for side in ("train", "validation", "test")]
+  return [ALL_QUESTIONS] + [split_name(side, r) for r in ratios
+                            for side in ("train", "validation", "test")]
 
 
 # ---------------------------------------------------------------------------------------------
