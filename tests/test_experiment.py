@@ -235,13 +235,14 @@ def test_aggregate_and_tables_in_the_papers_layouts():
   aggs = render.aggregate(entries, values)
   ict = next(a for a in aggs if a.system == "ict" and a.table == "3")
   assert ict.seeds == (0, 1, 2) and ict.mean["R@1"] == pytest.approx(0.2)
-  assert ict.std["R@1"] == pytest.approx((2 / 300) ** 0.5)   # population std
+  # The sample standard deviation (n - 1): sqrt((0.01 + 0 + 0.01) / 2).
+  assert ict.std["R@1"] == pytest.approx(0.1)
   t3 = next(t for t in spec.tables if t.id == "3")
   lines = render.markdown_table(spec, grid.Table("3", "t", t3.rows, (5,)),
                                 [a for a in aggs if a.table == "3"]).splitlines()
   assert lines[0] == "| Encoder | Pre-training | 5%/95% R@1 | R@5 | R@10 | R@50 | R@100 |"
   assert lines[2] == "| BM25 | - | 40.00 | 40.00 | 40.00 | 80.00 | 80.00 |"
-  assert lines[3].startswith("| Transformer | ICT | 20.00 ± 8.16 | ")
+  assert lines[3].startswith("| Transformer | ICT | 20.00 ± 10.00 | ")
   t5 = next(t for t in spec.tables if t.id == "5")
   lines = render.markdown_table(spec, grid.Table("5", "t", t5.rows, (5,), layout="r100"),
                                 [a for a in aggs if a.table == "5"]).splitlines()
@@ -294,8 +295,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])
   out = capsys.readouterr().out
-  assert out.startswith("13 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
-                        "1 pretrain, 2 finetune, 2 eval, 1 fuse, 1 bundle); rough estimate")
+  # The tiny grid's zero-shot column (ratio 0) adds one eval cell of the pre-trained towers.
+  assert out.startswith("14 cells (1 pairs, 1 vocab, 1 reqa, 1 datastats, 1 hardneg, 1 bm25, "
+                        "1 pretrain, 2 finetune, 3 eval, 1 fuse, 1 bundle); rough estimate")
   assert "todo  bundle   bundle/squad/hybrid/base/r80/s0" in out
   assert "todo  fuse     fuse/squad/hybrid/base/r80/s0" in out
   assert not (tmp_path / "w").exists()
@@ -428,6 +430,10 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   assert "twotower experiment --grid tiny" in readme
   assert "14 of 14 cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
+  # The grid's claim is read from the results: one seed, so an observation either way.
+  reading = (results / "reading.md").read_text()
+  assert "### hybrid-over-bm25" in reading and "**holds, resolved**" not in reading.split(
+      "## Claims")[1] and "**observation, " in reading
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
 
@@ -438,7 +444,8 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   # summary lands in a project README's block.
   (results / "README.md").unlink()
   project_readme = tmp_path / "PROJECT.md"
-  project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n")
+  project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n"
+                            "<!-- results:tiny-reading -->\n<!-- /results:tiny-reading -->\n")
   rendered = experiment.run(dataclasses.replace(config, render_only=True,
                                                 readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
@@ -458,7 +465,9 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   rerun = json.loads((results / "results.json").read_text())
   assert rerun["aggregates"] == data["aggregates"]
   block = project_readme.read_text()
-  assert "old" not in block and block.endswith("<!-- /results:tiny -->\nend\n")
+  assert "\nold\n" not in block and "<!-- /results:tiny -->\nend\n" in block
+  # The reading's claim lines link to reading.md from where the README is.
+  assert "| [hybrid-over-bm25](results/reading.md#hybrid-over-bm25): " in block
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
   assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
   assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 14:]} == {"skipped"}

@@ -13,6 +13,7 @@ Split by concern:
   cells     one executor per cell kind: typed stage configs in, results out
   execute   runs the cells once each, resumably; one state per cell, on disk
   render    tables in the paper's layout, CSV / JSON / PNG, and the README
+  readings  the grid's claims checked against the results: verdicts by a rule, as code
 
 `run(ExperimentConfig)` ties them together; `twotower.commands.experiment` parses flags.
 """
@@ -98,7 +99,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     tio.write_json(records_file, records)
     render.write_readme(spec, the_plan, work, config.command, results_dir, written.sections)
     if config.readme:
-      render.update_block(config.readme, spec.name, written.summary)
+      render.update_blocks(config.readme, spec, written, results_dir)
 
   if config.render_only:
     # What a narrowed or interrupted run has left, shown against the whole grid.

@@ -13,6 +13,11 @@ of the YAML, not of Python. Planning (eval.experiment.plan) turns a GridSpec int
     tables:
       - {id: "3", title: ..., rows: [bm25, ict], ratios: [1, 5, 10, 80]}
       - {id: "5", layout: r100, rows: [{system: ict, variant: l4-d256}], ratios: [1, 5]}
+    readings:                      # the paper's sentences, checked against the results
+      - {id: mlm-over-no-ssl, sentence: "MLM only marginally improves over No-SSL",
+         source: "paper, 4.2", table: "3", pairs: [[mlm, no-ssl]]}
+
+A reading's verdicts are computed by eval.experiment.readings, never typed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from twotower import contracts
 
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
 TABLE_LAYOUTS = ("recall", "r100")
+CLAIM_DIRECTIONS = ("higher", "lower")
 #: The key of `seeds` for every ratio the grid names no seeds for (YAML: `default`).
 DEFAULT_SEEDS = -1
 BASE_VARIANT = "base"
@@ -111,6 +117,41 @@ class Table:
 
 
 @dataclasses.dataclass(frozen=True)
+class RowRef:
+  """One side of a comparison: a table's row, optionally on some of its seeds only."""
+  system: str
+  variant: str = BASE_VARIANT
+  table: str = ""                # "" = the claim's table
+  seeds: tuple[int, ...] = ()    # () = every seed the results hold
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A sentence (the paper's, or one of ours) that the results can confirm or contradict:
+  each pair's first row is expected above (`expect: higher`) or below (`lower`) its second,
+  at each ratio, on each metric. The verdicts come from eval.experiment.readings.
+
+  Attributes:
+    id: a short key, e.g. "mlm-over-no-ssl".
+    sentence: the sentence, quoted (the paper's words where `source` is the paper).
+    source: where it comes from, e.g. "paper, section 4.2" or "ours, issue 12".
+    pairs: (A, B) rows compared.
+    table: the table the rows are read from (a RowRef may name another).
+    ratios: () = every ratio of the table.
+    metrics: recalls or MRR, as the result records name them ("R@100").
+    expect: "higher" (A above B) or "lower".
+  """
+  id: str
+  sentence: str
+  source: str
+  pairs: tuple[tuple[RowRef, RowRef], ...]
+  table: str = "3"
+  ratios: tuple[int, ...] = ()
+  metrics: tuple[str, ...] = ("R@100",)
+  expect: str = "higher"
+
+
+@dataclasses.dataclass(frozen=True)
 class DataSpec:
   """The data every cell shares."""
   pairs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # PairConfig fields
@@ -135,6 +176,7 @@ class GridSpec:
   variants: Mapping[str, Variant]
   systems: Mapping[str, System]
   tables: tuple[Table, ...]
+  readings: tuple[Claim, ...] = ()
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
@@ -215,6 +257,35 @@ def _table(raw: Mapping[str, Any], where: str) -> Table:
   return table
 
 
+def _row_ref(raw: Any, where: str) -> RowRef:
+  """`ict` (the base variant) or `{system: ict, variant: l4-d128, table: "5", seeds: [0]}`."""
+  if isinstance(raw, str):
+    return RowRef(raw)
+  raw = dict(_fields(RowRef, raw or {}, where))
+  raw["table"] = str(raw.get("table", ""))
+  raw["seeds"] = tuple(int(s) for s in _tuple(raw.get("seeds")))
+  return RowRef(**raw)
+
+
+def _claim(raw: Mapping[str, Any], where: str) -> Claim:
+  raw = dict(raw)
+  where = f"{where}: reading {raw.get('id', '?')!r}"
+  pairs = []
+  for pair in raw.pop("pairs", ()) or ():
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+      raise ValueError(f"{where}: each of `pairs` is [A, B]; got {pair!r}")
+    pairs.append((_row_ref(pair[0], where), _row_ref(pair[1], where)))
+  raw["table"] = str(raw.get("table", "3"))
+  raw["ratios"] = tuple(int(r) for r in _tuple(raw.get("ratios")))
+  raw["metrics"] = tuple(str(m) for m in _tuple(raw.get("metrics", "R@100")))
+  claim = Claim(pairs=tuple(pairs), **_fields(Claim, raw, where))
+  if not claim.pairs:
+    raise ValueError(f"{where}: no `pairs` to compare")
+  if claim.expect not in CLAIM_DIRECTIONS:
+    raise ValueError(f"{where}: expect {claim.expect!r}; expected one of {CLAIM_DIRECTIONS}")
+  return claim
+
+
 def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   """A GridSpec from the YAML's mapping; every reference is checked."""
   where = f"grid {name}"
@@ -238,7 +309,8 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
       pretrain_steps=int(training.get("pretrain_steps", 0)),
       finetune_steps={int(k): int(v) for k, v in (training.get("finetune_steps") or {}).items()},
       ratios=tuple(int(r) for r in _tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
-      seeds=seeds, variants=variants, systems=systems, tables=tables)
+      seeds=seeds, variants=variants, systems=systems, tables=tables,
+      readings=tuple(_claim(c, where) for c in raw.get("readings") or ()))
   check(spec)
   return spec
 
@@ -281,6 +353,16 @@ def check(spec: GridSpec) -> None:
     extra = [r for r in t.ratios if r not in spec.ratios]
     if extra:
       raise ValueError(f"{where}: table {t.id} ratios {extra} are not in the grid's ratios")
+  tables = {t.id: t for t in spec.tables}
+  for claim in spec.readings:
+    for ref in (r for pair in claim.pairs for r in pair):
+      table = tables.get(ref.table or claim.table)
+      if table is None:
+        raise ValueError(f"{where}: reading {claim.id!r} reads table "
+                         f"{ref.table or claim.table!r}, which the grid does not have")
+      if (ref.system, ref.variant) not in {(r.system, r.variant) for r in table.rows}:
+        raise ValueError(f"{where}: reading {claim.id!r}: table {table.id} has no row "
+                         f"{ref.system!r} ({ref.variant})")
 
 
 def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,

@@ -3,13 +3,13 @@ and a README with the command, the machine, package versions, seeds, steps and t
 
 Everything is derived from the cells' `done.json` records and states (eval.experiment.execute)
 each time it is written, so the files are the same whether written mid-run or after.
-Recalls are in percent; `mean ± std` over seeds where a row has several (population std).
+Recalls are in percent; `mean ± SD` over seeds where a row has several, the SD a sample
+standard deviation (n - 1), the one the reading's two-SD rule uses (eval.experiment.readings).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import platform
 import shlex
@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
-from twotower.eval.experiment import execute
+from twotower.eval.experiment import execute, readings
 from twotower.eval.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
 from twotower.eval.experiment.plan import Entry, Plan, format_seconds
 
@@ -29,7 +29,7 @@ PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu"
 
 @dataclasses.dataclass(frozen=True)
 class Aggregate:
-  """Mean and (population) standard deviation over seeds of one row x ratio of a table."""
+  """Mean and sample standard deviation (n - 1) over seeds of one row x ratio of a table."""
   table: str
   dataset: str
   system: str
@@ -73,8 +73,7 @@ def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
     mean, std = {}, {}
     for name in records[0]["metrics"]:
       xs = [r["metrics"][name] for r in records if name in r["metrics"]]
-      mu = sum(xs) / len(xs)
-      mean[name], std[name] = mu, math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs))
+      mean[name], std[name] = readings.mean_and_sd(xs)
     out.append(Aggregate(table, dataset, system, variant, ratio, tuple(sorted(by_seed)), mean,
                          std, records[0]["questions"], records[0]["candidates"],
                          len(planned[(table, dataset, system, variant, ratio)])))
@@ -175,29 +174,44 @@ def update_block(path: str, name: str, text: str) -> bool:
   return True
 
 
+SD_NOTE = "± is the sample standard deviation (n − 1) over the seeds."
+
+
 @dataclasses.dataclass(frozen=True)
 class Written:
-  """What `write_tables` wrote: the README's sections and the summary (summary.md)."""
+  """What `write_tables` wrote: the README's sections, the summary (summary.md) and the
+  reading's summary (reading.md's claim lines; "" for a grid without readings)."""
   sections: list[str]
   summary: str
+  tables1_2: str = ""           # tables1-2.md ("" without a datastats cell)
+  readings: tuple = ()          # the reading's comparisons (readings.Comparison)
 
 
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
                  results_dir: str) -> Written:
   """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
-  results.json, summary.md; returns the README's sections and the summary."""
-  values = collect(plan, work)
-  aggs = aggregate(entries, values)
-  sections, kept = [], []
+  results.json, summary.md, reading.md; returns the README's sections and the summaries."""
   stats = [(c.params["dataset"], execute.read_done(execute.cell_dir(work, c)))
            for c in plan.of_kind("datastats")]
-  stats = [(name, d) for name, d in stats if d]
+  pretrain = [execute.read_done(execute.cell_dir(work, c)) for c in plan.of_kind("pretrain")]
+  return write_results(spec, entries, collect(plan, work), [(n, d) for n, d in stats if d],
+                       [d for d in pretrain if d], results_dir)
+
+
+def write_results(spec: GridSpec, entries: Sequence[Entry],
+                  values: Mapping[tuple[str, str], dict], stats: Sequence[tuple[str, dict]],
+                  pretrain_records: Sequence[Mapping], results_dir: str) -> Written:
+  """What `write_tables` writes, from the result records (`collect`), the datastats records
+  [(dataset, record)] and the pre-training records."""
+  aggs = aggregate(entries, values)
+  sections, kept, tables1_2 = [], [], ""
   if stats:
     from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
     text = data_stats.markdown(stats[0][1]["table1"], [(n, d["table2"]) for n, d in stats],
                                control=stats[0][1].get("table1_control"))
     tio.write_text(os.path.join(results_dir, "tables1-2.md"), text)
     sections.append(text)
+    tables1_2 = text
   for table in spec.tables:
     for dataset in sorted({e.dataset for e in entries if e.table == table.id}):
       these = [a for a in aggs if a.table == table.id and a.dataset == dataset]
@@ -208,6 +222,8 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
       text = f"### {title}\n\n{markdown_table(spec, table, these)}"
       if table.note:
         text += f"\n{table.note.strip()}\n"
+      if any(len(a.seeds) > 1 for a in these):
+        text += f"\n{SD_NOTE}\n"
       stem = f"table{table.id}-{dataset}"
       tio.write_text(os.path.join(results_dir, f"{stem}.md"), text)
       sections.append(text)
@@ -223,11 +239,67 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   summary = summary_markdown(spec, kept)
   tio.write_text(os.path.join(results_dir, "summary.md"), summary)
   _write_csv(kept, os.path.join(results_dir, "results.csv"))
-  tio.write_json(os.path.join(results_dir, "results.json"),
-                 {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],
-                  "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
-                               for e in entries if (e.cell, e.split) in values]})
-  return Written(sections, summary)
+  results = {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],
+             "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
+                          for e in entries if (e.cell, e.split) in values]}
+  tio.write_json(os.path.join(results_dir, "results.json"), results)
+  readings.write(spec, results, pretrain_records, results_dir)
+  return Written(sections, summary, tables1_2, tuple(readings.compare(spec, results)))
+
+
+def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
+  """(entries, result records, datastats records, pre-training records) as a results folder
+  keeps them (results.json, cells.json): what `write_results` needs, without the work
+  directory. Only the cells that have a result are entries."""
+  results = tio.read_json(os.path.join(results_dir, "results.json"))
+  records_file = os.path.join(results_dir, execute.RECORDS_FILE)
+  records = list(tio.read_json(records_file).values()) if os.path.exists(records_file) else []
+  fields = [f.name for f in dataclasses.fields(Entry)]
+  entries = [Entry(**{k: e[k] for k in fields}) for e in results["per_seed"]]
+  values = {(e["cell"], e["split"]): e["record"] for e in results["per_seed"]}
+  # A datastats cell is named datastats/<dataset>.
+  stats = [(r["cell"].split("/", 1)[1], r) for r in records if r.get("kind") == "datastats"]
+  return entries, values, stats, [r for r in records if r.get("kind") == "pretrain"]
+
+
+def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
+  """Writes a results folder's tables, summary and reading again from its own results.json
+  and cells.json (no work directory, no cell run); refreshes the README's Results section
+  and, in `readme`, the results:<grid> and results:<grid>-reading blocks."""
+  entries, values, stats, pretrain = from_results_dir(results_dir)
+  written = write_results(spec, entries, values, stats, pretrain, results_dir)
+  replace_readme_results(os.path.join(results_dir, "README.md"), written.sections)
+  if readme:
+    update_blocks(readme, spec, written, results_dir)
+  return written
+
+
+def update_blocks(path: str, spec: GridSpec, written: Written, results_dir: str) -> None:
+  """Refreshes, in the file `path`, the blocks a grid's results fill: `results:<grid>` (the
+  summary), and where the file has them `results:<grid>-reading` (the reading's claim lines,
+  linked to reading.md) and `results:<grid>-tables1-2`."""
+  update_block(path, spec.name, written.summary)
+  link = os.path.relpath(os.path.join(results_dir, readings.READING_FILE),
+                         os.path.dirname(os.path.abspath(path)))
+  reading = readings.summary_markdown(spec, written.readings, link) if spec.readings else ""
+  for suffix, text in (("reading", reading), ("tables1-2", written.tables1_2)):
+    if text:
+      update_block(path, f"{spec.name}-{suffix}", text)
+
+
+def replace_readme_results(path: str, sections: Sequence[str]) -> bool:
+  """Replaces the `## Results` section of a README that `write_readme` wrote; False (file
+  untouched) where there is none."""
+  if not os.path.exists(path):
+    return False
+  content = tio.read_text(path)
+  begin, end = "\n## Results\n", "\n## Machine and packages\n"
+  if begin not in content or end not in content:
+    return False
+  head, rest = content.split(begin, 1)
+  tail = rest.split(end, 1)[1]
+  tio.write_text(path, f"{head}{begin}\n" + "\n".join(sections) + f"{end}{tail}")
+  return True
 
 
 def _write_csv(aggs: Iterable[Aggregate], path: str) -> None:
@@ -271,8 +343,8 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   lines = [f"# Experiment grid `{spec.name}`", "",
            "Written by `twotower experiment` (eval/experiment/). Recalls in percent on the test "
            "side of each train/test split; gold convention `pair` (the paper's: the exact "
-           "(sentence, passage) candidate); `mean ± std` over seeds (population std) where "
-           "there are several. `results.json` holds every seed's record; the cells' "
+           "(sentence, passage) candidate); `mean ± SD` over seeds (sample SD, n − 1) "
+           "where there are several. `results.json` holds every seed's record; the cells' "
            "`done.json` also hold ReQA's `sentence` convention.", "",
            spec.description, "", "## Command", "", "```",
            "twotower experiment " + shlex.join(list(command)), "```", "",
