@@ -22,6 +22,9 @@ STATS_FILE = "stats.json"
 #: In every output folder: the stage that wrote it, its settings and inputs, the files it
 #: holds (twotower.outputs). A leading underscore: Beam and Hadoop tools skip such files.
 MANIFEST_FILE = "_twotower.json"
+#: Beside the main file of a stage whose output is files, not a folder (`vocab.txt`,
+#: `index.faiss`, `finetune/hn<k>-stats.json`): the same manifest, `<main>.twotower.json`.
+FILE_MANIFEST_SUFFIX = ".twotower.json"
 METRICS_FILE = "metrics.json"
 
 # Pair pipeline.
