@@ -284,7 +284,7 @@ def check_inputs_gave_pages(stats: dict, files: list, dump: str) -> None:
                      "Give a file with pages")
   if not stats.get(C.PAGES_KEPT, 0):
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.items())
-                        if k.startswith("pages_skipped_") and v) or "none skipped"
+                        if k.startswith(C.PAGES_SKIPPED_PREFIX) and v) or "none skipped"
     raise ValueError(f"{dump}: {stats.get(C.PAGES_READ, 0)} pages read, no article kept "
                      f"({skipped}); give a dump or corpus with articles")
 

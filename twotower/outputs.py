@@ -331,21 +331,35 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
   before = [_beside(main, f) for f in (manifest or {}).get("files", [])]
   path = file_manifest_path(main)
   previous = tio.read_text(path) if _exists(path) else None
+  made = _missing_root(path)
   written: list[str] = []
   _write_file_manifest(main, stage, settings, inputs, files=None)
   try:
     yield written
   except BaseException:
-    if not written:  # nothing replaced yet: the old record stays true
+    if not written:  # nothing replaced yet: the old record stays true, no folder is left
       if previous is None:
         _remove(path)
       else:
         tio.write_text(path, previous)
+      if made and not any(files for _, _, files in os.walk(made)):
+        shutil.rmtree(made)
     raise
   for stale in sorted(set(before) - set(written)):
     if _exists(stale):
       _remove(stale)
   _write_file_manifest(main, stage, settings, inputs, files=written)
+
+
+def _missing_root(path: str) -> str | None:
+  """The outermost folder above local `path` that does not exist yet (None: all do)."""
+  if not tio.is_local(path):
+    return None
+  missing = None
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    missing, parent = parent, os.path.dirname(parent)
+  return missing
 
 
 def _remove(path: str) -> None:
