@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 from twotower import contracts
+from twotower import outputs
 from twotower import texts
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import index as index_stage
@@ -71,6 +72,7 @@ def run(config: DenseConfig) -> DenseResult:
   records = evaluate_lib.evaluate_run_file(run_file, config.system, splits, config.golds)
   if not config.keep_embeddings:
     os.remove(index_path)
+    os.remove(outputs.file_manifest_path(index_path))
     shutil.rmtree(candidates, ignore_errors=True)
   return DenseResult(run_file, records)
 

@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 
 from twotower import checks
 from twotower import contracts
+from twotower import outputs
 from twotower.contracts import codecs
 from twotower.eval import metrics as metrics_lib
 from twotower.eval import report
@@ -93,6 +94,7 @@ class EvaluateConfig:
   golds: tuple[str, ...] = ("pair",)   # eval.metrics.GOLD_CONVENTIONS
   ks: tuple[int, ...] = contracts.DEFAULT_KS
   stem: str = "metrics"
+  overwrite: bool = False              # replace an --out that holds another run
 
   def __post_init__(self):
     checks.positive(self, "ks")
@@ -126,7 +128,13 @@ def run(config: EvaluateConfig) -> EvaluateResult:
   for name, path in zip(names, config.runs):
     logger.info("evaluating %s (%s)", name, path)
     records += evaluate_run_file(path, name, splits, config.golds, config.ks)
-  return EvaluateResult(records, report.write_report(records, config.out, config.stem))
+  # The report replaces --out whole (outputs.staged): never the tables of two evaluations.
+  with outputs.staged(config.out, "evaluate", outputs.settings_of(config),
+                      inputs=[config.reqa, *config.runs], overwrite=config.overwrite) as out:
+    written = report.write_report(records, out, config.stem)
+  final = config.out.rstrip("/")
+  return EvaluateResult(records, {k: f"{final}/{os.path.basename(v)}"
+                                  for k, v in written.items()})
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ class IndexJob:
   num_index_shards: int = 1           # N > 1: OUT-SSSSS-of-NNNNN.faiss, for IndexShards
   block_rows: int = 65_536            # vectors read and added per step (bounds memory)
   threads: int = 0                    # FAISS OpenMP threads (0: all)
+  overwrite: bool = False             # replace an --out made with other settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,30 +76,38 @@ def run(job: IndexJob) -> IndexResult:
                              "factory": job.index.factory or job.index.type, "out": job.out,
                              "index_shards": job.num_index_shards})
   t0 = time.perf_counter()
-  paths = faiss_index.shard_paths(job.out, job.num_index_shards)
-  n, d = faiss_index.count_vectors(files)
-  store_vectors = job.index.resolve(n, d).store_vectors
-  if store_vectors and not tio.is_local(job.out):
-    raise ValueError(f"{job.out}: re-rank vectors are memory-mapped at search time, so the "
-                     "index must be written to a local path")
-  if job.num_index_shards <= 1:
-    index = faiss_index.build_index(files, job.index, job.block_rows, progress=True)
-    faiss_index.save_index(index, paths[0])
-    total = index.ntotal
-    shards = [index]
-  else:
-    total = 0
-    for path, shard in zip(paths, faiss_index.iter_index_shards(
-        files, job.index, job.num_index_shards, job.block_rows, progress=True)):
-      faiss_index.save_index(shard, path)
-      total += shard.ntotal
-      del shard
-  if store_vectors:
-    # Each index file gets the vectors of the ids it holds: a shard re-ranks its own short
-    # list, and the shards' exact lists merge exactly.
-    for s, path in enumerate(paths):
-      rerank.write_vectors(path, lambda s=s: faiss_index.shard_blocks(
-          files, s, job.num_index_shards, n, job.block_rows), d)
+  # The index file owns its shards and re-rank vectors (outputs.owned_files): another
+  # run's index at --out is refused, and the files of the run it replaces that this one
+  # does not write (4 shards replaced by 1) are removed.
+  settings = outputs.settings_of(job, skip=("block_rows", "threads"))
+  with outputs.owned_files(job.out, "index", settings, overwrite=job.overwrite,
+                           inputs=files) as written:
+    paths = faiss_index.shard_paths(job.out, job.num_index_shards)
+    n, d = faiss_index.count_vectors(files)
+    store_vectors = job.index.resolve(n, d).store_vectors
+    if store_vectors and not tio.is_local(job.out):
+      raise ValueError(f"{job.out}: re-rank vectors are memory-mapped at search time, so the "
+                       "index must be written to a local path")
+    if job.num_index_shards <= 1:
+      index = faiss_index.build_index(files, job.index, job.block_rows, progress=True)
+      faiss_index.save_index(index, paths[0])
+      written.append(paths[0])
+      total = index.ntotal
+    else:
+      total = 0
+      for path, shard in zip(paths, faiss_index.iter_index_shards(
+          files, job.index, job.num_index_shards, job.block_rows, progress=True)):
+        faiss_index.save_index(shard, path)
+        written.append(path)
+        total += shard.ntotal
+        del shard
+    if store_vectors:
+      # Each index file gets the vectors of the ids it holds: a shard re-ranks its own short
+      # list, and the shards' exact lists merge exactly.
+      for s, path in enumerate(paths):
+        rerank.write_vectors(path, lambda s=s: faiss_index.shard_blocks(
+            files, s, job.num_index_shards, n, job.block_rows), d)
+        written.extend(rerank.sidecar_paths(path))
   seconds = time.perf_counter() - t0
   logger.info("index: %d vectors in %s (%.1f s)", total, ", ".join(paths), seconds)
   return IndexResult(tuple(paths), total, seconds)

@@ -40,11 +40,13 @@ logger = logging.getLogger(__name__)
 
 
 def pair_files(pairs_root: str, task: str, split: str) -> list[str]:
-  """Shards of `<pairs_root>/pairs/<task>/<split>-*.tfrecord`; a clear error when none."""
-  pattern = f"{contracts.pairs_prefix(pairs_root, task, split)}-*{contracts.PAIRS_SUFFIX}"
-  files = sorted(tf.io.gfile.glob(pattern))
+  """Shards of `<pairs_root>/pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord` that the pair
+  pipeline's manifest lists (a stray shard of another run is never read; the glob for an
+  output without one); a clear error when none."""
+  files = contracts.codecs.pair_files(pairs_root, task, split)
   if not files:
-    raise FileNotFoundError(f"no pair shards match {pattern}")
+    raise FileNotFoundError(f"no pair shards match "
+                            f"{contracts.pairs_pattern(pairs_root, task, split)}")
   return files
 
 
@@ -228,12 +230,15 @@ def pretrain_dataset(pairs_root: str, tasks: Sequence[str], split: str, tokenize
 def _passage_texts(passages_dir: str, heldout_percent: float) -> tf.data.Dataset:
   """string [] "title text" of the passages of pages that are not held out, streamed one
   row group at a time (contracts.codecs.read_passages)."""
+  # The shards the pair pipeline's manifest lists; a clear error now, not inside the generator.
+  files = contracts.codecs.passage_files(passages_dir)
+  if not files:
+    raise FileNotFoundError(f"no passages Parquet at {passages_dir!r}")
   pattern = contracts.passages_pattern(passages_dir)
-  tio.match_files(pattern)  # a clear error now, not inside the generator
 
   def gen():
     kept = skipped = 0
-    for passage in contracts.codecs.read_passages(pattern):
+    for passage in contracts.codecs.read_passages(passages_dir):
       if heldout_percent and contracts.is_heldout(passage.page_id, heldout_percent):
         skipped += 1
         continue

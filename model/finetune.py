@@ -171,9 +171,15 @@ def run(job: FinetuneJob) -> train.TrainResult:
   job = dataclasses.replace(job, config=cfg)
   train_split = f"train-{job.split}"
   k = job.hard_negatives
-  pattern = (contracts.hard_negatives_pattern(job.reqa, train_split, k) if k
-             else contracts.finetune_pattern(job.reqa, train_split))
-  files = sorted(tf.io.gfile.glob(pattern))
+  # Only the shards a manifest lists: `twotower reqa`'s for the plain pairs, `twotower
+  # hardneg`'s (beside hn<k>-stats.json) for those with negatives.
+  if k:
+    pattern = contracts.hard_negatives_pattern(job.reqa, train_split, k)
+    files = contracts.codecs.owned_files(
+        job.reqa, pattern, main=contracts.hard_negatives_stats_path(job.reqa, k))
+  else:
+    pattern = contracts.finetune_pattern(job.reqa, train_split)
+    files = contracts.codecs.owned_files(job.reqa, pattern)
   if not files:
     hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
             if k else "")

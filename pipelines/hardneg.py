@@ -45,6 +45,7 @@ from typing import Iterable, Mapping, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower import logs
+from twotower import outputs
 from twotower import texts
 from twotower.contracts import Pair, codecs
 from twotower.contracts import counters as C
@@ -69,6 +70,7 @@ class HardNegConfig:
     k1, b: BM25 parameters (Pyserini's defaults, as `twotower bm25`).
     threads: Lucene indexing and search threads.
     num_shards: TFRecord shards per output split.
+    overwrite: replace the `-hn<k>` pairs of a run with other settings (outputs.owned_files).
   """
   reqa: str
   ratios: tuple[int, ...] = contracts.REQA_RATIOS
@@ -78,6 +80,7 @@ class HardNegConfig:
   k1: float = bm25.DEFAULT_K1
   b: float = bm25.DEFAULT_B
   threads: int = max(1, os.cpu_count() or 1)
+  overwrite: bool = False  # replace the -hn<k> pairs of a run with other settings
   num_shards: int = 1
 
   def __post_init__(self):
@@ -124,10 +127,11 @@ class _Split:
 def _read_split(config: HardNegConfig, ratio: int, pool: _Candidates) -> _Split:
   name = f"train-{ratio}"
   pattern = contracts.finetune_pattern(config.reqa, name)
-  if not codecs.match(pattern):
+  files = codecs.owned_files(config.reqa, pattern)  # those `twotower reqa` recorded
+  if not files:
     raise FileNotFoundError(f"{pattern}: no fine-tuning pairs (is {config.reqa} a `twotower "
                             f"reqa` output with ratio {ratio}?)")
-  pairs = list(codecs.read_pairs(pattern))
+  pairs = list(codecs.read_pairs(files))
   golds: dict[str, set[int]] = {}
   records: dict[str, int] = {}
   searched: dict[str, str] = {}
@@ -206,9 +210,8 @@ def _mine_split(split: _Split, hits: Mapping[str, Sequence[int]], pool: _Candida
 
 
 def _write(config: HardNegConfig, split: str, pairs: Sequence[Pair]) -> list[str]:
-  """Replaces the split's `-hn<k>` shards (stale shards of another shard count included)."""
-  for stale in codecs.match(contracts.hard_negatives_pattern(config.reqa, split, config.k)):
-    os.remove(stale)
+  """Writes the split's `-hn<k>` shards (those of the run replaced, another shard count
+  included, are removed by outputs.owned_files)."""
   return codecs.write_pairs(contracts.hard_negatives_prefix(config.reqa, split, config.k),
                             pairs, config.num_shards)
 
@@ -238,18 +241,36 @@ def run(config: HardNegConfig) -> dict[str, int]:
   tio.log_settings("twotower hardneg", dataclasses.asdict(config))
   pool = _Candidates.read(config.reqa)
   splits = [_read_split(config, r, pool) for r in config.ratios]
-  hits, indexed = search_all(config, (text for s in splits for text in s.texts.values()))
-  stats = {C.HARDNEG_CANDIDATES_INDEXED: indexed,
-           C.HARDNEG_QUESTION_TEXTS_SEARCHED: len(hits)}
-  for split in splits:
-    pairs, split_stats = _mine_split(split, hits, pool, config)
-    paths = _write(config, split.name, pairs)
-    stats.update(split_stats)
-    logger.info("%s: %d pairs -> %s", split.name, len(pairs), ", ".join(paths))
-  tio.write_json(contracts.hard_negatives_stats_path(config.reqa, config.k), stats)
-  tio.write_json(contracts.hard_negatives_config_path(config.reqa, config.k),
-                 dataclasses.asdict(config))
+  # The -hn<k> files are this run's (outputs.owned_files, the manifest beside hn<k>-stats
+  # .json): mined with other settings, they are refused, not mixed with these.
+  main = contracts.hard_negatives_stats_path(config.reqa, config.k)
+  with outputs.owned_files(main, "hardneg", outputs.settings_of(config, skip=("threads",)),
+                           overwrite=config.overwrite, inputs=[config.reqa],
+                           legacy=_legacy_settings(config)) as written:
+    hits, indexed = search_all(config, (text for s in splits for text in s.texts.values()))
+    stats = {C.HARDNEG_CANDIDATES_INDEXED: indexed,
+             C.HARDNEG_QUESTION_TEXTS_SEARCHED: len(hits)}
+    for split in splits:
+      pairs, split_stats = _mine_split(split, hits, pool, config)
+      paths = _write(config, split.name, pairs)
+      written.extend(paths)
+      stats.update(split_stats)
+      logger.info("%s: %d pairs -> %s", split.name, len(pairs), ", ".join(paths))
+    tio.write_json(main, stats)
+    tio.write_json(contracts.hard_negatives_config_path(config.reqa, config.k),
+                   dataclasses.asdict(config))
+    written += [main, contracts.hard_negatives_config_path(config.reqa, config.k)]
   return stats
+
+
+def _legacy_settings(config: HardNegConfig) -> dict | None:
+  """The settings of -hn<k> pairs mined before manifests, from their hn<k>-config.json."""
+  path = contracts.hard_negatives_config_path(config.reqa, config.k)
+  if not codecs.match(path):
+    return None
+  old = tio.read_json(path)
+  return {k: v for k, v in old.items()
+          if k in outputs.settings_of(config, skip=("threads",))}
 
 
 def summary_table(stats: Mapping[str, int], config: HardNegConfig) -> str:

@@ -27,13 +27,13 @@ is its flag parser. One process: a held-out share of a Wikipedia is small.
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import sys
 from typing import Optional, Sequence
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower.contracts import Candidate, Pair, Question, codecs
 from twotower.contracts import counters as C
 
@@ -47,6 +47,7 @@ class HeldoutConfig:
   out: str                   # the benchmark directory (ReQA layout)
   heldout_percent: Optional[float] = None  # None: the pair pipeline's, from its config.json
   task: str = "ict"          # the task whose held-out pairs give the questions
+  overwrite: bool = False    # replace an --out that holds another run (outputs.staged)
 
 
 def question_id(task: str, pair: Pair) -> str:
@@ -79,16 +80,7 @@ def benchmark(pairs: Sequence[Pair], passages: Sequence[contracts.Passage],
 
 def _write_parquet(rows: list[dict], schema, path: str) -> None:
   import pyarrow as pa  # pylint: disable=import-outside-toplevel
-  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-  table = pa.Table.from_pylist(rows, schema)
-  if tio.is_local(path):
-    pq.write_table(table, path)
-    return
-  from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-  buffer = io.BytesIO()
-  pq.write_table(table, buffer)
-  with FileSystems.create(path) as f:
-    f.write(buffer.getvalue())
+  tio.write_parquet(path, pa.Table.from_pylist(rows, schema))
 
 
 def run(config: HeldoutConfig) -> dict[str, int]:
@@ -104,21 +96,24 @@ def run(config: HeldoutConfig) -> dict[str, int]:
   if percent is None:
     percent = codecs.read_heldout_percent(config.pairs)
     where = f"from {contracts.PAIRS_CONFIG_FILE}"
-  pairs = list(codecs.read_pairs(contracts.pairs_pattern(config.pairs, config.task,
-                                                         contracts.HELDOUT)))
+  pairs = list(codecs.read_pairs(codecs.pair_files(config.pairs, config.task,
+                                                   contracts.HELDOUT)))
   passages = list(codecs.read_passages(config.pairs, columns=("title", "text")))
   candidates, questions, pages = benchmark(pairs, passages, percent, config.task)
   if not questions:
     raise ValueError(f"{config.pairs}: no held-out {config.task} pairs; re-run `twotower "
                      f"pairs` with a larger --heldout_percent (was {percent}, {where})")
-  tio.makedirs(config.out)
-  _write_parquet([c.to_row() for c in candidates], contracts.CANDIDATE_SCHEMA,
-                 contracts.candidates_path(config.out))
-  _write_parquet([q.to_row() for q in questions], contracts.QUESTION_SCHEMA,
-                 contracts.questions_path(config.out, "all"))
   counts = {C.QUESTIONS: len(questions), C.CANDIDATES: len(candidates),
             C.HELDOUT_PAGES: pages}
-  tio.write_json(f"{config.out.rstrip('/')}/{contracts.STATS_FILE}", counts)
+  # Replaces --out whole (outputs.staged): a reader never sees two benchmarks mixed.
+  with outputs.staged(config.out, "heldout", outputs.settings_of(config),
+                      inputs=[config.pairs], overwrite=config.overwrite,
+                      markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
+    _write_parquet([c.to_row() for c in candidates], contracts.CANDIDATE_SCHEMA,
+                   contracts.candidates_path(out))
+    _write_parquet([q.to_row() for q in questions], contracts.QUESTION_SCHEMA,
+                   contracts.questions_path(out, "all"))
+    tio.write_json(f"{out.rstrip('/')}/{contracts.STATS_FILE}", counts)
   logger.info("held-out benchmark in %s: %s", config.out, counts)
   return counts
 

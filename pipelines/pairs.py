@@ -15,7 +15,7 @@ own by its position in the list, so ids cannot collide. With more than one glob,
 also counts per input: `input<k>_pages_read` (k = position), and for text inputs
 `input<k>_pages_kept`, `input<k>_pairs_<task>[_heldout]`; dumps together as `mediawiki_...`
 (a pair counts for its query page's input). An input that gives no page, or a run that keeps
-no article, is a ValueError after the run (stats.json is written first).
+no article, is a ValueError after the run; --out is then left as it was.
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
 to `heldout` when *either* of its pages is held out (a WLP pair joins two pages), else to
@@ -268,7 +268,7 @@ def is_multi_input(pattern: str) -> bool:
 
 def check_inputs_gave_pages(stats: dict, files: list, dump: str) -> None:
   """An input that gave no page (an empty dump or corpus, a dump cut before its first page)
-  is an error naming it, after the run (stats.json says what was read and skipped)."""
+  is an error naming it, after the run and before its output replaces --out."""
   if is_multi_input(dump):
     by_input: dict[int, list] = {}
     for f in files:
@@ -281,10 +281,12 @@ def check_inputs_gave_pages(stats: dict, files: list, dump: str) -> None:
     names = ", ".join(f.path for f in group[:3]) + (" ..." if len(group) > 3 else "")
     raise ValueError(f"{group[0].pattern}: no page or document read from {names} "
                      f"({group[0].format}); is it empty, or cut before its first record? "
-                     "Give a file with pages (stats.json in --out says what was read)")
+                     "Give a file with pages")
   if not stats.get(C.PAGES_KEPT, 0):
-    raise ValueError(f"{dump}: {stats.get(C.PAGES_READ, 0)} pages read, no article kept (see "
-                     "pages_skipped_* in stats.json); give a dump or corpus with articles")
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.items())
+                        if k.startswith(C.PAGES_SKIPPED_PREFIX) and v) or "none skipped"
+    raise ValueError(f"{dump}: {stats.get(C.PAGES_READ, 0)} pages read, no article kept "
+                     f"({skipped}); give a dump or corpus with articles")
 
 
 def dump_xml_bytes(pattern: str) -> int:
@@ -374,51 +376,37 @@ def output_settings(config: PairsConfig) -> dict:
   return outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets"))
 
 
-def _written(out: str, inputs: list[str]) -> list[str] | None:
-  if not tio.is_local(out):
-    return None
-  keep = outputs.inside(out, inputs)
-  return [f for f in outputs.files_under(out) if f.split("/")[0] not in keep]
-
-
-def claim_output(config: PairsConfig, inputs: list[str]) -> None:
-  """The output folder is this run's (twotower.outputs.claim), emptied when it holds this
-  run's last output (a re-run must not keep the last run's shards: with the runner choosing
-  the shard count, both would be read); its manifest is written first, so that a killed run
-  is re-run into the same folder. Dump files inside it (the experiment writes one there)
-  stay. The job writes in place: its outputs are sharded writers' own temp-then-move."""
-  settings = output_settings(config)
-  markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
-  if (outputs.claim(config.out, "pairs", settings, overwrite=config.overwrite, inputs=inputs,
-                    markers=markers) and tio.is_local(config.out)):
-    outputs.empty(config.out, keep=outputs.inside(config.out, inputs))
-  outputs.write_manifest(config.out, "pairs", settings, inputs, files=[])
-
-
 def run(config: PairsConfig) -> dict:
   """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
-  that readers of passages/ know the held-out share); returns the stats."""
+  that readers of passages/ know the held-out share); returns the stats.
+
+  The job writes beside --out and the result replaces it whole when the job has finished
+  and its inputs gave pages (twotower.outputs.staged): a reader never sees half a run or
+  the shards of two runs (the runner chooses the shard count), and a failed or interrupted
+  run leaves the folder as it was. Dump files inside --out (the experiment writes one
+  there) are read in place and kept."""
   tio.log_settings("twotower pairs", dataclasses.asdict(config))
   # A clear error now (a glob matching nothing, a directory, a file in no known format)
-  # rather than an empty run; then the output folder is this run's.
+  # rather than an empty run.
   files = textdocs.match_inputs(config.dump)
   inputs = [f.path for f in files]
-  claim_output(config, inputs)
-  tio.makedirs(config.out)
-  tio.write_json(f"{config.out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
-                 dataclasses.asdict(config))
-  shuffle = make_shuffle(config)
-  if shuffle.on_disk:
-    logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
-  try:
-    stats = tio.run_beam_job(lambda pipeline: build(pipeline, config, shuffle),
-                             config.beam_args, stats_dir=config.out, finish=finish_stats)
-  finally:
+  markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
+  with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
+                      overwrite=config.overwrite, markers=markers) as out:
+    staged = dataclasses.replace(config, out=out)
+    # The settings as given (--out the folder readers see, not the temporary one).
+    tio.write_json(f"{out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
+                   dataclasses.asdict(config))
+    shuffle = make_shuffle(staged)
     if shuffle.on_disk:
-      shutil.rmtree(shuffle.directory, ignore_errors=True)
-  check_inputs_gave_pages(stats, files, config.dump)
-  outputs.write_manifest(config.out, "pairs", output_settings(config), inputs,
-                         files=_written(config.out, inputs))
+      logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
+    try:
+      stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle),
+                               config.beam_args, stats_dir=out, finish=finish_stats)
+    finally:
+      if shuffle.on_disk:
+        shutil.rmtree(shuffle.directory, ignore_errors=True)
+    check_inputs_gave_pages(stats, files, config.dump)
   return stats
 
 

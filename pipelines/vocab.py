@@ -33,6 +33,7 @@ from typing import Iterable, Iterator
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower.contracts import codecs
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class VocabConfig:
   vocab_size: int = 30_000   # largest vocabulary size, reserved tokens included
   max_texts: int = 0         # passages read at most (0: all), after the held-out ones
   exclude_heldout: bool = True  # skip the passages of held-out pages
+  overwrite: bool = False    # replace an --out made with other settings (outputs.owned_files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +185,7 @@ def check(config: VocabConfig) -> None:
   if tio.is_local(config.out) and os.path.isdir(config.out):  # before minutes of counting
     raise IsADirectoryError(f"{config.out}: is a directory; --out is the vocabulary file "
                             f"(e.g. {config.out.rstrip('/')}/vocab.txt)")
-  if not codecs.match(contracts.passages_pattern(config.passages)):
+  if not codecs.passage_files(config.passages):
     raise FileNotFoundError(f"no passages Parquet at {config.passages!r} (expected a "
                             "`twotower pairs` output dir, its passages/ dir, or a glob)")
 
@@ -200,14 +202,20 @@ def run(config: VocabConfig) -> VocabResult:
     if not codecs.match(f"{pairs_out}/{contracts.PAIRS_CONFIG_FILE}"):
       logger.warning("%s: no %s beside passages/: no page is known to be held out, all are "
                      "read", pairs_out, contracts.PAIRS_CONFIG_FILE)
-  counts = PassageCounts()
-  passages = codecs.read_passages(config.passages, columns=("title", "text"))
-  words = count_words(passage_texts(passages, config.max_texts, percent, counts))
-  logger.info("%d passages read, %d of held-out pages excluded (heldout_percent %g); %d "
-              "distinct words, %d in all", counts.read, counts.heldout, percent, len(words),
-              sum(words.values()))
-  vocab = learn_vocab(words, config.vocab_size)
-  tio.write_text(config.out, "\n".join(vocab) + "\n")
+  # Refused before minutes of counting when --out is another run's vocabulary; replaced
+  # atomically (tio.write_text: a temp file beside it, never in the working directory).
+  with outputs.owned_files(config.out, "vocab", outputs.settings_of(config),
+                           overwrite=config.overwrite,
+                           inputs=codecs.passage_files(config.passages)) as written:
+    counts = PassageCounts()
+    passages = codecs.read_passages(config.passages, columns=("title", "text"))
+    words = count_words(passage_texts(passages, config.max_texts, percent, counts))
+    logger.info("%d passages read, %d of held-out pages excluded (heldout_percent %g); %d "
+                "distinct words, %d in all", counts.read, counts.heldout, percent, len(words),
+                sum(words.values()))
+    vocab = learn_vocab(words, config.vocab_size)
+    tio.write_text(config.out, "\n".join(vocab) + "\n")
+    written.append(config.out)
   return VocabResult(path=config.out, tokens=len(vocab), distinct_words=len(words),
                      words=sum(words.values()), passages=counts.read,
                      passages_heldout=counts.heldout, heldout_percent=percent)

@@ -5,6 +5,9 @@ inputs, and which files it holds.
     claim(out, stage, settings)        before writing: refuse a folder of another run
     staged(out, stage, settings)       Beam stages: write beside it, then move into place
     write_manifest(out, ...)           training: the manifest of a folder written in place
+    owned_files(main, stage, ...)      stages whose output is files, not a folder (vocab,
+                                       index, hardneg): the same rules, the manifest beside
+                                       the main file (`<main>.twotower.json`)
 
 Rules, one for every stage:
   * an absent or empty folder is the stage's;
@@ -23,6 +26,7 @@ the stage writes in place, after the same claim.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 import os
 import shutil
@@ -43,14 +47,24 @@ def manifest_path(out: str) -> str:
 
 
 def read_manifest(out: str) -> dict | None:
-  """The manifest of `out`, or None when it has none."""
-  path = manifest_path(out)
+  """The manifest of folder `out`, or None when it has none."""
+  return _read(manifest_path(out))
+
+
+def _exists(path: str) -> bool:
+  if tio.is_local(path):
+    return os.path.exists(path)
   try:
-    if not os.path.exists(path) if tio.is_local(path) else not tio.match_files(path):
-      return None
-    manifest = tio.read_json(path)
+    return bool(tio.match_files(path))
   except FileNotFoundError:  # match_files: nothing matches
+    return False
+
+
+def _read(path: str) -> dict | None:
+  if not _exists(path):
     return None
+  try:
+    manifest = tio.read_json(path)
   except ValueError as e:
     raise ValueError(f"{path}: not a twotower manifest ({e}); --overwrite to start over") from e
   if not isinstance(manifest, dict) or "stage" not in manifest:
@@ -201,13 +215,41 @@ def listed(out: str) -> list[str] | None:
   return [f"{out.rstrip('/')}/{name}" for name in manifest.get("files", [])]
 
 
+def listed_beside(main: str) -> list[str] | None:
+  """The paths of the files the manifest beside `main` lists (owned_files), or None when
+  there is none."""
+  manifest = _read(file_manifest_path(main))
+  if manifest is None:
+    return None
+  return [_beside(main, name) for name in manifest.get("files", [])]
+
+
+def matching(out: str, pattern: str, main: str | None = None) -> list[str]:
+  """The files matching glob `pattern` (a path under `out`) that `out`'s manifest lists (or,
+  with `main`, the manifest beside that file: owned_files), sorted: a reader never picks up
+  a stray file of another run. A folder without a manifest (an older output, or files the
+  user put together) and object stores (whose manifests list no files) fall back to the
+  glob. May be empty: the caller names what is missing."""
+  files = None
+  if tio.is_local(out) and os.path.isdir(out):
+    files = listed_beside(main) if main else listed(out)
+  if files is None:
+    from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
+    return codecs.match(pattern)
+  # Both sides spelled from the same `out` (layout._join strips one trailing slash).
+  return sorted(f for f in files if fnmatch.fnmatchcase(f, pattern))
+
+
 @contextlib.contextmanager
 def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequence[str] = (),
            overwrite: bool = False, markers: Sequence[str] = ()) -> Iterator[str]:
   """Yields the folder a Beam stage writes into: `<out>.tmp-<id>` beside `out`. When the
   block ends, the manifest is written into it and it replaces `out` whole; when it raises
-  (or is interrupted), it is removed and `out` is left as it was."""
-  claim(out, stage, settings, overwrite=overwrite, markers=markers,
+  (or is interrupted), it is removed and `out` is left as it was.
+
+  Inputs inside `out` (the experiment writes the pair pipeline's dump into its folder) are
+  read from there while the job runs, then moved into the new folder: never removed."""
+  claim(out, stage, settings, overwrite=overwrite, markers=markers, inputs=inputs,
         empty_on_overwrite=not tio.is_local(out))
   if not tio.is_local(out):
     yield out
@@ -219,16 +261,127 @@ def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequenc
   try:
     yield tmp
     write_manifest(tmp, stage, settings, inputs)
-    old = None
-    if os.path.exists(final):
-      old = f"{final}.old-{uuid.uuid4().hex[:8]}"
-      os.rename(final, old)
-    os.rename(tmp, final)
-    if old:
-      shutil.rmtree(old)
+    _swap(final, tmp, keep=inside(final, inputs) if os.path.isdir(final) else set())
   finally:
     if os.path.exists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap(final: str, tmp: str, keep: set[str]) -> None:
+  """Puts folder `tmp` in the place of `final`, moving `final`'s entries `keep` into it.
+  Renames only (one filesystem): a failure half-way puts `final` back as it was."""
+  if not os.path.exists(final):
+    os.rename(tmp, final)
+    return
+  old = f"{final}.old-{uuid.uuid4().hex[:8]}"
+  os.rename(final, old)
+  moved = []
+  try:
+    for name in sorted(keep):
+      os.rename(os.path.join(old, name), os.path.join(tmp, name))
+      moved.append(name)
+    os.rename(tmp, final)
+  except BaseException:
+    for name in moved:  # the inputs go back first: `tmp` is removed after this
+      os.rename(os.path.join(tmp, name), os.path.join(old, name))
+    os.rename(old, final)
+    raise
+  shutil.rmtree(old)
+
+
+def file_manifest_path(main: str) -> str:
+  return f"{main}{layout.FILE_MANIFEST_SUFFIX}"
+
+
+@contextlib.contextmanager
+def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
+                overwrite: bool = False, inputs: Sequence[str] = (),
+                legacy: Mapping[str, Any] | None = None) -> Iterator[list[str]]:
+  """For a stage whose --out is a file (vocab, index) or a set of files in another stage's
+  folder (hardneg): the rules of `claim`, judged by the manifest beside `main`.
+
+  An existing `main` without a manifest (an older version's output, or a file of the
+  user's) is refused unless `legacy` (its settings, from the stage's own record) or
+  `overwrite`. The block appends the paths it writes (each written atomically) to the list
+  it is given; at its end the manifest lists them and the files of the run before that are
+  not among them are removed (a 4-shard index replaced by a 1-shard one). Before the block,
+  the manifest says "this run, files pending": an interrupted run is re-run with the same
+  settings, not refused."""
+  try:
+    manifest = _read(file_manifest_path(main))
+  except ValueError:
+    if not overwrite:
+      raise
+    manifest = None
+  if manifest is None and legacy is not None:
+    manifest = {"stage": stage, "settings": legacy}
+  problem = None
+  if manifest is None and _exists(main):
+    problem = "exists, and no twotower stage recorded how it was made"
+  elif manifest is not None and manifest["stage"] != stage:
+    problem = f"is the output of `twotower {manifest['stage']}`"
+  elif manifest is not None:
+    diff = differences(manifest.get("settings", {}), settings)
+    if diff:
+      problem = f"was made by a `twotower {stage}` run with other settings ({'; '.join(diff)})"
+  if problem and not overwrite:
+    raise ValueError(f"{main}: {problem}; give another --out, or --overwrite to replace it")
+  if problem:
+    logger.warning("--overwrite: replacing %s (it %s)", main, problem)
+  before = [_beside(main, f) for f in (manifest or {}).get("files", [])]
+  path = file_manifest_path(main)
+  previous = tio.read_text(path) if _exists(path) else None
+  made = _missing_root(path)
+  written: list[str] = []
+  _write_file_manifest(main, stage, settings, inputs, files=None)
+  try:
+    yield written
+  except BaseException:
+    if not written:  # nothing replaced yet: the old record stays true, no folder is left
+      if previous is None:
+        _remove(path)
+      else:
+        tio.write_text(path, previous)
+      if made and not any(files for _, _, files in os.walk(made)):
+        shutil.rmtree(made)
+    raise
+  for stale in sorted(set(before) - set(written)):
+    if _exists(stale):
+      _remove(stale)
+  _write_file_manifest(main, stage, settings, inputs, files=written)
+
+
+def _missing_root(path: str) -> str | None:
+  """The outermost folder above local `path` that does not exist yet (None: all do)."""
+  if not tio.is_local(path):
+    return None
+  missing = None
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    missing, parent = parent, os.path.dirname(parent)
+  return missing
+
+
+def _remove(path: str) -> None:
+  if tio.is_local(path):
+    os.remove(path)
+  else:
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+    FileSystems.delete([path])
+
+
+def _beside(main: str, name: str) -> str:
+  return os.path.join(os.path.dirname(main), name) if tio.is_local(main) else \
+      f"{main.rsplit('/', 1)[0]}/{name}"
+
+
+def _write_file_manifest(main: str, stage: str, settings: Mapping[str, Any],
+                         inputs: Sequence[str], files: Sequence[str] | None) -> None:
+  """`files` None: pending (the run has not finished)."""
+  tio.write_json(file_manifest_path(main), {
+      "version": MANIFEST_VERSION, "stage": stage, "settings": _plain(settings),
+      "inputs": list(inputs), "pending": files is None,
+      "files": [f.replace("\\", "/").rsplit("/", 1)[-1] for f in files or ()]})
 
 
 def settings_of(config: Any, skip: Sequence[str] = ()) -> dict:

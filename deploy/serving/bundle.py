@@ -39,6 +39,7 @@ from typing import Iterator, Optional
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import outputs
 from twotower import texts
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import faiss_index
@@ -172,6 +173,9 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   files = index_stage.embedding_files(embeddings)
   n, d = faiss_index.count_vectors(files)
   index_stage.run(index_stage.IndexJob(embeddings=embeddings, out=path, index=config.index))
+  # The bundle's own manifest records its files and their checksums: the index stage's
+  # record of the file (the temporary embeddings it came from) has no place in it.
+  os.remove(outputs.file_manifest_path(path))
   return {"factory": config.index.resolve(n, d).factory_string(), "vectors": int(n),
           "dim": int(d), "metric": "inner_product"}
 

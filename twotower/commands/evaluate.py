@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                  default=",".join(map(str, contracts.DEFAULT_KS)),
                  help="recall cut-offs, comma-separated")
   p.add_argument("--stem", default="metrics", help="output file stem")
+  flags.add_overwrite(p)
   return p
 
 
@@ -35,7 +36,7 @@ def parse(argv: Iterable[str] | None) -> evaluate.EvaluateConfig:
     return evaluate.EvaluateConfig(
         reqa=args.reqa, runs=tuple(args.run), out=args.out, names=tuple(args.names or ()),
         splits=flags.csv(args.split), golds=flags.csv(args.gold), ks=args.ks,
-        stem=args.stem)
+        stem=args.stem, overwrite=args.overwrite)
   except ValueError as e:
     p.error(str(e))
 

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="Lucene indexing and search threads")
   p.add_argument("--num_shards", type=int, default=d.num_shards,
                  help="TFRecord shards per output split")
+  flags.add_overwrite(p)
   return p
 
 
@@ -50,7 +51,8 @@ def parse(argv: Iterable[str] | None) -> hardneg.HardNegConfig:
     p.error("--threads and --num_shards must be >= 1")
   return hardneg.HardNegConfig(reqa=args.reqa, ratios=ratios, k=args.k, depth=args.depth,
                                doc_text=args.doc_text, k1=args.k1, b=args.b,
-                               threads=args.threads, num_shards=args.num_shards)
+                               threads=args.threads, num_shards=args.num_shards,
+                               overwrite=args.overwrite)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

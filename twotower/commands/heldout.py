@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
                       f"{contracts.PAIRS_CONFIG_FILE})")
   p.add_argument("--task", choices=contracts.PRETRAIN_TASKS, default=d.task,
                  help="the task whose held-out pairs give the questions")
+  flags.add_overwrite(p)
   return p
 
 
@@ -30,7 +31,8 @@ def parse(argv: Iterable[str] | None) -> heldout.HeldoutConfig:
   if args.heldout_percent is not None and not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
   return heldout.HeldoutConfig(pairs=args.pairs, out=args.out,
-                               heldout_percent=args.heldout_percent, task=args.task)
+                               heldout_percent=args.heldout_percent, task=args.task,
+                               overwrite=args.overwrite)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

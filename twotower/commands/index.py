@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--block_rows", type=flags.positive_int, default=65_536,
                  help="vectors read and added per step (bounds build memory)")
   p.add_argument("--threads", type=int, default=0, help="FAISS OpenMP threads (0: all)")
+  flags.add_overwrite(p)
   return p
 
 
@@ -67,7 +68,7 @@ def parse(argv: Iterable[str] | None) -> index.IndexJob:
   args = build_parser().parse_args(None if argv is None else list(argv))
   return index.IndexJob(embeddings=args.embeddings, out=args.out, index=index_config(args),
                         num_index_shards=args.num_index_shards, block_rows=args.block_rows,
-                        threads=args.threads)
+                        threads=args.threads, overwrite=args.overwrite)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
                  default=d.exclude_heldout,
                  help="skip the passages of pages the pair pipeline held out (its "
                       f"{contracts.PAIRS_CONFIG_FILE} gives the share)")
+  flags.add_overwrite(p)
   return p
 
 
@@ -36,7 +37,8 @@ def parse(argv: Iterable[str] | None) -> vocab.VocabConfig:
     p.error(f"--vocab_size must exceed {len(contracts.RESERVED_TOKENS)}, got {args.vocab_size}")
   flags.non_negative(p, args, ("max_texts",))
   return vocab.VocabConfig(passages=args.passages, out=args.out, vocab_size=args.vocab_size,
-                           max_texts=args.max_texts, exclude_heldout=args.exclude_heldout)
+                           max_texts=args.max_texts, exclude_heldout=args.exclude_heldout,
+                           overwrite=args.overwrite)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -222,10 +222,33 @@ def match(pattern: str) -> list[str]:
   return sorted(glob.glob(pattern))
 
 
-def read_pairs(pattern: str) -> Iterator[Pair]:
-  """Every Pair of the TFRecord shards matching `pattern` (e.g. layout.pairs_pattern)."""
-  for data in read_tfrecords(match(pattern)):
+def read_pairs(pattern: str | Sequence[str]) -> Iterator[Pair]:
+  """Every Pair of the TFRecord shards matching `pattern` (e.g. layout.pairs_pattern), or of
+  a list of shards (pair_files)."""
+  for data in read_tfrecords(match(pattern) if isinstance(pattern, str) else pattern):
     yield decode_pair(data)
+
+
+def owned_files(out: str, pattern: str, main: str | None = None) -> list[str]:
+  """The files of output folder `out` matching `pattern`: those its manifest (or, with
+  `main`, the manifest beside that file) lists (twotower.outputs.matching), never a stray
+  file of another run; the glob for a folder without a manifest. A path without glob
+  characters is read as given."""
+  if not any(c in pattern for c in "*?["):
+    return match(pattern)
+  from twotower import outputs  # pylint: disable=import-outside-toplevel
+  return outputs.matching(out, pattern, main)
+
+
+def pair_files(pairs_out: str, task: str, split: str) -> list[str]:
+  """The pair shards of a task and split in a pair pipeline output (may be empty)."""
+  return owned_files(pairs_out, layout.pairs_pattern(pairs_out, task, split))
+
+
+def passage_files(path: str) -> list[str]:
+  """The passages shards of a pair pipeline output dir, its passages/ dir, a file or a glob
+  (may be empty)."""
+  return owned_files(layout.pairs_out_dir(path), layout.passages_pattern(path))
 
 
 def write_pairs(prefix: str, pairs: Sequence[Pair], shards: int = 1) -> list[str]:
@@ -271,12 +294,12 @@ def require_kind(path: str, names: Sequence[str], kind: str,
     raise ValueError(f"{path}: expected {kind} (columns {', '.join(needed)}), found {what}")
 
 
-def _parquet_rows(pattern: str, columns: Sequence[str] | None = None,
+def _parquet_rows(pattern: str | Sequence[str], columns: Sequence[str] | None = None,
                   kind: str | None = None) -> Iterator[dict]:
-  """Rows of every file matching `pattern`; with `kind`, a file of another layout is a named
-  ValueError before any of its rows is read."""
+  """Rows of every file matching `pattern` (or of a list of files); with `kind`, a file of
+  another layout is a named ValueError before any of its rows is read."""
   from twotower import io  # pylint: disable=import-outside-toplevel
-  for path in match(pattern):
+  for path in match(pattern) if isinstance(pattern, str) else pattern:
     pf = io.open_parquet(path)
     if kind:
       require_kind(path, pf.schema_arrow.names, kind)
@@ -291,7 +314,7 @@ def read_passages(path: str, columns: Sequence[str] | None = None) -> Iterator[r
   if columns is not None:
     columns = ["page_id", "passage_id", *(c for c in columns if c not in ("page_id",
                                                                           "passage_id"))]
-  for row in _parquet_rows(layout.passages_pattern(path), columns, kind="passages"):
+  for row in _parquet_rows(passage_files(path), columns, kind="passages"):
     yield records.Passage.from_row(row)
 
 

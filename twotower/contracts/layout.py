@@ -12,8 +12,10 @@ per file layout, so that no stage spells another's paths.
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
     BM25_OUT/    run.trec, metrics.{json,md,csv,png}
 
-Every folder a stage owns (pairs, reqa, embed, a training run) also holds MANIFEST_FILE:
-the stage, its settings, inputs and files (twotower.outputs).
+Every folder a stage owns (pairs, reqa, embed, heldout, bm25, evaluate, a training run)
+also holds MANIFEST_FILE: the stage, its settings, inputs and files (twotower.outputs). A
+stage whose output is files, not a folder (vocab, index; hardneg's -hn<k> files in a ReQA
+folder) writes the same manifest beside its main file: `<main>` + FILE_MANIFEST_SUFFIX.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ STATS_FILE = "stats.json"
 #: In every output folder: the stage that wrote it, its settings and inputs, the files it
 #: holds (twotower.outputs). A leading underscore: Beam and Hadoop tools skip such files.
 MANIFEST_FILE = "_twotower.json"
+#: Beside the main file of a stage whose output is files, not a folder (`vocab.txt`,
+#: `index.faiss`, `finetune/hn<k>-stats.json`): the same manifest, `<main>.twotower.json`.
+FILE_MANIFEST_SUFFIX = ".twotower.json"
 METRICS_FILE = "metrics.json"
 
 # Pair pipeline.
