@@ -73,6 +73,8 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   large = the_plan["pretrain/ict+bfs+wlp-large/base/s0"].params["config"]
   assert large["data"]["batch_size"] == 1024 and large["trainer"]["grad_cache_chunk"] == 64
   assert (large["trainer"]["steps"] * 1024 == small["trainer"]["steps"] * 64)
+  # Its checkpoints divide its steps: the trainer would otherwise round them up.
+  assert large["trainer"]["steps"] % large["trainer"]["checkpoint_every"] == 0
   assert large["data"]["mixture"] == small["data"]["mixture"] == "pooled"
   # Adam's square-root rule: 16x the batch, 4x the learning rate.
   assert large["trainer"]["learning_rate"] == pytest.approx(4 * small["trainer"]["learning_rate"])

@@ -429,7 +429,10 @@ def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int)
     examples = steps * cfg.data.batch_size
     steps = max(1, examples // system.pretrain_batch)
     data["batch_size"] = system.pretrain_batch
-    trainer["checkpoint_every"] = max(1, min(cfg.trainer.checkpoint_every, steps))
+    # A checkpoint interval that divides the steps: the trainer rounds the steps up to a
+    # multiple of it, which would show this row more examples than the row it is compared with.
+    trainer["checkpoint_every"] = max(d for d in range(1, min(cfg.trainer.checkpoint_every,
+                                                             steps) + 1) if steps % d == 0)
   trainer["steps"] = steps
   return config_lib.replace(cfg, data=data, trainer=trainer)
 
