@@ -219,9 +219,12 @@ def run(config: FuseConfig) -> FuseResult:
   else:
     if weight is None:
       (split,) = evaluate_lib.load_splits(config.reqa, [config.tune_split])
+      if not split.questions:  # every weight would tie at 0: the "tuned" weight means nothing
+        raise ValueError(f"{config.reqa}: {config.tune_split} has no questions to tune the "
+                         "weight on; choose another split or give --weight")
       for path, run_ in ((first_file, first), *partners.items()):
         evaluate_lib.check_run(runs_lib.ids_only(run_), split, path)
-      if len(split.questions) >= max(config.min_tune_questions, 1):
+      if len(split.questions) >= config.min_tune_questions:
         partner, tuning = choose_partner(first, partners, split, config.tune_metric,
                                          config.depth)
         weight = tuning.weight
