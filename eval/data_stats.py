@@ -121,8 +121,9 @@ def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]
   if len(inputs) > 1 or control:  # pre-trained on several inputs (a dump and extracted text)
     lines += _composition(table1_rows, f"Pairs per input ({legend}):")
   if control:
-    lines += _composition(control, "The control row's pre-training text (the grid's plus the "
-                          "QA file's articles; the same settings), pairs per input:")
+    lines += _composition(control, "The control row's pre-training text (the grid's, with the "
+                          "QA file's articles in or out, whichever the grid's is not; the same "
+                          "settings), pairs per input:")
   lines += ["", "### Table 2: ReQA (word pieces of the grid's vocabulary)", "",
             "| dataset | #query | #candidate | #tuples | query length | document length |",
             "|---|---:|---:|---:|---:|---:|"]
