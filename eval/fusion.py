@@ -35,6 +35,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 from twotower import checks
+from twotower import contracts
 from twotower import io as tio
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import runs as runs_lib
@@ -92,7 +93,7 @@ def rrf(runs: Sequence[Run], k: int = RRF_K, depth: int = 100) -> Run:
 #: Breaks ties of the tuning metric (see the module docstring).
 TIEBREAK_METRIC = "MRR"
 #: The default tuning objective: the mean of the reported Recall@k.
-MEAN_RECALL = "mean_R@k"
+MEAN_RECALL = contracts.MEAN_RECALL
 #: Fewest validation questions a tuned weight is chosen on.
 MIN_TUNE_QUESTIONS = 50
 

@@ -71,7 +71,7 @@ class BundleConfig:
   b: float = 0.4
   weight: Optional[float] = None    # BM25's weight in the hybrid; None: tune or default
   tune_split: str = ""              # a validation split of `reqa` to tune the weight on
-  tune_metric: str = "mean_R@k"   # eval.fusion.MEAN_RECALL: the mean of R@1..100
+  tune_metric: str = contracts.MEAN_RECALL  # the mean of R@1..100 (eval.fusion)
   hybrid_depth: int = DEFAULT_HYBRID_DEPTH
   overwrite: bool = False
   beam_args: tuple[str, ...] = ()

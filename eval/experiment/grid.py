@@ -86,7 +86,7 @@ class System:
   pretrain_text_from_squad: Optional[bool] = None
   fuse: tuple[str, ...] = ()
   fusion: str = "interpolate"
-  tune_metric: str = "mean_R@k"
+  tune_metric: str = contracts.MEAN_RECALL
   min_tune_questions: int = 50
   untuned_weight: float = 0.5
   note: str = ""

@@ -295,6 +295,8 @@ RUN_SCHEMA = pa.schema([
 ])
 
 DEFAULT_KS = (1, 5, 10, 50, 100)
+#: A tuning objective (eval.fusion): the mean of a metrics record's Recall@k values.
+MEAN_RECALL = "mean_R@k"
 
 
 def metrics_record(system: str, split: str, questions: int, candidates: int,
