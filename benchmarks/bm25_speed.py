@@ -5,7 +5,7 @@
 
 Data: ../shared/data/squad/train-subset-v1.1.json built into ReQA candidates by
 `twotower reqa` (untimed; or pass --reqa DIR of an existing build). Timed, each a median of
---repeats runs: building the Lucene index of all candidates (eval.bm25.build_index); the first
+--repeats runs: building the Lucene index of all candidates (twotower.lucene.build_index); the first
 --queries questions searched one at a time with `LuceneSearcher.search` (threads=1); the same
 questions with `batch_search` in batches of 1000 on --threads threads. Prints a table and the
 batched / single-threaded queries/s ratio. The JVM start and Pyserini import are paid once,
@@ -22,9 +22,10 @@ import statistics
 import tempfile
 import time
 
+from twotower import lucene
 from twotower import pyserini_env
 from twotower import texts
-from twotower.eval import bm25, evaluate
+from twotower.eval import evaluate
 from twotower.pipelines import reqa
 
 SUBSET = (pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad"
@@ -58,16 +59,16 @@ def main() -> None:
     if not reqa_dir:
       reqa_dir = f"{tmp}/reqa"
       reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=args.squad, ratios=(5,)))
-    docs = list(bm25.candidate_documents(reqa_dir, args.doc_text))
+    docs = list(lucene.candidate_documents(reqa_dir, args.doc_text))
     (split,) = evaluate.load_splits(reqa_dir, ["all"])
     queries = [(q.question_id, q.question) for q in split.questions[:args.queries]]
     index = f"{tmp}/index"
-    t_index, _ = _median_time(lambda: bm25.build_index(docs, index, args.threads),
+    t_index, _ = _median_time(lambda: lucene.build_index(docs, index, args.threads),
                               args.repeats)
 
     def search(threads: int):
-      return bm25.search(index, queries, bm25.DEFAULT_K1, bm25.DEFAULT_B, 100, threads, 1000,
-                         progress=False)
+      return lucene.search(index, queries, lucene.DEFAULT_K1, lucene.DEFAULT_B, 100, threads,
+                           1000, progress=False)
 
     search(args.threads)  # warm the JIT and the page cache
     t_single, single = _median_time(lambda: search(1), args.repeats)
@@ -75,7 +76,7 @@ def main() -> None:
     same = sum(single[q].candidate_ids == batched[q].candidate_ids for q, _ in queries)
 
   qps_single, qps_batched = len(queries) / t_single, len(queries) / t_batched
-  print(f"Pyserini BM25 (k1={bm25.DEFAULT_K1}, b={bm25.DEFAULT_B}), {len(docs)} candidates "
+  print(f"Pyserini BM25 (k1={lucene.DEFAULT_K1}, b={lucene.DEFAULT_B}), {len(docs)} candidates "
         f"({args.doc_text}), {len(queries)} queries, top 100, median of {args.repeats}, "
         f"{os.cpu_count()} cores")
   print(f"{'step':<36} {'seconds':>8} {'per second':>12}")

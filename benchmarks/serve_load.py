@@ -133,7 +133,8 @@ def _in_process_p50(bundle: str, queries: list[str], k: int, n: int) -> dict[str
 def _batch_path_per_query(bundle: str, manifest: dict, n: int, k: int) -> dict[str, float]:
   """Milliseconds per query of the batch stages over `n` questions of the bundle's ReQA dir
   (embed questions with Beam + FAISS search; BM25 batch search; fusion)."""
-  from twotower.eval import bm25, fusion  # pylint: disable=import-outside-toplevel
+  from twotower import lucene  # pylint: disable=import-outside-toplevel
+  from twotower.eval import fusion  # pylint: disable=import-outside-toplevel
   from twotower.eval import search as search_stage  # pylint: disable=import-outside-toplevel
   from twotower.eval.runs import read_run  # pylint: disable=import-outside-toplevel
   from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
@@ -154,9 +155,9 @@ def _batch_path_per_query(bundle: str, manifest: dict, n: int, k: int) -> dict[s
         queries=os.path.join(tmp, "q"), out=os.path.join(tmp, "dense.parquet"), k=k))
     dense_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sparse = bm25.search(contracts.bundle_path(bundle, contracts.BUNDLE_LUCENE_DIR), questions,
-                         manifest["bm25"]["k1"], manifest["bm25"]["b"], k,
-                         os.cpu_count() or 1, 1000, progress=False)
+    sparse = lucene.search(contracts.bundle_path(bundle, contracts.BUNDLE_LUCENE_DIR),
+                           questions, manifest["bm25"]["k1"], manifest["bm25"]["b"], k,
+                           os.cpu_count() or 1, 1000, progress=False)
     bm25_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     fusion.interpolate(sparse, read_run(os.path.join(tmp, "dense.parquet")),

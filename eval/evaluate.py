@@ -5,7 +5,7 @@
 
 Several runs (and splits, and gold conventions) go into one table and one plot. Every record
 says which gold convention it used (`gold`: `pair` is the paper's, `sentence` is ReQA's; see
-eval.metrics). `evaluate_run_file` is what every other stage (bm25, the dense path, fusion,
+twotower.metrics). `evaluate_run_file` is what every other stage (bm25, the dense path, fusion,
 the experiment) calls to score a run: one Recall@k for the whole project.
 """
 
@@ -19,9 +19,9 @@ from typing import Mapping, Sequence
 
 from twotower import checks
 from twotower import contracts
+from twotower import metrics as metrics_lib
 from twotower import outputs
 from twotower.contracts import codecs
-from twotower.eval import metrics as metrics_lib
 from twotower.eval import report
 from twotower.eval import runs as runs_lib
 
@@ -91,7 +91,7 @@ class EvaluateConfig:
   out: str
   names: tuple[str, ...] = ()          # one per run; default: the run files' names
   splits: tuple[str, ...] = ("all",)
-  golds: tuple[str, ...] = ("pair",)   # eval.metrics.GOLD_CONVENTIONS
+  golds: tuple[str, ...] = ("pair",)   # twotower.metrics.GOLD_CONVENTIONS
   ks: tuple[int, ...] = contracts.DEFAULT_KS
   stem: str = "metrics"
   overwrite: bool = False              # replace an --out that holds another run

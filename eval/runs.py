@@ -4,12 +4,12 @@
            anything not `.parquet`); docids are int64 candidate ids.
   Parquet: contracts.RUN_SCHEMA, one row per question, lists best first (`*.parquet`).
 
-In memory a run is `dict[question_id, Ranked]`, lists sorted best first.
+In memory a run is `contracts.Run`: `dict[question_id, contracts.Ranked]`, lists sorted best
+first (the records are contracts, as RUN_SCHEMA: Lucene BM25, below eval, returns them too).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Mapping
 
 import pyarrow as pa
@@ -17,15 +17,7 @@ import pyarrow.parquet as pq
 
 from twotower import contracts
 from twotower import io as tio
-
-
-@dataclasses.dataclass(frozen=True)
-class Ranked:
-  candidate_ids: tuple[int, ...]
-  scores: tuple[float, ...]
-
-
-Run = dict[str, Ranked]
+from twotower.contracts import Ranked, Run
 
 
 def is_parquet(path: str) -> bool:

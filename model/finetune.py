@@ -12,7 +12,7 @@ Uses trainer.finetune_learning_rate / finetune_batch_size / finetune_steps.
 How long to fine-tune is chosen on validation, never on test (issue 11). The paper holds out
 "10% of training set ... as the validation set for hyper-parameter tuning" (sec. 4.1): at
 every checkpoint `RecallAtK` computes validation Recall@k and MRR over all candidates (the
-paper's gold rule, with twotower.eval.metrics, the code `twotower evaluate` runs), the best
+paper's gold rule, with twotower.metrics, the code `twotower evaluate` runs), the best
 checkpoint by `FinetuneJob.select` (default R@100; "" = the last) is kept under
 checkpoints/best/, and that model is exported. The result says which step won
 (`selected_step`) and carries the validation curve (`result.curve("val_R@100")`, also in
@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow as tf
 
 from twotower import contracts
+from twotower import metrics as metrics_lib
 from twotower import texts
-from twotower.eval import metrics as metrics_lib
 from twotower.model import config as config_lib
 from twotower.model import train
 
@@ -87,7 +87,7 @@ def logged_metrics(num_candidates: int, ks: Sequence[int] = contracts.DEFAULT_KS
 
 class RecallAtK(keras.callbacks.Callback):
   """At each checkpoint: embeds the validation questions and every candidate, ranks the
-  candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.eval.metrics:
+  candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.metrics:
   first-hit ranks under the paper's `pair` gold rule, then `summarize`; MRR over the top
   max(ks))."""
 

@@ -5,10 +5,10 @@ match most question tokens").
     twotower hardneg --reqa reqa/squad --ratios 1,5,10,80 --k 1
 
 Reading order:
-  candidates.parquet --eval.bm25.candidate_documents--> one Lucene index (a temp dir), built
+  candidates.parquet --lucene.candidate_documents--> one Lucene index (a temp dir), built
       once for all ratios, documents laid out as `twotower bm25` lays them out
   questions-train-<r>.parquet + finetune/train-<r>-*.tfrecord (Pair, one per gold)
-      --> the distinct question texts of every ratio --eval.bm25.search--> top `depth` hits
+      --> the distinct question texts of every ratio --lucene.search--> top `depth` hits
       --> per question text, the first k hits that are none of
             a gold of the question (any question record with that text, any pair of it);
             a sibling: another sentence of a gold's passage (the same passage text), which
@@ -45,12 +45,12 @@ from typing import Iterable, Mapping, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower import logs
+from twotower import lucene
 from twotower import outputs
 from twotower import texts
 from twotower.contracts import Pair, codecs
 from twotower.contracts import counters as C
 from twotower.contracts.counters import HardNeg
-from twotower.eval import bm25
 from twotower.pipelines.reqa import question_key
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ class HardNegConfig:
   k: int = 1
   depth: int = 100
   doc_text: str = texts.DEFAULT_DOC_TEXT
-  k1: float = bm25.DEFAULT_K1
-  b: float = bm25.DEFAULT_B
+  k1: float = lucene.DEFAULT_K1
+  b: float = lucene.DEFAULT_B
   threads: int = max(1, os.cpu_count() or 1)
   overwrite: bool = False  # replace the -hn<k> pairs of a run with other settings
   num_shards: int = 1
@@ -223,13 +223,13 @@ def search_all(config: HardNegConfig, questions: Iterable[str]) -> tuple[dict[st
   with tempfile.TemporaryDirectory(prefix="twotower-hardneg-") as tmp:
     index_dir = os.path.join(tmp, "index")
     started = time.perf_counter()
-    indexed = bm25.build_index(bm25.candidate_documents(config.reqa, config.doc_text),
-                               index_dir, config.threads)
+    indexed = lucene.build_index(lucene.candidate_documents(config.reqa, config.doc_text),
+                                 index_dir, config.threads)
     logs.progress("hardneg: indexed %d candidates in %.1f s", indexed,
                   time.perf_counter() - started)
     started = time.perf_counter()
-    ranked = bm25.search(index_dir, [(str(i), q) for i, q in enumerate(distinct)], config.k1,
-                         config.b, config.depth, config.threads, batch_size=1000)
+    ranked = lucene.search(index_dir, [(str(i), q) for i, q in enumerate(distinct)],
+                           config.k1, config.b, config.depth, config.threads, batch_size=1000)
     logs.progress("hardneg: searched %d question texts in %.1f s", len(distinct),
                   time.perf_counter() - started)
   return {q: list(ranked[str(i)].candidate_ids) for i, q in enumerate(distinct)}, indexed

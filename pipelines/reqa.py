@@ -21,7 +21,7 @@ Counting, as ReQA's `squad_eval.py` does and as the paper does: `questions` coun
 records; `reqa_qa_inputs` counts (question, distinct answer sentence) pairs (ReQA's "QA
 inputs", 11,426 on SQuAD v1.1 dev with the `reqa` splitter); `candidates` counts unique
 (sentence, passage) pairs (10,250 there). Gold conventions are the evaluator's business
-(eval.metrics): `gold_candidate_ids` holds the exact (sentence, passage) candidates (the
+(twotower.metrics): `gold_candidate_ids` holds the exact (sentence, passage) candidates (the
 paper's); ReQA's (any candidate with the gold sentence's text, averaged over unique question
 strings) is derived from them and candidates.parquet.
 

@@ -8,10 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import contracts
+from twotower import lucene
+from twotower import metrics as metrics_lib
 from twotower import texts
 from twotower.commands import bm25 as bm25_cmd
 from twotower.eval import bm25, evaluate
-from twotower.eval import metrics as metrics_lib
 from twotower.eval import runs as runs_lib
 from twotower.pipelines import reqa
 
@@ -92,16 +93,16 @@ def bm25s_run(docs: list[dict], queries: list[tuple[str, str]], k1: float, b: fl
 def cross_check(reqa_dir: str, work_dir: str, doc_text: str, split: str = "test-5",
                 limit: int | None = None) -> dict[str, dict[str, float]]:
   """{"pyserini": metrics, "bm25s": metrics} of one split under the pair convention."""
-  docs = list(bm25.candidate_documents(reqa_dir, doc_text))
+  docs = list(lucene.candidate_documents(reqa_dir, doc_text))
   (target,) = evaluate.load_splits(reqa_dir, [split])
   questions = target.questions[:limit] if limit else target.questions
   queries = [(q.question_id, q.question) for q in questions]
-  bm25.build_index(docs, f"{work_dir}/index", threads=2)
-  lucene = runs_lib.ids_only(bm25.search(f"{work_dir}/index", queries, bm25.DEFAULT_K1,
-                                         bm25.DEFAULT_B, 100, 2, 1000, progress=False))
-  other = bm25s_run(docs, queries, bm25.DEFAULT_K1, bm25.DEFAULT_B)
+  lucene.build_index(docs, f"{work_dir}/index", threads=2)
+  pyserini = runs_lib.ids_only(lucene.search(f"{work_dir}/index", queries, lucene.DEFAULT_K1,
+                                             lucene.DEFAULT_B, 100, 2, 1000, progress=False))
+  other = bm25s_run(docs, queries, lucene.DEFAULT_K1, lucene.DEFAULT_B)
   return {name: metrics_lib.evaluate_run(run, questions, "pair")[0]
-          for name, run in (("pyserini", lucene), ("bm25s", other))}
+          for name, run in (("pyserini", pyserini), ("bm25s", other))}
 
 
 @pytest.mark.shared_data

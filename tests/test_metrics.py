@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twotower.eval import metrics
+from twotower import metrics
 from twotower.contracts import Question as GoldQuestion
 
 # Candidates 1..6; 1 and 4 share the sentence "S" (in two passages), 2 is "T".

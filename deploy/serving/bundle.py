@@ -39,6 +39,7 @@ from typing import Iterator, Optional
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import lucene
 from twotower import outputs
 from twotower import texts
 from twotower.deploy.serving import store as store_lib
@@ -67,8 +68,8 @@ class BundleConfig:
   embeddings: str = ""              # the documents' embeddings (else embedded here, Beam)
   doc_text: str = texts.DEFAULT_DOC_TEXT  # a candidate's text, as fine-tuning and BM25 read it
   index: faiss_index.IndexConfig = faiss_index.IndexConfig()  # default flat: exact search
-  k1: float = 0.9                   # BM25 (Pyserini's defaults, as `twotower bm25`)
-  b: float = 0.4
+  k1: float = lucene.DEFAULT_K1     # BM25 (Pyserini's defaults, as `twotower bm25`)
+  b: float = lucene.DEFAULT_B
   weight: Optional[float] = None    # BM25's weight in the hybrid; None: tune or default
   tune_split: str = ""              # a validation split of `reqa` to tune the weight on
   tune_metric: str = contracts.MEAN_RECALL  # the mean of R@1..100 (eval.fusion)
@@ -129,8 +130,7 @@ def lucene_documents(config: BundleConfig) -> Iterator[dict]:
   """Lucene's JsonCollection documents: for ReQA candidates exactly `twotower bm25`'s (the
   same text, the same order), for passages the title and the passage."""
   if config.reqa:
-    from twotower.eval import bm25  # pylint: disable=import-outside-toplevel
-    yield from bm25.candidate_documents(config.reqa, config.doc_text)
+    yield from lucene.candidate_documents(config.reqa, config.doc_text)
     return
   for d in sorted(iter_documents(config), key=lambda d: d.id):
     yield {"id": str(d.id), "contents": f"{d.title} {d.text}".strip()}
@@ -276,9 +276,8 @@ def run(config: BundleConfig) -> BundleResult:
       raise ValueError(f"{config.reqa or config.passages}: no documents to bundle")
     embeddings = config.embeddings or _embed(config, saved_model, work)
     index = _build_index(config, embeddings, part(contracts.BUNDLE_INDEX_FILE))
-    from twotower.eval import bm25  # pylint: disable=import-outside-toplevel
-    lucene_docs = bm25.build_index(lucene_documents(config), part(contracts.BUNDLE_LUCENE_DIR),
-                                   threads=1)
+    lucene_docs = lucene.build_index(lucene_documents(config),
+                                     part(contracts.BUNDLE_LUCENE_DIR), threads=1)
     if not index["vectors"] == documents == lucene_docs:
       raise ValueError(f"{config.embeddings or 'the embeddings'}: {index['vectors']} vectors "
                        f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "

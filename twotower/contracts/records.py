@@ -294,6 +294,18 @@ RUN_SCHEMA = pa.schema([
     ("scores", pa.list_(pa.float32())),
 ])
 
+
+@dataclasses.dataclass(frozen=True)
+class Ranked:
+  """One question's ranked list in memory, best first: a row of RUN_SCHEMA (eval.runs reads
+  and writes run files; Lucene BM25 and FAISS search return these)."""
+  candidate_ids: tuple[int, ...]
+  scores: tuple[float, ...]
+
+
+#: A run in memory: question id -> its Ranked list.
+Run = dict[str, Ranked]
+
 DEFAULT_KS = (1, 5, 10, 50, 100)
 #: A tuning objective (eval.fusion): the mean of a metrics record's Recall@k values.
 MEAN_RECALL = "mean_R@k"

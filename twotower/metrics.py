@@ -13,6 +13,9 @@ Gold conventions (every table says which one it uses):
     whose rank is the best rank among them; averaged over unique question strings.
 MRR is computed over the run's depth (a question whose gold is not in its list adds 0); ReQA
 ranks the whole index, so its MRR can only be higher by the tail beyond the depth.
+
+Below the stage folders: `twotower evaluate` (eval) and fine-tuning's validation Recall@k
+(model.finetune) score with the same code.
 """
 
 from __future__ import annotations
