@@ -91,7 +91,7 @@ def fixed_hard_negatives(ex: dict, k: int) -> dict[str, tf.Tensor]:
 def count_pairs(pairs_root: str, task: str, split: str) -> int:
   """Pairs of a task in a split: from the pair pipeline's stats.json (`pairs_<task>` counts
   every pair, `pairs_<task>_heldout` the held-out ones), else by reading the shards."""
-  stats_path = f"{pairs_root.rstrip('/')}/{contracts.STATS_FILE}"
+  stats_path = contracts.stats_path(pairs_root)
   total, heldout = counters.pairs(task), counters.pairs(task, contracts.HELDOUT)
   if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
     stats = tio.read_json(stats_path)
@@ -108,7 +108,7 @@ def count_pairs(pairs_root: str, task: str, split: str) -> int:
 def has_pairs(pairs_root: str, task: str, split: str) -> bool:
   """Whether a task has any pair in a split: from stats.json, else from the first record of
   its shards (FileNotFoundError when it has no shards)."""
-  stats_path = f"{pairs_root.rstrip('/')}/{contracts.STATS_FILE}"
+  stats_path = contracts.stats_path(pairs_root)
   if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
     if counters.pairs(task) in tio.read_json(stats_path):
       return count_pairs(pairs_root, task, split) > 0

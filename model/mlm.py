@@ -52,8 +52,9 @@ def build_model(cfg: config_lib.PretrainConfig, init: str | None) -> train.Build
 
 def heldout_percent(passages: str, pairs: str | None = None) -> float:
   """The held-out share the passages were written with: the config.json of the pair
-  pipeline output that holds them (else of `pairs`); 0, with a warning, when unknown."""
-  sources = [contracts.pairs_out_of(passages)] + ([pairs] if pairs else [])
+  pipeline output that holds them (`passages` as `twotower vocab` takes it: that dir, its
+  passages/ dir, a shard or a glob; else of `pairs`); 0, with a warning, when unknown."""
+  sources = [contracts.pairs_out_dir(passages)] + ([pairs] if pairs else [])
   for source in sources:
     percent = contracts.codecs.read_heldout_percent(source)
     if percent:

@@ -178,6 +178,27 @@ def test_mlm_without_the_pair_config_reads_every_passage_and_says_so(tmp_path, c
   assert "every passage feeds MLM" in caplog.text
 
 
+@pytest.mark.parametrize("given", ["out", "out/passages", "out/passages/*.parquet",
+                                   "out/passages/passages-00000-of-00001.parquet"],
+                         ids=["pairs-dir", "passages-dir", "glob", "shard"])
+def test_vocab_and_mlm_read_the_same_passages(tmp_path, given):
+  """One resolver (contracts.pairs_out_dir) finds the pair pipeline's config.json for both:
+  whatever form --passages takes, vocab and MLM skip the same held-out pages."""
+  from twotower.pipelines import vocab  # pylint: disable=import-outside-toplevel
+  out = tmp_path / "out"
+  _write_passages(out / "passages", range(200))
+  io.write_json(f"{out}/{contracts.PAIRS_CONFIG_FILE}", {"heldout_percent": 20.0})
+  passages = str(tmp_path / given)
+  kept = set(range(200)) - {p for p in range(200) if contracts.is_heldout(p, 20.0)}
+  percent = mlm.heldout_percent(passages, None)
+  read = {t.numpy().decode() for t in data._passage_texts(passages, percent)}  # pylint: disable=protected-access
+  assert read == {f"w{p} w{p} w{p} w{p}" for p in kept}  # "title text", held-out pages out
+  result = vocab.run(vocab.VocabConfig(passages=passages, out=str(tmp_path / "vocab.txt"),
+                                       vocab_size=300))
+  assert (result.heldout_percent, result.passages) == (percent, len(read)) == (20.0, len(kept))
+  assert result.passages_heldout == 200 - len(kept)
+
+
 def test_mlm_dataset_is_static_and_masks(pairs_root, tokenizer):
   ds = data.mlm_dataset(tokenizer, 4, 20, 0.2, 5,
                         pair_files_=data.pair_files(pairs_root, "ict", "train"))

@@ -203,7 +203,7 @@ def run_beam_job(build: Callable[[Any], None], beam_args: Sequence[str] = (),
   result.wait_until_finish()
   stats = finish(beam_counters(result))
   if stats_dir:
-    write_json(f"{stats_dir.rstrip('/')}/{layout.STATS_FILE}", stats)
+    write_json(layout.stats_path(stats_dir), stats)
   return stats
 
 

@@ -337,7 +337,7 @@ def read_heldout_percent(pairs_out: str) -> float:
   """The held-out share a pair pipeline output was made with (its config.json); 0 when the
   file is absent (an output of an older version: nothing is known to be held out)."""
   from twotower import io  # pylint: disable=import-outside-toplevel
-  path = f"{pairs_out.rstrip('/')}/{layout.PAIRS_CONFIG_FILE}"
+  path = layout.pairs_config_path(pairs_out)
   if not match(path):
     return 0.0
   return float(io.read_json(path).get("heldout_percent", 0.0))

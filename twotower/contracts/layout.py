@@ -40,6 +40,16 @@ def _join(directory: str, *parts: str) -> str:
   return "/".join([directory.rstrip("/"), *parts])
 
 
+def stats_path(out_dir: str) -> str:
+  """A stage's counters: `<out_dir>/stats.json`."""
+  return _join(out_dir, STATS_FILE)
+
+
+def pairs_config_path(out_dir: str) -> str:
+  """The pair pipeline's resolved settings, `<out_dir>/config.json` (its held-out share)."""
+  return _join(out_dir, PAIRS_CONFIG_FILE)
+
+
 def pairs_dir(out_dir: str, task: str) -> str:
   return _join(out_dir, "pairs", task)
 
@@ -68,16 +78,6 @@ def passages_dir(out_dir: str) -> str:
   return _join(out_dir, PASSAGES_DIR)
 
 
-def pairs_out_of(path: str) -> str:
-  """The pair pipeline output dir of its passages/ dir (where stats.json and config.json
-  are); any other path is returned as it is."""
-  stripped = path.rstrip("/")
-  head, _, tail = stripped.rpartition("/")
-  if tail != PASSAGES_DIR:
-    return stripped
-  return head or ("/" if stripped.startswith("/") else ".")
-
-
 def passages_prefix(out_dir: str) -> str:
   return _join(passages_dir(out_dir), "passages")
 
@@ -88,21 +88,22 @@ def passages_pattern(path: str) -> str:
   if path.endswith(".parquet") or any(c in path for c in "*?["):
     return path
   stripped = path.rstrip("/")
-  if stripped.endswith("/passages") or stripped == "passages":
+  if stripped.endswith(f"/{PASSAGES_DIR}") or stripped == PASSAGES_DIR:
     return f"{stripped}/*.parquet"
   return f"{passages_dir(stripped)}/*.parquet"
 
 
 def pairs_out_dir(passages_path: str) -> str:
   """The pair pipeline output dir that holds `passages_path` (the dir itself, its passages/
-  dir, a shard or a glob of shards), where its config.json is."""
+  dir, a shard or a glob of shards), where its config.json is: the one answer for every
+  reader of passages (vocab and MLM skip the same held-out pages)."""
   stripped = passages_path.rstrip("/")
   if stripped.endswith(".parquet") or any(c in stripped for c in "*?["):
     stripped = stripped.rsplit("/", 1)[0] if "/" in stripped else "."
-  if stripped == "passages":
+  if stripped == PASSAGES_DIR:
     return "."
-  if stripped.endswith("/passages"):
-    return stripped[:-len("/passages")] or "/"
+  if stripped.endswith(f"/{PASSAGES_DIR}"):
+    return stripped[:-len(f"/{PASSAGES_DIR}")] or "/"
   return stripped
 
 
