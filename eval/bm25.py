@@ -45,7 +45,7 @@ class Bm25Config:
   doc_text: str = texts.DEFAULT_DOC_TEXT   # texts.DOC_TEXT_MODES
   k1: float = lucene.DEFAULT_K1
   b: float = lucene.DEFAULT_B
-  splits: tuple[str, ...] = ("all", "test-5")
+  splits: tuple[str, ...] = (contracts.ALL_QUESTIONS, contracts.test_split(5))
   golds: tuple[str, ...] = ("pair", "sentence")
   threads: int = max(1, os.cpu_count() or 1)
   hits: int = 100
@@ -87,7 +87,7 @@ def run(config: Bm25Config) -> list[dict]:
   elapsed = time.perf_counter() - started
   logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(ranked),
               elapsed, len(ranked) / max(elapsed, 1e-9), config.threads)
-  runs_lib.write_run(f"{out}/{contracts.BM25_RUN_FILE}", ranked, tag=system)
+  runs_lib.write_run(contracts.bm25_run_path(out), ranked, tag=system)
   records = evaluate_lib.evaluate(runs_lib.ids_only(ranked), system, splits, config.golds)
   report.write_report(records, out, stem="metrics", title=f"BM25 (k1={config.k1}, b={config.b})")
   if not config.keep_index:

@@ -83,7 +83,7 @@ def table1(pairs_dir: str, vocab_path: str,
 
 def table2(reqa_dir: str, vocab_path: str, doc_text: str = texts.DEFAULT_DOC_TEXT) -> dict:
   """One row for a ReQA directory (its `all` split)."""
-  questions = codecs.read_questions(reqa_dir, "all")
+  questions = codecs.read_questions(reqa_dir, contracts.ALL_QUESTIONS)
   candidates = codecs.read_candidates(reqa_dir, ["title", "sentence", "passage"])
   query = word_piece_lengths(vocab_path, (q.question for q in questions))
   doc = word_piece_lengths(vocab_path, (

@@ -37,8 +37,8 @@ class DenseConfig:
   model: str                                # SavedModel with the string signatures
   reqa: str                                 # ReQA-layout dir (candidates + questions)
   work: str                                 # embeddings, index and the run file go here
-  splits: tuple[str, ...] = ("all",)        # splits scored
-  questions: str = "all"                    # the questions file that is embedded and searched
+  splits: tuple[str, ...] = (contracts.ALL_QUESTIONS,)  # splits scored
+  questions: str = contracts.ALL_QUESTIONS  # the questions file that is embedded and searched
   system: str = "dense"                     # name in the metrics records
   golds: tuple[str, ...] = ("pair",)
   doc_text: str = texts.DEFAULT_DOC_TEXT    # candidate layout: as fine-tuning and BM25
@@ -55,17 +55,18 @@ class DenseResult:
 
 def run(config: DenseConfig) -> DenseResult:
   from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
-  work = config.work.rstrip("/")
-  candidates, questions = f"{work}/candidates", f"{work}/questions-{config.questions}"
+  work = config.work
+  candidates = contracts.dense_candidates_dir(work)
+  questions = contracts.dense_questions_dir(work, config.questions)
   embed.run(embed.EmbedConfig(model=config.model, out=candidates, kind="candidates",
                               path=contracts.candidates_path(config.reqa),
                               doc_text=config.doc_text, beam_args=config.beam_args))
   embed.run(embed.EmbedConfig(model=config.model, out=questions, kind="questions",
                               path=contracts.questions_path(config.reqa, config.questions),
                               beam_args=config.beam_args))
-  index_path = f"{work}/flat.faiss"
+  index_path = contracts.dense_index_path(work)
   index_stage.run(index_stage.IndexJob(embeddings=candidates, out=index_path))
-  run_file = f"{work}/{contracts.DENSE_RUN_FILE}"
+  run_file = contracts.dense_run_path(work)
   search_stage.run(search_stage.SearchJob(index=index_path, queries=questions, out=run_file,
                                           k=config.k))
   splits = evaluate_lib.load_splits(config.reqa, config.splits)

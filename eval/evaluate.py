@@ -90,7 +90,7 @@ class EvaluateConfig:
   runs: tuple[str, ...]
   out: str
   names: tuple[str, ...] = ()          # one per run; default: the run files' names
-  splits: tuple[str, ...] = ("all",)
+  splits: tuple[str, ...] = (contracts.ALL_QUESTIONS,)
   golds: tuple[str, ...] = ("pair",)   # twotower.metrics.GOLD_CONVENTIONS
   ks: tuple[int, ...] = contracts.DEFAULT_KS
   stem: str = "metrics"

@@ -131,7 +131,7 @@ def tune_weight(a: Run, b: Run, split: evaluate_lib.ReqaSplit, metric: str = MEA
   go to the higher MRR, then to the weight nearest 0.5, then the smaller). Test splits are
   refused: a weight chosen on the test side would make the hybrid's test numbers
   optimistic."""
-  if not split.split.startswith("validation"):
+  if contracts.split_side(split.split) != contracts.VALIDATION_SIDE:
     raise ValueError(f"tuning the fusion weight on {split.split!r}: only a validation split "
                      "may choose hyper-parameters")
   # Only the split's questions are fused: the runs hold every split's (11,877 on the SQuAD

@@ -144,7 +144,7 @@ class RecallAtK(keras.callbacks.Callback):
 
 def _validation(job: FinetuneJob) -> tuple[tuple[contracts.Question, ...], list[dict]] | None:
   """(questions, candidate rows) of the validation side of the split, None if absent."""
-  split = f"validation-{job.split}"
+  split = contracts.validation_split(job.split)
   try:
     questions = contracts.codecs.read_questions(job.reqa, split)
     candidates = contracts.codecs.read_candidates(job.reqa)
@@ -169,7 +169,7 @@ def run(job: FinetuneJob) -> train.TrainResult:
   cfg = config_lib.replace(job.config, data={"tasks": (contracts.REQA_TASK,),
                                              "batch_size": t.finetune_batch_size})
   job = dataclasses.replace(job, config=cfg)
-  train_split = f"train-{job.split}"
+  train_split = contracts.train_split(job.split)
   k = job.hard_negatives
   # Only the shards a manifest lists: `twotower reqa`'s for the plain pairs, `twotower
   # hardneg`'s (beside hn<k>-stats.json) for those with negatives.

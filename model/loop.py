@@ -239,7 +239,7 @@ def checkpoint_manager(model: keras.Model, run_dir: str, keep: int,
   writes its own copy under `run_dir/tmp_workers/worker_<i>` (only the chief's is kept)."""
   directory = contracts.checkpoint_dir(run_dir)
   if worker is not None:
-    directory = f"{run_dir.rstrip('/')}/tmp_workers/worker_{worker}"
+    directory = contracts.worker_dir(run_dir, worker)
   # The dropout RNG states are not model weights, so Keras leaves them out: without them a
   # resumed run draws other masks than an uninterrupted one (tests/test_model_determinism.py).
   checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer,

@@ -396,7 +396,7 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
                    "set trainer.op_determinism=false to compile the train step")
 
   # Resume, then train what is left.
-  own_dir = job.out if worker is None else f"{job.out.rstrip('/')}/tmp_workers/worker_{worker}"
+  own_dir = job.out if worker is None else contracts.worker_dir(job.out, worker)
   manager = loop.checkpoint_manager(model, job.out, t.keep_checkpoints, worker)
   if manager.latest_checkpoint:
     loop.restore_latest(manager)

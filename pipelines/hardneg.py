@@ -125,7 +125,7 @@ class _Split:
 
 
 def _read_split(config: HardNegConfig, ratio: int, pool: _Candidates) -> _Split:
-  name = f"train-{ratio}"
+  name = contracts.train_split(ratio)
   pattern = contracts.finetune_pattern(config.reqa, name)
   files = codecs.owned_files(config.reqa, pattern)  # those `twotower reqa` recorded
   if not files:
@@ -281,7 +281,7 @@ def summary_table(stats: Mapping[str, int], config: HardNegConfig) -> str:
            f"{'split':<9} {'questions':>9} {'pairs':>7} {'negatives':>9} {'< k':>6} "
            f"{'none':>6} {'skipped gold/sibling/gold sentence':>36}"]
   for r in config.ratios:
-    split = f"train-{r}"
+    split = contracts.train_split(r)
     get = lambda what, s=split: stats.get(C.hardneg(what, s), 0)  # noqa: E731
     skipped = "/".join(str(get(w)) for w in (HardNeg.HITS_SKIPPED_GOLD,
                                              HardNeg.HITS_SKIPPED_SIBLING,
@@ -290,8 +290,9 @@ def summary_table(stats: Mapping[str, int], config: HardNegConfig) -> str:
                  f"{get(HardNeg.NEGATIVES):>9} {get(HardNeg.QUESTIONS_SHORT):>6} "
                  f"{get(HardNeg.QUESTIONS_NONE):>6} {skipped:>36}")
   stats_file = os.path.basename(contracts.hard_negatives_stats_path(config.reqa, config.k))
-  lines += ["", f"written to {config.reqa.rstrip('/')}/finetune/train-<ratio>-hn{config.k}-*"
-                f"{contracts.PAIRS_SUFFIX} and {stats_file}"]
+  written = contracts.hard_negatives_prefix(config.reqa, contracts.train_split("<ratio>"),
+                                            config.k)
+  lines += ["", f"written to {written}-*{contracts.PAIRS_SUFFIX} and {stats_file}"]
   return "\n".join(lines)
 
 

@@ -112,7 +112,7 @@ def run(config: HeldoutConfig) -> dict[str, int]:
     _write_parquet([c.to_row() for c in candidates], contracts.CANDIDATE_SCHEMA,
                    contracts.candidates_path(out))
     _write_parquet([q.to_row() for q in questions], contracts.QUESTION_SCHEMA,
-                   contracts.questions_path(out, "all"))
+                   contracts.questions_path(out, contracts.ALL_QUESTIONS))
     tio.write_json(f"{out.rstrip('/')}/{contracts.STATS_FILE}", counts)
   logger.info("held-out benchmark in %s: %s", config.out, counts)
   return counts
@@ -123,7 +123,7 @@ def summary_table(counts: dict[str, int], config: HeldoutConfig) -> str:
   return (f"held-out benchmark: {counts.get(C.QUESTIONS, 0)} questions ({config.task} "
           f"sentences), {counts.get(C.CANDIDATES, 0)} candidates (passages of "
           f"{counts.get(C.HELDOUT_PAGES, 0)} held-out pages)\nwritten to {config.out} "
-          f"({contracts.CANDIDATES_FILE}, {contracts.questions_file('all')}, "
+          f"({contracts.CANDIDATES_FILE}, {contracts.questions_file(contracts.ALL_QUESTIONS)}, "
           f"{contracts.STATS_FILE})")
 
 

@@ -263,7 +263,7 @@ def _split_group(element, policy: SplitPolicy):
       continue
     by_id[record.question_id] = record
   _inc(C.QUESTION_GROUPS)  # distinct question_key: the unit of cold start
-  splits = ["all"] + assign_splits(list(by_id), policy)
+  splits = [contracts.ALL_QUESTIONS] + assign_splits(list(by_id), policy)
   for record in by_id.values():
     _inc(C.QUESTIONS)
     _inc(C.REQA_QA_INPUTS, record.qa_inputs)
@@ -442,8 +442,9 @@ def summary_table(stats: dict, config: ReqaConfig) -> str:
   lines += ["skipped: " + (", ".join(f"{k} {v}" for k, v in skipped.items()) or "none"),
             "", f"{'ratio':>5} {'train':>7} {'valid':>7} {'test':>7}"]
   for r in config.ratios:
-    lines.append(f"{r:>4}% " + " ".join(f"{stats.get(C.questions_in(f'{s}-{r}'), 0):>7}"
-                                        for s in ("train", "validation", "test")))
+    counts = (stats.get(C.questions_in(contracts.split_name(s, r)), 0)
+              for s in contracts.SPLIT_SIDES)
+    lines.append(f"{r:>4}% " + " ".join(f"{n:>7}" for n in counts))
   lines.append(f"\nwritten to {config.out}")
   return "\n".join(lines)
 

@@ -48,12 +48,12 @@ def assign_splits(question_ids: Sequence[str], policy: SplitPolicy = SplitPolicy
   out = []
   for r in policy.ratios:
     if u < r / 100:
-      out.append(f"validation-{r}" if held else f"train-{r}")
+      out.append(contracts.validation_split(r) if held else contracts.train_split(r))
     else:
-      out.append(f"test-{r}")
+      out.append(contracts.test_split(r))
   return out
 
 
 def is_finetune_split(name: str) -> bool:
   """Splits whose questions become fine-tuning pairs: train-r and validation-r."""
-  return name.startswith(("train-", "validation-"))
+  return contracts.split_side(name) in (contracts.TRAIN_SIDE, contracts.VALIDATION_SIDE)

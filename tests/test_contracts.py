@@ -1,5 +1,5 @@
 """The contracts: one pair codec that TensorFlow reads and writes alike, TFRecord framing,
-the held-out split, and counter names."""
+the held-out split, counter names, split names and file layouts."""
 
 from __future__ import annotations
 
@@ -68,3 +68,39 @@ def test_counter_names():
   assert counters.questions_in("test-5") == "questions_test_5"
   with pytest.raises(ValueError):
     counters.pages_skipped("not-a-reason")
+
+
+def test_reqa_split_names_are_made_and_read_in_one_place():
+  assert [contracts.train_split(5), contracts.validation_split(5), contracts.test_split(5)] == [
+      "train-5", "validation-5", "test-5"]
+  assert contracts.train_split("80") == "train-80"  # a ratio as a flag gives it
+  assert (contracts.scored_split(10), contracts.scored_split(contracts.ZERO_SHOT_RATIO)) == (
+      "test-10", contracts.ALL_QUESTIONS)
+  assert contracts.reqa_split_names((1,)) == ["all", "train-1", "validation-1", "test-1"]
+  for name in contracts.reqa_split_names():
+    side = contracts.split_side(name)
+    assert side == ("" if name == contracts.ALL_QUESTIONS else name.split("-")[0])
+  for other in ("validation", "validation-x", "train-5-hn1", "heldout", "test-"):
+    assert contracts.split_side(other) == ""
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("out", "out"), ("out/", "out"), ("out/passages", "out"), ("out/passages/", "out"),
+    ("out/passages/*.parquet", "out"), ("out/passages/passages-00000-of-00001.parquet", "out"),
+    ("passages", "."), ("passages/*.parquet", "."), ("gs://b/out/passages/*.parquet", "gs://b/out"),
+], ids=lambda v: v)
+def test_every_form_of_a_passages_input_resolves_to_its_pair_pipeline_output(given, expected):
+  assert contracts.pairs_out_dir(given) == expected
+
+
+def test_layout_paths_of_other_stages_outputs():
+  assert contracts.worker_dir("run/", 1) == "run/tmp_workers/worker_1"
+  assert contracts.stats_path("out/") == "out/stats.json"
+  assert contracts.pairs_config_path("out") == "out/config.json"
+  assert contracts.bm25_run_path("bm25/") == "bm25/run.trec"
+  assert [contracts.dense_candidates_dir("w"), contracts.dense_questions_dir("w/", "all"),
+          contracts.dense_index_path("w"), contracts.dense_run_path("w")] == [
+              "w/candidates", "w/questions-all", "w/flat.faiss", "w/run.parquet"]
+  for saved_model, config in [("r/export/saved_model/", "r/export/config.yaml"),
+                              ("saved_model", "config.yaml"), ("/saved_model", "/config.yaml")]:
+    assert contracts.exported_config_path(saved_model) == config

@@ -209,7 +209,7 @@ def file_digests(bundle_dir: str) -> dict[str, dict]:
 def _tuning_split(config: BundleConfig):
   """The validation split the weight is tuned on, checked before anything is built."""
   from twotower.eval import evaluate  # pylint: disable=import-outside-toplevel
-  if not config.tune_split.startswith("validation"):
+  if contracts.split_side(config.tune_split) != contracts.VALIDATION_SIDE:
     raise ValueError(f"--tune_split {config.tune_split!r}: only a validation split may tune "
                      "the hybrid's weight")
   (split,) = evaluate.load_splits(config.reqa, [config.tune_split])
@@ -282,7 +282,7 @@ def run(config: BundleConfig) -> BundleResult:
       raise ValueError(f"{config.embeddings or 'the embeddings'}: {index['vectors']} vectors "
                        f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
                        "other documents?")
-    run_config = os.path.join(os.path.dirname(saved_model.rstrip("/")), contracts.RUN_CONFIG_FILE)
+    run_config = contracts.exported_config_path(saved_model)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

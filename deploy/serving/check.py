@@ -72,7 +72,7 @@ def batch_path_runs(model: str, reqa_dir: str, split: str, weight: float, work: 
   bm25.run(bm25.Bm25Config(reqa=reqa_dir, out=path("bm25"), doc_text=doc_text,
                            splits=(split,), hits=k))
   seconds["bm25"] = time.perf_counter() - t0  # with indexing: the stage does both
-  sparse_file = os.path.join(path("bm25"), contracts.BM25_RUN_FILE)
+  sparse_file = contracts.bm25_run_path(path("bm25"))
   t0 = time.perf_counter()
   fusion.run(fusion.FuseConfig(runs=(sparse_file, path(contracts.DENSE_RUN_FILE)),
                                out=path("fused.trec"), weight=weight, depth=k))

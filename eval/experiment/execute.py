@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Optional
 from twotower import io as tio
 from twotower import logs
 from twotower.eval.experiment import cells as cells_lib
-from twotower.eval.experiment.plan import Cell, Plan, format_seconds
+from twotower.eval.experiment.plan import RESULT_KINDS, Cell, Plan, format_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +195,6 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
     _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
                 "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)})
     logs.progress("[%d/%d] %s done in %s", i, total, cell.name, format_seconds(seconds))
-    if cell.kind in ("bm25", "eval", "fuse"):
+    if cell.kind in RESULT_KINDS:
       on_result()
   return ran

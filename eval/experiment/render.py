@@ -20,7 +20,7 @@ from twotower import io as tio
 from twotower.eval import report
 from twotower.eval.experiment import execute, readings
 from twotower.eval.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
-from twotower.eval.experiment.plan import Entry, Plan, format_seconds
+from twotower.eval.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
@@ -47,7 +47,7 @@ def collect(plan: Plan, work: str, gold: str = "pair") -> dict[tuple[str, str], 
   """{(result cell, split): metrics record under `gold`} of every finished result cell."""
   values = {}
   for cell in plan:
-    if cell.kind not in ("bm25", "eval", "fuse"):
+    if cell.kind not in RESULT_KINDS:
       continue
     for record in (execute.read_done(execute.cell_dir(work, cell)) or {}).get("records", []):
       if record.get("gold", "pair") == gold:

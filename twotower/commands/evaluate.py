@@ -7,8 +7,9 @@ import argparse
 from typing import Iterable
 
 from twotower import contracts
+from twotower import metrics
 from twotower.commands import flags
-from twotower.eval import evaluate, metrics, report
+from twotower.eval import evaluate, report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--run", required=True, nargs="+", help="run files (TREC or .parquet)")
   p.add_argument("--out", required=True, help="output directory")
   p.add_argument("--names", nargs="+", help="system names, one per run (default: file names)")
-  p.add_argument("--split", default="all", help="split(s), comma-separated, e.g. all,test-5")
+  p.add_argument("--split", default=contracts.ALL_QUESTIONS, help="split(s), comma-separated, e.g. all,test-5")
   p.add_argument("--gold", default="pair", help="gold convention(s), comma-separated: "
                  f"{', '.join(metrics.GOLD_CONVENTIONS)} (pair: the paper's exact "
                  "(sentence, passage); sentence: ReQA's sentence text)")

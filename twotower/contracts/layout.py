@@ -10,7 +10,9 @@ per file layout, so that no stage spells another's paths.
     RUN_DIR/     config.yaml, checkpoints/ (best/: the checkpoint selected on validation),
                  logs/, history.csv, export/{saved_model/, two_tower.keras, vocab.txt, config.yaml}
     EMBED_OUT/   embeddings-SSSSS-of-NNNNN.parquet, stats.json
-    BM25_OUT/    run.trec, metrics.{json,md,csv,png}
+    BM25_OUT/    run.trec, metrics.{json,md,csv,png}, index/ (the Lucene index, unless dropped)
+    DENSE_OUT/   (eval.dense) candidates/ and questions-<split>/ (EMBED_OUT), flat.faiss,
+                 run.parquet
 
 Every folder a stage owns (pairs, reqa, embed, heldout, bm25, evaluate, a training run)
 also holds MANIFEST_FILE: the stage, its settings, inputs and files (twotower.outputs). A
@@ -184,6 +186,12 @@ def best_checkpoint_dir(run_dir: str) -> str:
   return _join(run_dir, CHECKPOINT_DIR, BEST_CHECKPOINT_DIR)
 
 
+def worker_dir(run_dir: str, worker: int) -> str:
+  """Where a non-chief worker of a multi-worker run writes its own checkpoints, logs and
+  history (the chief's, in run_dir, are the run's): `tmp_workers/worker_<i>`."""
+  return _join(run_dir, "tmp_workers", f"worker_{worker}")
+
+
 def history_path(run_dir: str) -> str:
   """One row per checkpoint: `step`, `epoch`, then the logged metrics."""
   return _join(run_dir, HISTORY_FILE)
@@ -191,6 +199,15 @@ def history_path(run_dir: str) -> str:
 
 def run_config_path(run_dir: str) -> str:
   return _join(run_dir, RUN_CONFIG_FILE)
+
+
+def exported_config_path(saved_model: str) -> str:
+  """The config.yaml beside an exported SavedModel (`export/config.yaml` of a training run)."""
+  stripped = saved_model.rstrip("/")
+  head, slash, _ = stripped.rpartition("/")
+  if not slash:
+    return RUN_CONFIG_FILE
+  return _join(head or "/", RUN_CONFIG_FILE)
 
 
 def log_dir(run_dir: str) -> str:
@@ -217,6 +234,33 @@ BM25_RUN_FILE = "run.trec"
 DENSE_RUN_FILE = "run.parquet"
 #: The run file of a hybrid (`twotower fuse` in the experiment; TREC).
 FUSED_RUN_FILE = "run.trec"
+
+
+def bm25_run_path(bm25_dir: str) -> str:
+  """The run `twotower bm25 --out bm25_dir` wrote."""
+  return _join(bm25_dir, BM25_RUN_FILE)
+
+
+# Dense retrieval (eval.dense: embed, a flat index and search in one work dir).
+DENSE_INDEX_FILE = "flat.faiss"
+
+
+def dense_candidates_dir(work: str) -> str:
+  """The candidates' embeddings (EMBED_OUT)."""
+  return _join(work, "candidates")
+
+
+def dense_questions_dir(work: str, split: str) -> str:
+  """The embeddings of the questions of `questions-<split>.parquet` (EMBED_OUT)."""
+  return _join(work, f"questions-{split}")
+
+
+def dense_index_path(work: str) -> str:
+  return _join(work, DENSE_INDEX_FILE)
+
+
+def dense_run_path(work: str) -> str:
+  return _join(work, DENSE_RUN_FILE)
 
 
 # Retriever bundles (`twotower bundle`; read by twotower.deploy.serving).

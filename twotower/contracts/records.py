@@ -250,24 +250,45 @@ ALL_QUESTIONS = "all"
 ZERO_SHOT_RATIO = 0
 
 
-def split_name(side: str, ratio: int) -> str:
-  """`train-5`, `validation-5`, `test-5`: one side of the r %/(100-r) % split."""
+#: The sides of ratio r's split: fine-tuned on (r % of the questions), held out of the train
+#: side to tune on, and scored (the other 100 - r %).
+TRAIN_SIDE, VALIDATION_SIDE, TEST_SIDE = "train", "validation", "test"
+SPLIT_SIDES = (TRAIN_SIDE, VALIDATION_SIDE, TEST_SIDE)
+
+
+def split_name(side: str, ratio: int | str) -> str:
+  """`train-5`, `validation-5`, `test-5`: one side of the r %/(100-r) % split (`ratio` an int,
+  or its digits as a flag gives them)."""
   return f"{side}-{ratio}"
 
 
-def validation_split(ratio: int) -> str:
-  return split_name("validation", ratio)
+def train_split(ratio: int | str) -> str:
+  return split_name(TRAIN_SIDE, ratio)
+
+
+def validation_split(ratio: int | str) -> str:
+  return split_name(VALIDATION_SIDE, ratio)
+
+
+def test_split(ratio: int | str) -> str:
+  return split_name(TEST_SIDE, ratio)
 
 
 def scored_split(ratio: int) -> str:
   """The questions a table scores at `ratio`: the test side, or every question zero-shot."""
-  return ALL_QUESTIONS if ratio == ZERO_SHOT_RATIO else split_name("test", ratio)
+  return ALL_QUESTIONS if ratio == ZERO_SHOT_RATIO else test_split(ratio)
+
+
+def split_side(split: str) -> str:
+  """The side of a ratio's split (`validation-5` -> `validation`); "" for `all` and any name
+  split_name does not make."""
+  side, dash, ratio = split.rpartition("-")
+  return side if dash and side in SPLIT_SIDES and ratio.isdigit() else ""
 
 
 def reqa_split_names(ratios: Sequence[int] = REQA_RATIOS) -> list[str]:
   """`all`, then train-r, validation-r, test-r for each ratio."""
-  return [ALL_QUESTIONS] + [split_name(side, r) for r in ratios
-                            for side in ("train", "validation", "test")]
+  return [ALL_QUESTIONS] + [split_name(side, r) for r in ratios for side in SPLIT_SIDES]
 
 
 # ---------------------------------------------------------------------------------------------
