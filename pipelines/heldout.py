@@ -113,7 +113,7 @@ def run(config: HeldoutConfig) -> dict[str, int]:
                    contracts.candidates_path(out))
     _write_parquet([q.to_row() for q in questions], contracts.QUESTION_SCHEMA,
                    contracts.questions_path(out, contracts.ALL_QUESTIONS))
-    tio.write_json(f"{out.rstrip('/')}/{contracts.STATS_FILE}", counts)
+    tio.write_json(contracts.stats_path(out), counts)
   logger.info("held-out benchmark in %s: %s", config.out, counts)
   return counts
 

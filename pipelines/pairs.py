@@ -395,7 +395,7 @@ def run(config: PairsConfig) -> dict:
                       overwrite=config.overwrite, markers=markers) as out:
     staged = dataclasses.replace(config, out=out)
     # The settings as given (--out the folder readers see, not the temporary one).
-    tio.write_json(f"{out.rstrip('/')}/{contracts.PAIRS_CONFIG_FILE}",
+    tio.write_json(contracts.pairs_config_path(out),
                    dataclasses.asdict(config))
     shuffle = make_shuffle(staged)
     if shuffle.on_disk:
