@@ -27,7 +27,7 @@ def main() -> None:
   p.add_argument("--bundle", required=True)
   p.add_argument("--model", required=True, help="the SavedModel or run the bundle was made of")
   p.add_argument("--reqa", required=True)
-  p.add_argument("--split", default=contracts.test_split(5))
+  p.add_argument("--split", default=contracts.scored_split(5))
   p.add_argument("--k", type=int, default=100)
   p.add_argument("--weight", type=float, default=None,
                  help="check the hybrid at this weight instead of the bundle's (a tuned "

@@ -45,7 +45,7 @@ class Bm25Config:
   doc_text: str = texts.DEFAULT_DOC_TEXT   # texts.DOC_TEXT_MODES
   k1: float = lucene.DEFAULT_K1
   b: float = lucene.DEFAULT_B
-  splits: tuple[str, ...] = (contracts.ALL_QUESTIONS, contracts.test_split(5))
+  splits: tuple[str, ...] = (contracts.ALL_QUESTIONS, contracts.scored_split(5))
   golds: tuple[str, ...] = ("pair", "sentence")
   threads: int = max(1, os.cpu_count() or 1)
   hits: int = 100

@@ -50,7 +50,7 @@ def assign_splits(question_ids: Sequence[str], policy: SplitPolicy = SplitPolicy
     if u < r / 100:
       out.append(contracts.validation_split(r) if held else contracts.train_split(r))
     else:
-      out.append(contracts.test_split(r))
+      out.append(contracts.split_name(contracts.TEST_SIDE, r))
   return out
 
 

@@ -71,8 +71,8 @@ def test_counter_names():
 
 
 def test_reqa_split_names_are_made_and_read_in_one_place():
-  assert [contracts.train_split(5), contracts.validation_split(5), contracts.test_split(5)] == [
-      "train-5", "validation-5", "test-5"]
+  assert [contracts.train_split(5), contracts.validation_split(5),
+          contracts.split_name(contracts.TEST_SIDE, 5)] == ["train-5", "validation-5", "test-5"]
   assert contracts.train_split("80") == "train-80"  # a ratio as a flag gives it
   assert (contracts.scored_split(10), contracts.scored_split(contracts.ZERO_SHOT_RATIO)) == (
       "test-10", contracts.ALL_QUESTIONS)

@@ -270,13 +270,9 @@ def validation_split(ratio: int | str) -> str:
   return split_name(VALIDATION_SIDE, ratio)
 
 
-def test_split(ratio: int | str) -> str:
-  return split_name(TEST_SIDE, ratio)
-
-
 def scored_split(ratio: int) -> str:
   """The questions a table scores at `ratio`: the test side, or every question zero-shot."""
-  return ALL_QUESTIONS if ratio == ZERO_SHOT_RATIO else test_split(ratio)
+  return ALL_QUESTIONS if ratio == ZERO_SHOT_RATIO else split_name(TEST_SIDE, ratio)
 
 
 def split_side(split: str) -> str:
