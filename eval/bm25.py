@@ -58,9 +58,17 @@ class Bm25Config:
     checks.positive(self, "hits", "threads", "batch_size")
 
 
-def run(config: Bm25Config) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class Bm25Result:
+  out: str
+  run_file: str               # the TREC run (contracts.BM25_RUN_FILE)
+  records: list[dict]         # metrics records, per split and gold
+  files: tuple[str, ...]      # every file written (its manifest's list)
+
+
+def run(config: Bm25Config) -> Bm25Result:
   """Index, search, evaluate; writes `index/`, `run.trec` (contracts.BM25_RUN_FILE),
-  `metrics.{json,md,csv,png}`; returns the metrics records."""
+  `metrics.{json,md,csv,png}`."""
   out = config.out.rstrip("/")
   system = config.system or f"bm25-{config.doc_text}"
   tio.log_settings("bm25", {"k1": config.k1, "b": config.b, "doc_text": config.doc_text,
@@ -87,13 +95,14 @@ def run(config: Bm25Config) -> list[dict]:
   elapsed = time.perf_counter() - started
   logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(ranked),
               elapsed, len(ranked) / max(elapsed, 1e-9), config.threads)
-  runs_lib.write_run(contracts.bm25_run_path(out), ranked, tag=system)
+  run_file = contracts.bm25_run_path(out)
+  runs_lib.write_run(run_file, ranked, tag=system)
   records = evaluate_lib.evaluate(runs_lib.ids_only(ranked), system, splits, config.golds)
   report.write_report(records, out, stem="metrics", title=f"BM25 (k1={config.k1}, b={config.b})")
   if not config.keep_index:
     shutil.rmtree(f"{out}/index", ignore_errors=True)  # rebuildable; large for big pools
   outputs.write_manifest(out, "bm25", settings, inputs)
-  return records
+  return Bm25Result(out, run_file, records, outputs.files_of(out))
 
 
 if __name__ == "__main__":

@@ -2,21 +2,27 @@
 
     twotower demo --dump data/enwiki-slice-pages-articles.xml.bz2 --out runs/demo
 
-Stages (each the real stage, called through its typed `run(config)`):
+The demo is a small plan run by the experiment's machinery (eval.experiment.plan / execute /
+cells, the code that runs the paper's grid): each cell calls the real stage through its typed
+`run(config)`, keeps what the stage returned in `<cell>/done.json`, and is skipped when the
+demo is run again with the same settings (an interrupted demo resumes; other settings plan
+new cells beside the old ones, never mixed with them). Cells:
 
-  1. pairs      dump -> ICT/BFS/WLP pairs, passages; a share of pages held out
-  2. vocab      WordPiece vocabulary from the training passages (held-out pages excluded)
-  3. benchmark  held-out pages -> questions (the sentences ICT removed) and candidates
-                (their passages), in the ReQA layout
-  4. bm25       Pyserini BM25 over the held-out candidates
-  5. pretrain   towers pre-trained on ICT+BFS+WLP (cpu-small, short); No-SSL = the same
-                towers, 0 steps (random initialisation)
-  6. dense      per model: Beam RunInference embedding, FAISS flat search, Recall@k
-                (eval.dense, the path the experiment uses too)
-  7. report     Recall@k / MRR table (Markdown, CSV, JSON) and a recall@k PNG
-  8. bundle     a retriever bundle over every passage of the dump with the pre-trained towers
-                (`twotower query OUT/bundle "..."`, `twotower serve OUT/bundle`); the hybrid's
-                weight is 0.5, untuned (the held-out benchmark has no validation split)
+  pairs      dump -> ICT/BFS/WLP pairs, passages; a share of pages held out
+  vocab      WordPiece vocabulary from the training passages (held-out pages excluded)
+  heldout    held-out pages -> questions (the sentences ICT removed) and candidates (their
+             passages), in the ReQA layout
+  bm25       Pyserini BM25 over the held-out candidates
+  pretrain   towers pre-trained on ICT+BFS+WLP (cpu-small, short); No-SSL = the same towers,
+             0 steps (random initialisation)
+  eval       per model: Beam RunInference embedding, FAISS flat search, Recall@k (eval.dense)
+
+then, from the cells' records:
+
+  report     Recall@k / MRR table (Markdown, CSV, JSON) and a recall@k PNG (`OUT/report`)
+  bundle     a retriever bundle over every passage of the dump with the pre-trained towers
+             (`twotower query OUT/bundle "..."`, `twotower serve OUT/bundle`); the hybrid's
+             weight is 0.5, untuned (the held-out benchmark has no validation split)
 
 With `--squad FILE` it also builds ReQA from SQuAD and evaluates the same systems on it
 (zero-shot towers; fine-tuning is `twotower finetune` / `twotower experiment`).
@@ -29,16 +35,17 @@ import logging
 import os
 import sys
 import time
-from typing import Callable, TypeVar
 
-from twotower import contracts
 from twotower import io as tio
 from twotower import logs
+from twotower import texts
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_DUMP = "data/enwiki-slice-pages-articles.xml.bz2"
-T = TypeVar("T")
+#: The dense rows: pre-trained on the three tasks, and the same towers untrained.
+SYSTEMS = {"ict+bfs+wlp": ("ict", "bfs", "wlp"), "no-ssl": ()}
+BM25 = "bm25"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,114 +59,106 @@ class DemoConfig:
   vocab_size: int = 8000          # a small vocabulary: the slice has ~100 articles
 
 
-class Progress:
-  """One line per stage (`[i/n] name done in s`) and the stage times at the end."""
-
-  def __init__(self, total: int):
-    self.total, self.done, self.start = total, 0, time.perf_counter()
-    self.times: list[tuple[str, float]] = []
-
-  def stage(self, name: str, fn: Callable[[], T]) -> T:
-    self.done += 1
-    logger.info("[%d/%d] %s ...", self.done, self.total, name)
-    t0 = time.perf_counter()
-    result = fn()
-    self.times.append((name, time.perf_counter() - t0))
-    logs.progress("[%d/%d] %-34s done in %4.0f s", self.done, self.total, name,
-                  self.times[-1][1])
-    return result
-
-
-
 @dataclasses.dataclass(frozen=True)
 class DemoResult:
-  records: list[dict]
+  records: list[dict]             # BM25 and each dense row on each benchmark's questions
   report_dir: str
-  stage_seconds: tuple[tuple[str, float], ...]
+  stage_seconds: tuple[tuple[str, float], ...]  # each cell that ran now, the report, bundle
   bundle: str = ""                # the retriever bundle to query
+  benchmarks: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> ReQA dir
 
 
-def _benchmark_records(reqa_dir: str, benchmark: str, runs: list[tuple[str, str]]
-                       ) -> list[dict]:
-  """Records of each (system, run file) on a benchmark's `all` split, labelled with the
-  benchmark's name: both benchmarks score `all`, and one table must tell their rows apart."""
-  from twotower.eval import evaluate
-  (split,) = evaluate.load_splits(reqa_dir, ["all"])
-  return [{**r, "split": benchmark}
-          for name, path in runs for r in evaluate.evaluate_run_file(path, name, [split])]
+def plan(config: DemoConfig):
+  """The demo's cells, in dependency order (eval.experiment.plan.Plan)."""
+  from twotower.eval.experiment.plan import Plan  # pylint: disable=import-outside-toplevel
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.pairs import PairConfig  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.passages import PassageConfig  # pylint: disable=import-outside-toplevel
+
+  p = Plan()
+  # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
+  # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
+  pairs = p.add("pairs", "pairs/demo", {
+      "dump": config.dump, "corpus": "", "squad_text": "",
+      "heldout_percent": config.heldout_percent,
+      "pairs": dataclasses.asdict(PairConfig(ict_per_page=100, bfs_per_page=40,
+                                             wlp_per_page=20)),
+      "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128))})
+  vocab = p.add("vocab", "vocab/demo", {"vocab_size": config.vocab_size}, {"pairs": pairs})
+  benchmarks = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
+  if config.squad:
+    benchmarks["reqa"] = p.add("reqa", "reqa/squad", {
+        "source": "squad", "path": config.squad, "doc_text": texts.DEFAULT_DOC_TEXT,
+        "open_candidates": 0})
+  models = {}
+  for name, tasks in SYSTEMS.items():
+    steps = config.pretrain_steps if tasks else 0
+    cfg = config_lib.replace(config_lib.load(config.preset),
+                             data={"tasks": ("ict", "bfs", "wlp")}, trainer={"steps": steps})
+    models[name] = p.add("pretrain", f"pretrain/{name}",
+                         {"config": cfg.to_dict(), "export": True},
+                         {"pairs": pairs, "vocab": vocab})
+  scored = {"splits": ["all"], "golds": ["pair"], "doc_text": texts.DEFAULT_DOC_TEXT}
+  for bench, reqa in benchmarks.items():
+    p.add("bm25", f"bm25/{bench}", {**scored, "system": BM25}, {"reqa": reqa})
+    for name, model in models.items():
+      p.add("eval", f"eval/{bench}/{name}", {**scored, "system": name},
+            {"model": model, "reqa": reqa})
+  return p
+
+
+def _check_done(the_plan, work: str) -> None:
+  """The demo stops at the first failed cell, with its error (the grid goes on instead)."""
+  from twotower.eval.experiment import execute  # pylint: disable=import-outside-toplevel
+  for cell in the_plan:
+    failed = os.path.join(execute.cell_dir(work, cell), execute.FAILED_FILE)
+    if os.path.exists(failed):
+      raise RuntimeError(f"demo cell {cell.name} failed: {tio.read_json(failed)['error']} "
+                         f"(log: {os.path.join(work, execute.CELL_LOG)})")
 
 
 def run(config: DemoConfig) -> DemoResult:
-  from twotower.eval import bm25, dense, report
-  from twotower.model import config as config_lib
-  from twotower.model import pretrain
-  from twotower.pipelines import heldout, pairs, vocab
+  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  from twotower.eval import report  # pylint: disable=import-outside-toplevel
+  from twotower.eval.experiment import execute  # pylint: disable=import-outside-toplevel
 
   tio.log_settings("demo", dataclasses.asdict(config))
   tio.match_files(config.dump)  # a clear error before anything runs
-  out = config.out
-  pairs_dir, vocab_path = os.path.join(out, "pairs"), os.path.join(out, contracts.VOCAB_FILE)
-  bench, report_dir = os.path.join(out, "heldout"), os.path.join(out, "report")
-  models = {"ict+bfs+wlp": os.path.join(out, "model-ict-bfs-wlp"),
-            "no-ssl": os.path.join(out, "model-no-ssl")}
-  progress = Progress(total=9 + (3 if config.squad else 0))
+  work = config.out
+  the_plan = plan(config)
+  tio.makedirs(work)
+  ran = execute.run_cells(the_plan, work, progress="epoch")
+  _check_done(the_plan, work)
 
-  # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
-  # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
-  progress.stage("pairs (Beam)", lambda: pairs.run(pairs.PairsConfig(
-      dump=config.dump, out=pairs_dir, heldout_percent=config.heldout_percent,
-      passages=pairs.PassageConfig(max_doc_tokens=128),
-      pairs=pairs.PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20))))
-  progress.stage("vocab", lambda: vocab.run(vocab.VocabConfig(
-      passages=pairs_dir, out=vocab_path, vocab_size=config.vocab_size)))
-  progress.stage("held-out benchmark", lambda: heldout.run(heldout.HeldoutConfig(
-      pairs=pairs_dir, out=bench)))
-  progress.stage("bm25 (Pyserini)", lambda: bm25.run(bm25.Bm25Config(
-      reqa=bench, out=os.path.join(out, "bm25"), splits=("all",), golds=("pair",),
-      system="bm25")))
+  def done(name: str) -> dict:
+    return execute.read_done(execute.cell_dir(work, the_plan[name]))
 
-  def pretrain_job(name: str, steps: int):
-    cfg = config_lib.replace(config_lib.load(config.preset),
-                             data={"tasks": ("ict", "bfs", "wlp")}, trainer={"steps": steps})
-    return pretrain.run(pretrain.PretrainJob(config=cfg, out=models[name], vocab=vocab_path,
-                                             pairs=pairs_dir))
+  # Both benchmarks score their `all` split: each record is labelled with its benchmark, so
+  # that one table tells the rows apart.
+  benchmarks = {c.name.split("/", 1)[1].split("/")[0]: c for c in the_plan.of_kind("bm25")}
+  records = [{**r, "split": bench}
+             for bench in benchmarks
+             for name in [f"bm25/{bench}"] + [f"eval/{bench}/{m}" for m in SYSTEMS]
+             for r in done(name)["records"]]
+  seconds = [(name, done(name)["seconds"]) for name in ran]
 
-  progress.stage(f"pretrain ict+bfs+wlp ({config.pretrain_steps} steps)",
-                 lambda: pretrain_job("ict+bfs+wlp", config.pretrain_steps))
-  progress.stage("no-ssl (random towers, exported)", lambda: pretrain_job("no-ssl", 0))
+  def timed(name: str, fn):
+    started = time.perf_counter()
+    result = fn()
+    seconds.append((name, time.perf_counter() - started))
+    logs.progress("%-40s done in %4.0f s", name, seconds[-1][1])
+    return result
 
-  def dense_runs(reqa_dir: str, tag: str) -> list[tuple[str, str]]:
-    return [(name, dense.run(dense.DenseConfig(
-        model=contracts.saved_model_path(path), reqa=reqa_dir,
-        work=os.path.join(out, f"dense-{tag}", name), system=name)).run_file)
-            for name, path in models.items()]
-
-  held_runs = progress.stage("embed + FAISS search (held-out)",
-                             lambda: dense_runs(bench, "heldout"))
-  bm25_run = os.path.join(out, "bm25", contracts.BM25_RUN_FILE)
-  records = _benchmark_records(bench, "heldout", [("bm25", bm25_run)] + held_runs)
-
-  if config.squad:
-    from twotower.pipelines import reqa
-    reqa_dir = os.path.join(out, "reqa")
-    progress.stage("reqa (Beam)", lambda: reqa.run(reqa.ReqaConfig(out=reqa_dir,
-                                                                    squad=config.squad)))
-    progress.stage("bm25 on ReQA", lambda: bm25.run(bm25.Bm25Config(
-        reqa=reqa_dir, out=os.path.join(out, "bm25-reqa"), splits=("all",),
-        golds=("pair",), system="bm25")))
-    reqa_runs = progress.stage("embed + FAISS search (ReQA)",
-                               lambda: dense_runs(reqa_dir, "reqa"))
-    records += _benchmark_records(
-        reqa_dir, "reqa",
-        [("bm25", os.path.join(out, "bm25-reqa", contracts.BM25_RUN_FILE))] + reqa_runs)
-
-  progress.stage("report", lambda: report.write_report(records, report_dir, "demo"))
-  from twotower.deploy.serving import bundle
-  bundle_dir = os.path.join(out, "bundle")
-  progress.stage("retriever bundle (all passages)", lambda: bundle.run(bundle.BundleConfig(
-      model=models["ict+bfs+wlp"], passages=pairs_dir, out=bundle_dir, overwrite=True,
-      weight=bundle.DEFAULT_WEIGHT)))
-  return DemoResult(records, report_dir, tuple(progress.times), bundle_dir)
+  report_dir = os.path.join(work, "report")
+  timed("report", lambda: report.write_report(records, report_dir, "demo"))
+  bundle_dir = os.path.join(work, "bundle")
+  timed("retriever bundle (all passages)", lambda: bundle.run(bundle.BundleConfig(
+      model=execute.cell_dir(work, the_plan["pretrain/ict+bfs+wlp"]),
+      passages=execute.cell_dir(work, the_plan["pairs/demo"]), out=bundle_dir,
+      overwrite=True, weight=bundle.DEFAULT_WEIGHT)))
+  dirs = {bench: execute.cell_dir(work, the_plan[cell.deps["reqa"]])
+          for bench, cell in benchmarks.items()}
+  return DemoResult(records, report_dir, tuple(seconds), bundle_dir, dirs)
 
 
 if __name__ == "__main__":

@@ -183,6 +183,9 @@ class FuseConfig:
   depth: int = 100
   rrf_k: int = RRF_K
   tag: str = "fused"
+  # Splits of `reqa` the fused run is scored on (FuseResult.records); none: not scored.
+  score_splits: tuple[str, ...] = ()
+  golds: tuple[str, ...] = ("pair",)
 
   def __post_init__(self):
     checks.positive(self, "depth", "rrf_k")
@@ -205,6 +208,7 @@ class FuseResult:
   weight: Optional[float]
   tuning: Optional[Tuning]
   partner: str  # the run file fused with the first one
+  records: list[dict] = dataclasses.field(default_factory=list)  # on config.score_splits
 
 
 def run(config: FuseConfig) -> FuseResult:
@@ -243,7 +247,14 @@ def run(config: FuseConfig) -> FuseResult:
                          "larger validation split")
     fused = interpolate(first, partners[partner], weight, config.depth)
   runs_lib.write_run(config.out, fused, tag=config.tag)
-  return FuseResult(config.out, config.method, weight, tuning, partner)
+  records = []
+  if config.score_splits:
+    splits = evaluate_lib.load_splits(config.reqa, config.score_splits)
+    fused_ids = runs_lib.ids_only(fused)
+    for split in splits:
+      evaluate_lib.check_run(fused_ids, split, config.out)
+    records = evaluate_lib.evaluate(fused_ids, config.tag, splits, config.golds)
+  return FuseResult(config.out, config.method, weight, tuning, partner, records)
 
 
 if __name__ == "__main__":

@@ -121,12 +121,18 @@ def table(curves: Mapping[str, Curve], every: int = 0) -> str:
   return "\n".join(lines) + "\n"
 
 
-def run(config: CurvesConfig) -> str:
-  """Plots the runs of `config` (and writes their table); returns the PNG path."""
+@dataclasses.dataclass(frozen=True)
+class CurvesResult:
+  plot: str                   # the PNG
+  table: str                  # the Markdown table ("" when not asked for)
+
+
+def run(config: CurvesConfig) -> CurvesResult:
+  """Plots the runs of `config` (and writes their table)."""
   curves = {label: load(run_dir) for label, run_dir in config.runs}
   if config.table:
     tio.write_text(config.table, table(curves, config.every))
-  return plot(curves, config.out, config.title)
+  return CurvesResult(plot(curves, config.out, config.title), config.table)
 
 
 if __name__ == "__main__":

@@ -329,9 +329,15 @@ def check(config: EmbedConfig) -> None:
                      f"{config.batch_size}")
 
 
-def run(config: EmbedConfig) -> dict:
-  """Runs the job; writes embeddings-*.parquet and stats.json under `config.out`; returns
-  the stats."""
+@dataclasses.dataclass(frozen=True)
+class EmbedResult:
+  out: str                    # embeddings-*.parquet and stats.json
+  files: tuple[str, ...]      # every file written (its manifest's list)
+  stats: dict                 # stats.json: rows read, embedded, skipped
+
+
+def run(config: EmbedConfig) -> EmbedResult:
+  """Runs the job; writes embeddings-*.parquet and stats.json under `config.out`."""
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
   inputs = tio.match_files(spec.pattern)  # a clear error now rather than an empty job
@@ -351,8 +357,9 @@ def run(config: EmbedConfig) -> dict:
                       overwrite=config.overwrite,
                       markers=(contracts.STATS_FILE,)) as out:
     staged = dataclasses.replace(config, out=out)
-    return tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
-                            stats_dir=out, finish=finish_stats)
+    stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
+                             stats_dir=out, finish=finish_stats)
+  return EmbedResult(config.out, outputs.files_of(config.out), stats)
 
 
 def summary_table(stats: dict, config: EmbedConfig) -> str:

@@ -235,9 +235,14 @@ def search_all(config: HardNegConfig, questions: Iterable[str]) -> tuple[dict[st
   return {q: list(ranked[str(i)].candidate_ids) for i, q in enumerate(distinct)}, indexed
 
 
-def run(config: HardNegConfig) -> dict[str, int]:
-  """Mines, writes each split's `-hn<k>` pairs, hn<k>-stats.json and hn<k>-config.json;
-  returns the stats."""
+@dataclasses.dataclass(frozen=True)
+class HardNegResult:
+  files: tuple[str, ...]      # each split's -hn<k> pairs, hn<k>-stats.json, hn<k>-config.json
+  stats: dict[str, int]       # hn<k>-stats.json
+
+
+def run(config: HardNegConfig) -> HardNegResult:
+  """Mines, writes each split's `-hn<k>` pairs, hn<k>-stats.json and hn<k>-config.json."""
   tio.log_settings("twotower hardneg", dataclasses.asdict(config))
   pool = _Candidates.read(config.reqa)
   splits = [_read_split(config, r, pool) for r in config.ratios]
@@ -260,7 +265,7 @@ def run(config: HardNegConfig) -> dict[str, int]:
     tio.write_json(contracts.hard_negatives_config_path(config.reqa, config.k),
                    dataclasses.asdict(config))
     written += [main, contracts.hard_negatives_config_path(config.reqa, config.k)]
-  return stats
+  return HardNegResult(tuple(written), stats)
 
 
 def _legacy_settings(config: HardNegConfig) -> dict | None:

@@ -83,9 +83,15 @@ def _write_parquet(rows: list[dict], schema, path: str) -> None:
   tio.write_parquet(path, pa.Table.from_pylist(rows, schema))
 
 
-def run(config: HeldoutConfig) -> dict[str, int]:
-  """Writes candidates.parquet, questions-all.parquet and stats.json of the held-out pages;
-  returns the counts (questions, candidates, heldout_pages).
+@dataclasses.dataclass(frozen=True)
+class HeldoutResult:
+  out: str                    # the benchmark: candidates, questions-all, stats.json
+  files: tuple[str, ...]      # every file written (its manifest's list)
+  counts: dict[str, int]      # stats.json: questions, candidates, heldout_pages
+
+
+def run(config: HeldoutConfig) -> HeldoutResult:
+  """Writes candidates.parquet, questions-all.parquet and stats.json of the held-out pages.
 
   Raises:
     ValueError: no held-out pair of `config.task` (names the share and where it came from).
@@ -115,7 +121,7 @@ def run(config: HeldoutConfig) -> dict[str, int]:
                    contracts.questions_path(out, contracts.ALL_QUESTIONS))
     tio.write_json(contracts.stats_path(out), counts)
   logger.info("held-out benchmark in %s: %s", config.out, counts)
-  return counts
+  return HeldoutResult(config.out, outputs.files_of(config.out), counts)
 
 
 def summary_table(counts: dict[str, int], config: HeldoutConfig) -> str:

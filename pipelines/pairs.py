@@ -376,9 +376,16 @@ def output_settings(config: PairsConfig) -> dict:
   return outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets"))
 
 
-def run(config: PairsConfig) -> dict:
+@dataclasses.dataclass(frozen=True)
+class PairsResult:
+  out: str                    # the folder: pairs/, passages/, stats.json, config.json
+  files: tuple[str, ...]      # every file written (its manifest's list)
+  stats: dict                 # stats.json: the pipeline's counters
+
+
+def run(config: PairsConfig) -> PairsResult:
   """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
-  that readers of passages/ know the held-out share); returns the stats.
+  that readers of passages/ know the held-out share).
 
   The job writes beside --out and the result replaces it whole when the job has finished
   and its inputs gave pages (twotower.outputs.staged): a reader never sees half a run or
@@ -407,7 +414,7 @@ def run(config: PairsConfig) -> dict:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)
     check_inputs_gave_pages(stats, files, config.dump)
-  return stats
+  return PairsResult(config.out, outputs.files_of(config.out), stats)
 
 
 if __name__ == "__main__":

@@ -402,9 +402,15 @@ def check(config: ReqaConfig) -> None:
       squad_lib.load_squad(path)
 
 
-def run(config: ReqaConfig) -> dict:
-  """Runs the job; writes candidates, questions, fine-tuning pairs and stats.json; returns
-  the stats."""
+@dataclasses.dataclass(frozen=True)
+class ReqaResult:
+  out: str                    # the benchmark folder (contracts: candidates, questions, finetune)
+  files: tuple[str, ...]      # every file written (its manifest's list)
+  stats: dict                 # stats.json: the pipeline's counters, questions per split
+
+
+def run(config: ReqaConfig) -> ReqaResult:
+  """Runs the job; writes candidates, questions, fine-tuning pairs and stats.json."""
   check(config)
   tio.log_settings("twotower reqa", dataclasses.asdict(config))
   inputs = [path for kind in PARSERS if getattr(config, kind)
@@ -417,9 +423,10 @@ def run(config: ReqaConfig) -> dict:
                       overwrite=config.overwrite,
                       markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
     staged = dataclasses.replace(config, out=out)
-    return tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
-                            stats_dir=out,
-                            finish=functools.partial(finish_stats, config=config))
+    stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
+                             stats_dir=out,
+                             finish=functools.partial(finish_stats, config=config))
+  return ReqaResult(config.out, outputs.files_of(config.out), stats)
 
 
 def summary_table(stats: dict, config: ReqaConfig) -> str:

@@ -9,6 +9,7 @@ the towers' quality; only BM25 is held to a score.
 from __future__ import annotations
 
 import json
+import pathlib
 import random
 
 import pyarrow.parquet as pq
@@ -17,6 +18,7 @@ import pytest
 from test_reqa import squad_file
 from twotower import contracts
 from twotower.commands import demo as demo_cmd
+from twotower.eval import demo
 
 from wikidump_fixtures import DumpPage, write_dump
 
@@ -127,20 +129,23 @@ def demo_run(tmp_path_factory):
                     [town_page(i, rng) for i in range(N_PAGES)])
   squad = squad_file(tmp, squad_articles())
   out = tmp / "demo"
-  demo_cmd.main(["--dump", str(dump), "--out", str(out), "--squad", squad,
-                 "--preset", "tiny", "--pretrain_steps", "4", "--vocab_size", "600"])
-  return out, json.loads((out / "report" / "demo.json").read_text())
+  argv = ["--dump", str(dump), "--out", str(out), "--squad", squad,
+          "--preset", "tiny", "--pretrain_steps", "4", "--vocab_size", "600"]
+  result = demo.run(demo_cmd.parse(argv))
+  return out, result, json.loads((out / "report" / "demo.json").read_text()), argv
 
 
 @pytest.mark.slow  # every stage: 10 Beam jobs (8 of them embed), Lucene twice, 2 pre-trainings
 def test_demo_with_squad_end_to_end(demo_run):
-  out, records = demo_run
+  out, result, records, _ = demo_run
+  assert records == result.records
   report = out / "report"
   for name in ("demo.md", "demo.csv", "demo.json"):
     assert (report / name).stat().st_size > 0
   assert (report / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-  benchmarks = {"heldout": out / "heldout", "reqa": out / "reqa"}
+  benchmarks = {name: pathlib.Path(d) for name, d in result.benchmarks.items()}
+  assert sorted(benchmarks) == ["heldout", "reqa"]
   assert sorted((r["split"], r["system"]) for r in records) == sorted(
       (b, s) for b in benchmarks for s in SYSTEMS)
   for r in records:
@@ -160,3 +165,16 @@ def test_demo_with_squad_end_to_end(demo_run):
   assert bm25["metrics"]["R@10"] == bm25["metrics"]["R@100"] == 1.0
   table = (report / "demo.md").read_text()
   assert all(s in table for s in SYSTEMS) and "heldout" in table and "reqa" in table
+
+
+@pytest.mark.slow  # a second demo: the report and the bundle again, every cell skipped
+def test_demo_run_again_resumes_its_cells(demo_run):
+  """Run again with the same settings, the demo re-uses every finished cell (the experiment's
+  machinery: `done.json`) and gives the same records; only the report and the bundle are
+  rebuilt from them."""
+  out, first, _, argv = demo_run
+  again = demo.run(demo_cmd.parse(argv))
+  assert [name for name, _ in again.stage_seconds] == ["report",
+                                                       "retriever bundle (all passages)"]
+  assert again.records == first.records
+  assert (pathlib.Path(again.bundle) / "manifest.json").exists()

@@ -144,8 +144,12 @@ def test_run_passages_and_questions(model_dir, direct, tmp_path):
       "sentences": [["a"], ["b"], ["c"], ["x"]], "is_lead": [True, False, True, False],
   }, schema=contracts.PASSAGE_SCHEMA)
   pq.write_table(passages, tmp_path / "passages" / "passages-00000-of-00001.parquet")
-  stats = embed.run(embed.EmbedConfig(model=model_dir, out=str(tmp_path / "doc_emb"),
-                                      kind="passages", path=str(tmp_path / "passages")))
+  result = embed.run(embed.EmbedConfig(model=model_dir, out=str(tmp_path / "doc_emb"),
+                                       kind="passages", path=str(tmp_path / "passages")))
+  stats = result.stats
+  # The result names every file the run wrote, and nothing else.
+  assert sorted(result.files) == sorted(str(p) for p in (tmp_path / "doc_emb").iterdir()
+                                        if p.name != contracts.MANIFEST_FILE)
   _, table = _read_shards(tmp_path / "doc_emb")
   assert sorted(table.column("id").to_pylist()) == [
       contracts.passage_uid(5, 0), contracts.passage_uid(5, 1), contracts.passage_uid(9, 0)]

@@ -127,6 +127,28 @@ def test_fuse_command_tunes_then_writes_a_run(tmp_path):
     fuse_cmd.parse(["--run", "x", "y", "--out", out])
 
 
+def test_the_fused_run_is_scored_as_written(tmp_path):
+  """With score_splits the result carries the fused run's records: those of the file it
+  wrote, scored once (the grid's fuse cells keep them; nothing re-reads the run)."""
+  write_reqa(tmp_path / "reqa")
+  a, b = runs_for_tuning()
+  runs.write_run(str(tmp_path / "a.trec"), a)
+  runs.write_run(str(tmp_path / "b.trec"), b)
+  out = str(tmp_path / "fused.trec")
+  result = fusion.run(fusion.FuseConfig(
+      runs=(str(tmp_path / "a.trec"), str(tmp_path / "b.trec")), out=out, weight=0.7,
+      reqa=str(tmp_path / "reqa"), score_splits=("validation-5", "test-5"),
+      golds=("pair",), tag="hybrid"))
+  splits = evaluate.load_splits(str(tmp_path / "reqa"), ["validation-5", "test-5"])
+  assert result.records == evaluate.evaluate_run_file(out, "hybrid", splits, ("pair",))
+  # weight 0.7 puts A's first candidate (4) first: the validation gold, not the test one.
+  by_split = {r["split"]: r for r in result.records}
+  assert by_split["validation-5"]["metrics"]["R@1"] == 1.0
+  assert by_split["test-5"]["metrics"]["R@1"] == 0.0
+  assert fusion.run(fusion.FuseConfig(runs=(str(tmp_path / "a.trec"), str(tmp_path / "b.trec")),
+                                      out=out, weight=0.7)).records == []
+
+
 def test_the_default_objective_is_the_mean_recall_so_early_precision_counts(tmp_path):
   """Every weight ties at R@100 here; the mean of R@1..100 (the default) still rewards the
   weights that put the validation gold first, where R@100 alone cannot see a difference."""

@@ -59,7 +59,8 @@ def mined(tmp_path_factory):
   out = str(root / "reqa")
   reqa.run(reqa.ReqaConfig(out=out, squad=str(root / "squad.json"), ratios=(5, 80),
                            validation_percent=0.0))
-  stats = {k: hardneg.run(hardneg.HardNegConfig(reqa=out, ratios=(5, 80), k=k, threads=1))
+  stats = {k: hardneg.run(hardneg.HardNegConfig(reqa=out, ratios=(5, 80), k=k,
+                                                threads=1)).stats
            for k in (1, 2)}
   return out, stats
 

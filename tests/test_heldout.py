@@ -24,7 +24,10 @@ def benchmark(tmp_path_factory):
   pairs_cmd.main(["--dump", str(dump), "--out", str(tmp / "pairs"), "--ict_per_page", "20",
              "--heldout_percent", str(HELDOUT_PERCENT)])
   # The held-out share comes from the pair pipeline's config.json.
-  counts = heldout.run(heldout.HeldoutConfig(pairs=str(tmp / "pairs"), out=str(tmp / "bench")))
+  result = heldout.run(heldout.HeldoutConfig(pairs=str(tmp / "pairs"), out=str(tmp / "bench")))
+  counts = result.counts
+  assert sorted(result.files) == sorted(str(p) for p in (tmp / "bench").iterdir()
+                                        if p.name != contracts.MANIFEST_FILE)
   candidates = pq.read_table(tmp / "bench" / contracts.CANDIDATES_FILE).to_pylist()
   questions = pq.read_table(tmp / "bench" / contracts.questions_file("all")).to_pylist()
   passages = pq.read_table(tmp / "pairs" / "passages").to_pylist()

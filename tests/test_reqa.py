@@ -51,7 +51,7 @@ def read_table(path) -> list[dict]:
 def run_reqa(tmp_path, **kw) -> tuple[dict, str]:
   out = str(tmp_path / "out")
   config = reqa.ReqaConfig(out=out, **kw)
-  return reqa.run(config), out
+  return reqa.run(config).stats, out
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +215,7 @@ def test_extra_candidates_sampled_deterministically(tmp_path):
     config = reqa.ReqaConfig(out=str(tmp_path / name), squad=squad,
                              extra_passages=str(tmp_path / "wiki"), extra_candidates=7,
                              ratios=(5,))
-    stats = reqa.run(config)
+    stats = reqa.run(config).stats
     cands = read_table(tmp_path / name / contracts.CANDIDATES_FILE)
     runs.append(sorted((c["candidate_id"], c["sentence"], c["source"]) for c in cands))
     assert stats["candidates_extra"] == 7

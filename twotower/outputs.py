@@ -215,6 +215,12 @@ def listed(out: str) -> list[str] | None:
   return [f"{out.rstrip('/')}/{name}" for name in manifest.get("files", [])]
 
 
+def files_of(out: str) -> tuple[str, ...]:
+  """The files a stage wrote into folder `out`, as its manifest lists them, for the stage's
+  result; empty where the manifest lists none (object stores)."""
+  return tuple(listed(out) or ())
+
+
 def listed_beside(main: str) -> list[str] | None:
   """The paths of the files the manifest beside `main` lists (owned_files), or None when
   there is none."""

@@ -15,6 +15,11 @@ from twotower.eval.experiment import plan
 from twotower.eval.experiment.plan import Cell
 
 
+#: The gold conventions a result cell scores, unless its parameters name others (the demo's
+#: held-out benchmark has answer passages only).
+GOLDS = ("pair", "sentence")
+
+
 @dataclasses.dataclass(frozen=True)
 class Context:
   """Where cells live and how the Beam stages run."""
@@ -38,11 +43,11 @@ def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   if p["squad_text"]:
     dump += "," + squad_dump.squad_articles_dump(
         p["squad_text"], os.path.join(out, "squad-articles.xml"))
-  stats = pairs.run(pairs.PairsConfig(
+  result = pairs.run(pairs.PairsConfig(
       dump=dump, out=out, heldout_percent=p["heldout_percent"],
       pairs=pairs.PairConfig(**p["pairs"]),
       passages=pairs.PassageConfig(**p["passages"]), beam_args=ctx.beam_args))
-  return {"stats": stats}
+  return {"stats": result.stats}
 
 
 def _vocab(cell: Cell, ctx: Context, out: str) -> dict:
@@ -59,9 +64,15 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
   extra = {}
   if p["open_candidates"]:
     extra = {"extra_passages": ctx.dep(cell, "pairs"), "extra_candidates": p["open_candidates"]}
-  stats = reqa.run(reqa.ReqaConfig(out=out, doc_text=p["doc_text"], beam_args=ctx.beam_args,
-                                   **{p["source"]: p["path"]}, **extra))
-  return {"stats": stats}
+  result = reqa.run(reqa.ReqaConfig(out=out, doc_text=p["doc_text"], beam_args=ctx.beam_args,
+                                    **{p["source"]: p["path"]}, **extra))
+  return {"stats": result.stats}
+
+
+def _heldout(cell: Cell, ctx: Context, out: str) -> dict:
+  from twotower.pipelines import heldout
+  result = heldout.run(heldout.HeldoutConfig(pairs=ctx.dep(cell, "pairs"), out=out))
+  return {"counts": result.counts}
 
 
 def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
@@ -78,20 +89,20 @@ def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
 def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import hardneg
   p = cell.params
-  stats = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p["k"],
-                                            ratios=tuple(p["ratios"]),
-                                            doc_text=p["doc_text"]))
-  return {"stats": stats}
+  result = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p["k"],
+                                             ratios=tuple(p["ratios"]),
+                                             doc_text=p["doc_text"]))
+  return {"stats": result.stats}
 
 
 def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import bm25
   p = cell.params
-  records = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out,
-                                     doc_text=p["doc_text"], splits=tuple(p["splits"]),
-                                     golds=("pair", "sentence"), system=p["system"],
-                                     keep_index=False))
-  return {"records": records, "run_file": os.path.join(out, contracts.BM25_RUN_FILE)}
+  result = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out,
+                                    doc_text=p["doc_text"], splits=tuple(p["splits"]),
+                                    golds=tuple(p.get("golds", GOLDS)), system=p["system"],
+                                    keep_index=False))
+  return {"records": result.records, "run_file": result.run_file}
 
 
 def _vocab_file(cell: Cell, ctx: Context) -> str:
@@ -137,13 +148,14 @@ def _eval(cell: Cell, ctx: Context, out: str) -> dict:
   p = cell.params
   result = dense.run(dense.DenseConfig(
       model=contracts.saved_model_path(ctx.dep(cell, "model")), reqa=ctx.dep(cell, "reqa"),
-      work=out, splits=tuple(p["splits"]), system=p["system"], golds=("pair", "sentence"),
+      work=out, splits=tuple(p["splits"]), system=p["system"],
+      golds=tuple(p.get("golds", GOLDS)),
       doc_text=p["doc_text"], keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args))
   return {"records": result.records, "run_file": result.run_file}
 
 
 def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.eval import evaluate, fusion
+  from twotower.eval import fusion
   p = cell.params
   first = ctx.done(cell.deps[plan.FUSE_FIRST])["run_file"]
   # Several partner rows: fusion.run keeps the one that fuses best on the validation split.
@@ -155,11 +167,10 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
                                         tune_split=p["tune_split"], tag=p["system"],
                                         tune_metric=p["tune_metric"],
                                         min_tune_questions=p["min_tune_questions"],
-                                        untuned_weight=p["untuned_weight"]))
-  splits = evaluate.load_splits(ctx.dep(cell, "reqa"), p["splits"])
-  records = evaluate.evaluate_run_file(run_file, p["system"], splits, ("pair", "sentence"))
+                                        untuned_weight=p["untuned_weight"],
+                                        score_splits=tuple(p["splits"]), golds=GOLDS))
   tuning = dataclasses.asdict(result.tuning) if result.tuning else None
-  return {"records": records, "run_file": run_file, "weight": result.weight,
+  return {"records": result.records, "run_file": result.run_file, "weight": result.weight,
           "partner": partners[result.partner], "tuning": tuning}
 
 
@@ -184,7 +195,8 @@ def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
-    "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "datastats": _datastats,
+    "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "heldout": _heldout,
+    "datastats": _datastats,
     "hardneg": _hardneg, "bm25": _bm25,
     "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse,
     "bundle": _bundle}

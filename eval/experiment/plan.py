@@ -7,6 +7,7 @@ A *cell* is one resumable unit of work with a done-marker:
               optionally)
     vocab     the WordPiece vocabulary of the training passages
     reqa      a ReQA directory (closed, or open domain: + the pre-training passages)
+    heldout   a benchmark of held-out pages in the ReQA layout (the demo's)
     datastats the paper's Tables 1 and 2 for the pairs and a ReQA directory (word pieces)
     hardneg   BM25 hard negatives of a ReQA directory's fine-tuning pairs (every ratio)
     bm25      BM25 over one ReQA directory: one run, every split scored
@@ -36,7 +37,7 @@ from twotower import contracts
 from twotower.eval.experiment import grid as grid_lib
 from twotower.eval.experiment.grid import GridSpec, System, Variant
 
-KINDS = ("pairs", "vocab", "reqa", "datastats", "hardneg", "bm25", "pretrain", "finetune",
+KINDS = ("pairs", "vocab", "reqa", "heldout", "datastats", "hardneg", "bm25", "pretrain", "finetune",
          "eval", "fuse", "bundle")
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")

@@ -41,4 +41,4 @@ def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  print(report.markdown_table(bm25.run(parse(argv))))
+  print(report.markdown_table(bm25.run(parse(argv)).records))

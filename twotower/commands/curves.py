@@ -37,4 +37,4 @@ def parse(argv: Iterable[str] | None) -> curves.CurvesConfig:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  print(curves.run(parse(argv)))
+  print(curves.run(parse(argv)).plot)

@@ -58,5 +58,4 @@ def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  stats = embed.run(config)
-  print(embed.summary_table(stats, config))
+  print(embed.summary_table(embed.run(config).stats, config))

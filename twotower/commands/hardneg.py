@@ -57,5 +57,4 @@ def parse(argv: Iterable[str] | None) -> hardneg.HardNegConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  stats = hardneg.run(config)
-  print(hardneg.summary_table(stats, config))
+  print(hardneg.summary_table(hardneg.run(config).stats, config))

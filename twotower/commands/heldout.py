@@ -37,5 +37,4 @@ def parse(argv: Iterable[str] | None) -> heldout.HeldoutConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  counts = heldout.run(config)
-  print(heldout.summary_table(counts, config))
+  print(heldout.summary_table(heldout.run(config).counts, config))

@@ -93,5 +93,5 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  stats = pairs.run(config)
-  print(pairs.summary_table(stats, config.out))
+  result = pairs.run(config)
+  print(pairs.summary_table(result.stats, result.out))

@@ -69,5 +69,4 @@ def parse(argv: Iterable[str] | None) -> reqa.ReqaConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  stats = reqa.run(config)
-  print(reqa.summary_table(stats, config))
+  print(reqa.summary_table(reqa.run(config).stats, config))

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from twotower import cli
-
 if __name__ == "__main__":
+  from twotower import cli
   # --verbose: the launcher VM's log is the only place Dataflow shows what the job set up.
   sys.exit(cli.run_stage("pairs", ["--verbose", *sys.argv[1:]]))
