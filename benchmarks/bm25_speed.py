@@ -22,6 +22,7 @@ import statistics
 import tempfile
 import time
 
+from twotower import contracts
 from twotower import lucene
 from twotower import pyserini_env
 from twotower import texts
@@ -60,7 +61,7 @@ def main() -> None:
       reqa_dir = f"{tmp}/reqa"
       reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=args.squad, ratios=(5,)))
     docs = list(lucene.candidate_documents(reqa_dir, args.doc_text))
-    (split,) = evaluate.load_splits(reqa_dir, ["all"])
+    (split,) = evaluate.load_splits(reqa_dir, [contracts.ALL_QUESTIONS])
     queries = [(q.question_id, q.question) for q in split.questions[:args.queries]]
     index = f"{tmp}/index"
     t_index, _ = _median_time(lambda: lucene.build_index(docs, index, args.threads),

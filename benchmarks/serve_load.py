@@ -47,7 +47,7 @@ def _questions(manifest: dict, n: int) -> list[tuple[str, str]]:
   from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
   source = manifest["documents"]["source"]
   if manifest["documents"]["kind"] == "candidates":
-    qs = codecs.read_questions(source, "all")
+    qs = codecs.read_questions(source, contracts.ALL_QUESTIONS)
     return [(q.question_id, q.question) for q in qs[:n]]
   out = []
   for p in codecs.read_passages(contracts.passages_pattern(source)):
