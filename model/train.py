@@ -361,7 +361,7 @@ def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, 
   worker = _worker(strategy)
   tokenizer = Tokenizer.from_file(job.vocab, cfg.model.query_len, cfg.model.doc_len)
   if steps == 0:
-    # The No-SSL baseline (eval.demo, `--allow_untrained`): say it, so that a log never
+    # The No-SSL baseline (experiment.demo, `--allow_untrained`): say it, so that a log never
     # passes these towers off as trained.
     logger.warning("0 steps: %s will hold the initial towers, untrained", job.out)
   per_epoch = checkpoint_interval(steps, t.checkpoint_every)

@@ -18,7 +18,7 @@ import pytest
 from test_reqa import squad_file
 from twotower import contracts
 from twotower.commands import demo as demo_cmd
-from twotower.eval import demo
+from twotower.experiment import demo
 
 from wikidump_fixtures import DumpPage, write_dump
 

@@ -12,8 +12,8 @@ import pytest
 
 from twotower.commands import experiment as experiment_cmd
 from twotower.contracts import codecs
-from twotower.eval import experiment
-from twotower.eval.experiment import execute, grid, plan, render
+from twotower import experiment
+from twotower.experiment import execute, grid, plan, render
 from wikidump_fixtures import DumpPage, write_dump
 
 INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",
@@ -480,7 +480,7 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   reads both (the dump first, so the corpus's page ids are those of input 1); without it the
   cell's parameters, and so every cell's key, are what they were."""
   from textdocs_fixtures import jsonl_record, linked_docs, write_jsonl
-  from twotower.eval.experiment import cells
+  from twotower.experiment import cells
   from twotower.pipelines import textdocs
   spec = grid.load("tiny")
   plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]

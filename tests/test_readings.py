@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from twotower.eval.experiment import grid, readings
+from twotower.experiment import grid, readings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "cpu-small"
@@ -169,7 +169,7 @@ def test_pretraining_runs_are_checked_against_chance():
 
 def test_committed_reading_is_the_one_the_results_give():
   """Fails when reading.md was edited by hand, or the results or claims changed without
-  re-rendering (python -m twotower.eval.experiment.rerender --grid cpu-small ...)."""
+  re-rendering (python -m twotower.experiment.rerender --grid cpu-small ...)."""
   results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
   cells = json.loads((RESULTS / "cells.json").read_text(encoding="utf-8"))
   expected = readings.markdown(grid.load("cpu-small"), results, cells.values())
@@ -217,7 +217,7 @@ def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
   page.write_text("<!-- results:cpu-small -->\n<!-- /results:cpu-small -->\n"
                   "<!-- results:cpu-small-reading -->\n<!-- /results:cpu-small-reading -->\n",
                   encoding="utf-8")
-  from twotower.eval.experiment import render, rerender
+  from twotower.experiment import render, rerender
   assert rerender.main(["--grid", "cpu-small", "--results_dir", str(tmp_path),
                         "--readme", str(page)]) == 0
   assert (tmp_path / readings.READING_FILE).read_text(encoding="utf-8") == \

@@ -1,5 +1,5 @@
 """`twotower demo [--dump GLOB] [--out DIR] [--squad FILE]`: the end-to-end demo on the
-embedded Wikipedia slice (the flags of eval.demo)."""
+embedded Wikipedia slice (the flags of twotower.experiment.demo)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from typing import Iterable
 
 from twotower.commands import flags
-from twotower.eval import demo, report
+from twotower.experiment import demo, report
 from twotower.io import match_files
 
 

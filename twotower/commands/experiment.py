@@ -1,6 +1,6 @@
 """`twotower experiment --grid NAME --out DIR --dump GLOB --squad FILE`: the paper's grid of
 systems x ratios x seeds (Tables 3-6) and the rows beyond it, resumable cell by cell (the
-flags of eval.experiment)."""
+flags of experiment)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import argparse
 from typing import Iterable
 
 from twotower.commands import flags
-from twotower.eval import experiment
-from twotower.eval.experiment import grid
+from twotower import experiment
+from twotower.experiment import grid
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,7 @@
 
     twotower demo --dump data/enwiki-slice-pages-articles.xml.bz2 --out runs/demo
 
-The demo is a small plan run by the experiment's machinery (eval.experiment.plan / execute /
+The demo is a small plan run by the experiment's machinery (experiment.plan / execute /
 cells, the code that runs the paper's grid): each cell calls the real stage through its typed
 `run(config)`, keeps what the stage returned in `<cell>/done.json`, and is skipped when the
 demo is run again with the same settings (an interrupted demo resumes; other settings plan
@@ -69,8 +69,8 @@ class DemoResult:
 
 
 def plan(config: DemoConfig):
-  """The demo's cells, in dependency order (eval.experiment.plan.Plan)."""
-  from twotower.eval.experiment.plan import Plan  # pylint: disable=import-outside-toplevel
+  """The demo's cells, in dependency order (experiment.plan.Plan)."""
+  from twotower.experiment.plan import Plan  # pylint: disable=import-outside-toplevel
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   from twotower.pipelines.pairs import PairConfig  # pylint: disable=import-outside-toplevel
   from twotower.pipelines.passages import PassageConfig  # pylint: disable=import-outside-toplevel
@@ -109,7 +109,7 @@ def plan(config: DemoConfig):
 
 def _check_done(the_plan, work: str) -> None:
   """The demo stops at the first failed cell, with its error (the grid goes on instead)."""
-  from twotower.eval.experiment import execute  # pylint: disable=import-outside-toplevel
+  from twotower.experiment import execute  # pylint: disable=import-outside-toplevel
   for cell in the_plan:
     failed = os.path.join(execute.cell_dir(work, cell), execute.FAILED_FILE)
     if os.path.exists(failed):
@@ -120,7 +120,7 @@ def _check_done(the_plan, work: str) -> None:
 def run(config: DemoConfig) -> DemoResult:
   from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
   from twotower.eval import report  # pylint: disable=import-outside-toplevel
-  from twotower.eval.experiment import execute  # pylint: disable=import-outside-toplevel
+  from twotower.experiment import execute  # pylint: disable=import-outside-toplevel
 
   tio.log_settings("demo", dataclasses.asdict(config))
   tio.match_files(config.dump)  # a clear error before anything runs

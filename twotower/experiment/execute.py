@@ -27,8 +27,8 @@ from typing import Callable, Mapping, Optional
 
 from twotower import io as tio
 from twotower import logs
-from twotower.eval.experiment import cells as cells_lib
-from twotower.eval.experiment.plan import RESULT_KINDS, Cell, Plan, format_seconds
+from twotower.experiment import cells as cells_lib
+from twotower.experiment.plan import RESULT_KINDS, Cell, Plan, format_seconds
 
 logger = logging.getLogger(__name__)
 

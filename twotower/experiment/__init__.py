@@ -27,7 +27,7 @@ from typing import Optional
 
 from twotower import io as tio
 from twotower import logs
-from twotower.eval.experiment import execute, grid, plan as plan_lib, render
+from twotower.experiment import execute, grid, plan as plan_lib, render
 
 logger = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import shutil
 from typing import Callable, Mapping
 
 from twotower import contracts
-from twotower.eval.experiment import plan
-from twotower.eval.experiment.plan import Cell
+from twotower.experiment import plan
+from twotower.experiment.plan import Cell
 
 
 #: The gold conventions a result cell scores, unless its parameters name others (the demo's

@@ -1,9 +1,9 @@
-"""A grid definition, as data: `eval/experiment/grids/<name>.yaml` -> `GridSpec`.
+"""A grid definition, as data: `twotower/experiment/grids/<name>.yaml` -> `GridSpec`.
 
 A grid names its systems (rows), model sizes (variants), tables (which rows at which ratios),
 seeds, step counts and data settings. `twotower experiment --grid cpu-small` reads
 `grids/cpu-small.yaml`; a path to a YAML file works too. Adding a row or a table is an edit
-of the YAML, not of Python. Planning (eval.experiment.plan) turns a GridSpec into cells.
+of the YAML, not of Python. Planning (experiment.plan) turns a GridSpec into cells.
 
     systems:                       # rows; each has a table label (encoder, pre-training)
       ict:  {encoder: Transformer, pretraining: ICT, tasks: [ict]}
@@ -17,7 +17,7 @@ of the YAML, not of Python. Planning (eval.experiment.plan) turns a GridSpec int
       - {id: mlm-over-no-ssl, sentence: "MLM only marginally improves over No-SSL",
          source: "paper, 4.2", table: "3", pairs: [[mlm, no-ssl]]}
 
-A reading's verdicts are computed by eval.experiment.readings, never typed.
+A reading's verdicts are computed by experiment.readings, never typed.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class RowRef:
 class Claim:
   """A sentence (the paper's, or one of ours) that the results can confirm or contradict:
   each pair's first row is expected above (`expect: higher`) or below (`lower`) its second,
-  at each ratio, on each metric. The verdicts come from eval.experiment.readings.
+  at each ratio, on each metric. The verdicts come from experiment.readings.
 
   Attributes:
     id: a short key, e.g. "mlm-over-no-ssl".
@@ -200,7 +200,7 @@ class GridSpec:
 
 
 def grid_names() -> list[str]:
-  files = importlib.resources.files("twotower.eval.experiment") / "grids"
+  files = importlib.resources.files("twotower.experiment") / "grids"
   return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -208,7 +208,7 @@ def _read(name_or_path: str) -> tuple[str, str]:
   if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
     with open(name_or_path, encoding="utf-8") as f:
       return os.path.splitext(os.path.basename(name_or_path))[0], f.read()
-  resource = importlib.resources.files("twotower.eval.experiment") / "grids" / \
+  resource = importlib.resources.files("twotower.experiment") / "grids" / \
       f"{name_or_path}.yaml"
   if not resource.is_file():
     raise ValueError(f"--grid {name_or_path!r} is neither a file nor a grid; grids: "

@@ -1,10 +1,10 @@
 """Results of a grid: tables in the paper's layout (Markdown), CSV, JSON, recall@k plots (PNG)
 and a README with the command, the machine, package versions, seeds, steps and time.
 
-Everything is derived from the cells' `done.json` records and states (eval.experiment.execute)
+Everything is derived from the cells' `done.json` records and states (experiment.execute)
 each time it is written, so the files are the same whether written mid-run or after.
 Recalls are in percent; `mean ± SD` over seeds where a row has several, the SD a sample
-standard deviation (n - 1), the one the reading's two-SD rule uses (eval.experiment.readings).
+standard deviation (n - 1), the one the reading's two-SD rule uses (experiment.readings).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
-from twotower.eval.experiment import execute, readings
-from twotower.eval.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
-from twotower.eval.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds
+from twotower.experiment import execute, readings
+from twotower.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
+from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
@@ -341,7 +341,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
                                        key=lambda rs: 1000 if rs[0] == DEFAULT_SEEDS else rs[0]))
   steps = ", ".join(f"{r} %: {spec.finetune_steps_for(r) or 'preset'}" for r in spec.ratios)
   lines = [f"# Experiment grid `{spec.name}`", "",
-           "Written by `twotower experiment` (eval/experiment/). Recalls in percent on the test "
+           "Written by `twotower experiment` (twotower/experiment/). Recalls in percent on the test "
            "side of each train/test split; gold convention `pair` (the paper's: the exact "
            "(sentence, passage) candidate); `mean ± SD` over seeds (sample SD, n − 1) "
            "where there are several. `results.json` holds every seed's record; the cells' "

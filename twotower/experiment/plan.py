@@ -34,8 +34,8 @@ import json
 from typing import Any, Mapping, Optional, Sequence
 
 from twotower import contracts
-from twotower.eval.experiment import grid as grid_lib
-from twotower.eval.experiment.grid import GridSpec, System, Variant
+from twotower.experiment import grid as grid_lib
+from twotower.experiment.grid import GridSpec, System, Variant
 
 KINDS = ("pairs", "vocab", "reqa", "heldout", "datastats", "hardneg", "bm25", "pretrain", "finetune",
          "eval", "fuse", "bundle")

@@ -1,10 +1,10 @@
 """Re-renders a grid's results folder from its own files, without a work directory or a run:
 
-    python -m twotower.eval.experiment.rerender --grid cpu-small \
+    python -m twotower.experiment.rerender --grid cpu-small \
         --results_dir docs/results/cpu-small --readme docs/results.md
 
 Tables (sample SDs), summary.md, results.json / .csv, the README's Results section and
-reading.md come from results.json and cells.json (eval.experiment.render.rerender). Use it when
+reading.md come from results.json and cells.json (experiment.render.rerender). Use it when
 the rendering changed and the cells did not; `twotower experiment --render_only` re-renders
 from a work directory's cells instead, and needs the grid's cell keys to be unchanged.
 (A module of its own, so that `python -m` does not run a module the package already imported.)
@@ -17,14 +17,14 @@ import logging
 import os
 from typing import Optional, Sequence
 
-from twotower.eval.experiment import grid, readings, render
+from twotower.experiment import grid, readings, render
 
 logger = logging.getLogger(__name__)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(
-      prog="python -m twotower.eval.experiment.rerender", description=__doc__.split("\n")[0])
+      prog="python -m twotower.experiment.rerender", description=__doc__.split("\n")[0])
   parser.add_argument("--grid", required=True,
                       help="a grid name (grids/<name>.yaml) or a YAML file; its name must be "
                            "the folder's grid")

@@ -1,7 +1,0 @@
-"""`python -m twotower.eval.experiment`: the same as `twotower experiment`."""
-
-import sys
-
-from twotower import cli
-
-sys.exit(cli.run_stage("experiment"))
