@@ -161,7 +161,7 @@ def real_settings(args, n: int, d: int) -> Settings:
   all vectors when n <= --hnsw_n."""
   if n < K:
     raise ValueError(f"{n} vectors, fewer than k={K}: Recall@{K} needs at least {K}")
-  nlist = args.nlist or faiss_index.IndexConfig().resolve(n, d).nlist
+  nlist = args.nlist or faiss_index.IndexSpec().resolve(n, d).nlist
   train = min(n, args.train_size)
   if nlist > train:
     raise ValueError(f"--nlist {nlist} exceeds the {train} training vectors (n={n})")

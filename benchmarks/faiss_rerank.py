@@ -57,7 +57,7 @@ class Case:
 
 
 def builds(nlist: int, train_size: int) -> dict[str, dict]:
-  """IndexConfig fields of each index built (key -> fields)."""
+  """IndexSpec fields of each index built (key -> fields)."""
   common = {"nlist": nlist, "train_size": train_size}
   return {"flat": {"type": "flat"}, "ivf": {"type": "ivf", **common},
           "ivfpq": {"type": "ivfpq", **common},
@@ -230,14 +230,14 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
     del flat, x
     np.save(os.path.join(tmp, "queries.npy"), q)
     np.save(os.path.join(tmp, "gt.npy"), gt)
-    nlist = args.nlist or faiss_index.IndexConfig().resolve(n, d).nlist
+    nlist = args.nlist or faiss_index.IndexSpec().resolve(n, d).nlist
     paths = {}
     for key, fields in builds(nlist, args.train_size).items():
-      config = faiss_index.IndexConfig(**fields)
+      config = faiss_index.IndexSpec(**fields)
       logger.info("building %s: %s", key, config.resolve(n, d).factory_string())
       t0 = time.perf_counter()
       out = os.path.join(tmp, f"{key}.faiss")
-      index_lib.run(index_lib.IndexJob(emb_dir, out, config, threads=args.threads))
+      index_lib.run(index_lib.IndexConfig(emb_dir, out, config, threads=args.threads))
       logger.info("built %s in %.0f s", key, time.perf_counter() - t0)
       paths[key] = (out, config.resolve(n, d).factory_string())
     rows = []

@@ -150,7 +150,7 @@ def _batch_path_per_query(bundle: str, manifest: dict, n: int, k: int) -> dict[s
     t0 = time.perf_counter()
     embed.run(embed.EmbedConfig(model=model, out=os.path.join(tmp, "q"), kind="questions",
                                 path=qfile))
-    search_stage.run(search_stage.SearchJob(
+    search_stage.run(search_stage.SearchConfig(
         index=contracts.bundle_path(bundle, contracts.BUNDLE_INDEX_FILE),
         queries=os.path.join(tmp, "q"), out=os.path.join(tmp, "dense.parquet"), k=k))
     dense_s = time.perf_counter() - t0

@@ -65,9 +65,9 @@ def run(config: DenseConfig) -> DenseResult:
                               path=contracts.questions_path(config.reqa, config.questions),
                               beam_args=config.beam_args))
   index_path = contracts.dense_index_path(work)
-  index_stage.run(index_stage.IndexJob(embeddings=candidates, out=index_path))
+  index_stage.run(index_stage.IndexConfig(embeddings=candidates, out=index_path))
   run_file = contracts.dense_run_path(work)
-  search_stage.run(search_stage.SearchJob(index=index_path, queries=questions, out=run_file,
+  search_stage.run(search_stage.SearchConfig(index=index_path, queries=questions, out=run_file,
                                           k=config.k))
   splits = evaluate_lib.load_splits(config.reqa, config.splits)
   records = evaluate_lib.evaluate_run_file(run_file, config.system, splits, config.golds)

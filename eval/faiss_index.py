@@ -109,7 +109,7 @@ def read_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclasses.dataclass(frozen=True)
-class IndexConfig:
+class IndexSpec:
   """How to build an index. Zero means "derive from the corpus size" (`resolve`)."""
   type: str = "flat"             # flat | ivf | hnsw | ivfpq | ivfpq_rerank
   factory: Optional[str] = None  # an index_factory string; overrides type and the fields below
@@ -129,7 +129,7 @@ class IndexConfig:
   store_vectors: bool = False    # write float32 vectors beside the index for exact re-ranking
                                  # (eval.rerank; always on for ivfpq_rerank)
 
-  def resolve(self, n: int, d: int) -> IndexConfig:
+  def resolve(self, n: int, d: int) -> IndexSpec:
     nlist = self.nlist or max(1, min(2 ** round(math.log2(max(4 * math.sqrt(n), 1))),
                                      max(1, n // 39)))
     pq_m = self.pq_m or max(1, d // 4)
@@ -164,7 +164,7 @@ class IndexConfig:
     raise ValueError(f"unknown index type {self.type!r}; expected one of {INDEX_TYPES}")
 
 
-def memory_estimate(config: IndexConfig, n: int, d: int, block_rows: int) -> dict[str, int]:
+def memory_estimate(config: IndexSpec, n: int, d: int, block_rows: int) -> dict[str, int]:
   """Bytes the build will hold: the index, the training sample, one block in flight."""
   spec = config.factory_string()
   per_vector = 4 * d + 8  # flat-coded vector + id
@@ -196,7 +196,7 @@ def check_inner_product(index: faiss.Index, what: str = "index") -> None:
                      f"({faiss.METRIC_INNER_PRODUCT})")
 
 
-def new_index(config: IndexConfig, d: int) -> faiss.Index:
+def new_index(config: IndexSpec, d: int) -> faiss.Index:
   """An empty index with inner product set explicitly, accepting `add_with_ids` (IVF natively;
   others through an IDMap)."""
   spec = config.factory_string()
@@ -221,8 +221,8 @@ def sample_vectors(files: Sequence[str], n_total: int, size: int, seed: int,
   return np.ascontiguousarray(sample)
 
 
-def train_template(files: Sequence[str], config: IndexConfig, block_rows: int = 65_536
-                   ) -> tuple[faiss.Index, IndexConfig]:
+def train_template(files: Sequence[str], config: IndexSpec, block_rows: int = 65_536
+                   ) -> tuple[faiss.Index, IndexSpec]:
   """An empty, trained index for the corpus, and the resolved config. Logs the memory
   estimate before any vector is read."""
   n, d = count_vectors(files)
@@ -267,7 +267,7 @@ def add_blocks(index: faiss.Index, blocks: Iterator[tuple[np.ndarray, np.ndarray
     index.add_with_ids(x, ids)
 
 
-def build_index(files: Sequence[str], config: IndexConfig, block_rows: int = 65_536,
+def build_index(files: Sequence[str], config: IndexSpec, block_rows: int = 65_536,
                 progress: bool = False) -> faiss.Index:
   """One index over all shards, streamed (see the module docstring)."""
   index, _ = train_template(files, config, block_rows)
@@ -276,7 +276,7 @@ def build_index(files: Sequence[str], config: IndexConfig, block_rows: int = 65_
   return index
 
 
-def iter_index_shards(files: Sequence[str], config: IndexConfig, num_shards: int,
+def iter_index_shards(files: Sequence[str], config: IndexSpec, num_shards: int,
                       block_rows: int = 65_536, progress: bool = False
                       ) -> Iterator[faiss.Index]:
   """`num_shards` indexes over disjoint parts of the corpus, yielded one at a time (so the

@@ -8,7 +8,7 @@ embedding shards, streamed, and write it atomically; optionally as several index
   twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq_rerank
       # + run/index.vectors.npy (and index.ids.npy): `twotower search` re-ranks exactly
 
-`run(IndexJob) -> IndexResult` is the typed entry point (twotower.commands.index parses the
+`run(IndexConfig) -> IndexResult` is the typed entry point (twotower.commands.index parses the
 flags).
 """
 
@@ -31,11 +31,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class IndexJob:
+class IndexConfig:
   """Flags of `twotower index`."""
   embeddings: str                     # embeddings directory, a glob or a comma list of shards
   out: str                            # index file (e.g. index.faiss)
-  index: faiss_index.IndexConfig = faiss_index.IndexConfig()
+  index: faiss_index.IndexSpec = faiss_index.IndexSpec()
   num_index_shards: int = 1           # N > 1: OUT-SSSSS-of-NNNNN.faiss, for IndexShards
   block_rows: int = 65_536            # vectors read and added per step (bounds memory)
   threads: int = 0                    # FAISS OpenMP threads (0: all)
@@ -61,7 +61,7 @@ def embedding_files(path: str) -> list[str]:
   return shards
 
 
-def run(job: IndexJob) -> IndexResult:
+def run(job: IndexConfig) -> IndexResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)

@@ -11,7 +11,7 @@ An index built with its vectors beside it (`twotower index --type ivfpq_rerank` 
 `--store_vectors`) is re-ranked by default (eval.rerank.DEFAULT_RERANK); `--rerank 0` turns
 that off. Search goes through eval.searcher.load_searcher, as a query service would.
 
-`run(SearchJob) -> SearchResult` is the typed entry point (twotower.commands.search parses
+`run(SearchConfig) -> SearchResult` is the typed entry point (twotower.commands.search parses
 the flags).
 """
 
@@ -59,7 +59,7 @@ def compare_to_flat(ids: np.ndarray, seconds: float, queries: np.ndarray,
 
 
 @dataclasses.dataclass(frozen=True)
-class SearchJob:
+class SearchConfig:
   """Flags of `twotower search`."""
   index: str                        # index file, or a glob / comma list of index shards
   queries: str                      # query embeddings directory (string ids)
@@ -87,7 +87,7 @@ class SearchResult:
   report: Optional[dict] = None     # with `reference`: recall vs flat, queries/s
 
 
-def run(job: SearchJob) -> SearchResult:
+def run(job: SearchConfig) -> SearchResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)

@@ -1,4 +1,4 @@
-"""Typed configuration of pre-training and fine-tuning: `PretrainConfig(model, data, trainer,
+"""Typed configuration of pre-training and fine-tuning: `TrainingConfig(model, data, trainer,
 runtime)`, as tensorflow/models' `official/core/config_definitions.py` splits an experiment.
 
 A config comes from a preset name (`model/presets/<name>.yaml`) or a YAML file, then
@@ -179,8 +179,9 @@ class RuntimeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainConfig:
-  """An experiment: model + data + trainer + runtime, and a human description."""
+class TrainingConfig:
+  """What pre-training and fine-tuning read: model + data + trainer + runtime, and a human
+  description (a preset file, `load(preset, overrides)`)."""
   model: ModelConfig = ModelConfig()
   data: DataConfig = DataConfig()
   trainer: TrainerConfig = TrainerConfig()
@@ -224,8 +225,8 @@ def _coerce(cls, name: str, value: Any, where: str) -> Any:
   return str(value)
 
 
-def from_dict(raw: Mapping[str, Any], where: str = "config") -> PretrainConfig:
-  """A PretrainConfig from nested dicts; unknown sections or fields are errors."""
+def from_dict(raw: Mapping[str, Any], where: str = "config") -> TrainingConfig:
+  """A TrainingConfig from nested dicts; unknown sections or fields are errors."""
   kwargs: dict[str, Any] = {}
   for key, value in (raw or {}).items():
     if key == "description":
@@ -235,7 +236,7 @@ def from_dict(raw: Mapping[str, Any], where: str = "config") -> PretrainConfig:
       raise ValueError(f"{where}: unknown section {key!r}; known: {', '.join(_SECTIONS)}")
     cls = _SECTIONS[key]
     kwargs[key] = cls(**{k: _coerce(cls, k, v, where) for k, v in (value or {}).items()})
-  return PretrainConfig(**kwargs)
+  return TrainingConfig(**kwargs)
 
 
 def preset_names() -> list[str]:
@@ -266,7 +267,7 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, dict[str, str]]:
   return nested
 
 
-def load(name_or_path: str, overrides: Sequence[str] = ()) -> PretrainConfig:
+def load(name_or_path: str, overrides: Sequence[str] = ()) -> TrainingConfig:
   """Preset name or YAML file, then `section.field=value` overrides."""
   where, text = _read_preset_or_file(name_or_path)
   raw = yaml.safe_load(text) or {}
@@ -279,7 +280,7 @@ def load(name_or_path: str, overrides: Sequence[str] = ()) -> PretrainConfig:
   return from_dict(raw, where)
 
 
-def replace(config: PretrainConfig, **sections: Mapping[str, Any]) -> PretrainConfig:
+def replace(config: TrainingConfig, **sections: Mapping[str, Any]) -> TrainingConfig:
   """`replace(cfg, trainer={"steps": 10})`: a copy with some fields changed."""
   changed = {}
   for name, fields in sections.items():

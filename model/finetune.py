@@ -13,12 +13,12 @@ How long to fine-tune is chosen on validation, never on test (issue 11). The pap
 "10% of training set ... as the validation set for hyper-parameter tuning" (sec. 4.1): at
 every checkpoint `RecallAtK` computes validation Recall@k and MRR over all candidates (the
 paper's gold rule, with twotower.metrics, the code `twotower evaluate` runs), the best
-checkpoint by `FinetuneJob.select` (default R@100; "" = the last) is kept under
+checkpoint by `FinetuneConfig.select` (default R@100; "" = the last) is kept under
 checkpoints/best/, and that model is exported. The result says which step won
 (`selected_step`) and carries the validation curve (`result.curve("val_R@100")`, also in
 history.csv). The `test-<ratio>` questions are never read here.
 
-`run(FinetuneJob) -> train.TrainResult` is the typed entry point; `twotower finetune`
+`run(FinetuneConfig) -> train.TrainResult` is the typed entry point; `twotower finetune`
 (twotower.commands.finetune) is its flag parser.
 """
 
@@ -46,7 +46,7 @@ DEFAULT_SELECT = "R@100"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FinetuneJob(train.TrainJob):
+class FinetuneConfig(train.TrainRunConfig):
   """A fine-tuning run on one ReQA train ratio.
 
   Attributes:
@@ -142,7 +142,7 @@ class RecallAtK(keras.callbacks.Callback):
       logs.update(result)
 
 
-def _validation(job: FinetuneJob) -> tuple[tuple[contracts.Question, ...], list[dict]] | None:
+def _validation(job: FinetuneConfig) -> tuple[tuple[contracts.Question, ...], list[dict]] | None:
   """(questions, candidate rows) of the validation side of the split, None if absent."""
   split = contracts.validation_split(job.split)
   try:
@@ -158,17 +158,17 @@ def _validation(job: FinetuneJob) -> tuple[tuple[contracts.Question, ...], list[
   return questions, candidates
 
 
-def run(job: FinetuneJob) -> train.TrainResult:
+def run(job: FinetuneConfig) -> train.TrainResult:
   """Fine-tunes (or resumes) `job`; exports the checkpoint `job.select` chose."""
-  if not isinstance(job, FinetuneJob):
-    raise TypeError(f"finetune.run takes a FinetuneJob, not {type(job).__name__}; flags are "
+  if not isinstance(job, FinetuneConfig):
+    raise TypeError(f"finetune.run takes a FinetuneConfig, not {type(job).__name__}; flags are "
                     "parsed by twotower.commands.finetune.parse(argv)")
   if job.doc_text not in texts.DOC_TEXT_MODES:
     raise ValueError(f"doc_text={job.doc_text!r}: expected one of {texts.DOC_TEXT_MODES}")
-  t = job.config.trainer
-  cfg = config_lib.replace(job.config, data={"tasks": (contracts.REQA_TASK,),
+  t = job.training.trainer
+  cfg = config_lib.replace(job.training, data={"tasks": (contracts.REQA_TASK,),
                                              "batch_size": t.finetune_batch_size})
-  job = dataclasses.replace(job, config=cfg)
+  job = dataclasses.replace(job, training=cfg)
   train_split = contracts.train_split(job.split)
   k = job.hard_negatives
   # Only the shards a manifest lists: `twotower reqa`'s for the plain pairs, `twotower

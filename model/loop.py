@@ -133,7 +133,7 @@ class KeepBest(keras.callbacks.Callback):
 
 
 class Progress(keras.callbacks.Callback):
-  """What the user sees while it trains (TrainJob.progress):
+  """What the user sees while it trains (TrainRunConfig.progress):
 
   "bar"    one tqdm bar over all steps, loss / accuracy as its postfix (refreshed at most
            once a second); the per-checkpoint summary only at INFO (`--verbose`). Where

@@ -3,7 +3,7 @@ through the same trainer as the towers (`train.train` with the factories below).
 
   build_model(cfg, init)          -> build_model(vocab_size): MlmModel(TransformerBackbone)
   datasets(cfg, passages, pairs)  -> make_datasets(tokenizer): masked passages, no held-out set
-  run(PretrainJob)                -> train.TrainResult (nothing exported: no towers yet)
+  run(PretrainConfig)                -> train.TrainResult (nothing exported: no towers yet)
 
 Both towers later start from this backbone (`--init OUT` of `pretrain` or `finetune`
 restores `model/backbone` into the query and document towers; their [CLS] projections start
@@ -24,12 +24,12 @@ from twotower.model import config as config_lib
 from twotower.model import train
 
 if TYPE_CHECKING:
-  from twotower.model.pretrain import PretrainJob
+  from twotower.model.pretrain import PretrainConfig
 
 logger = logging.getLogger(__name__)
 
 
-def build_model(cfg: config_lib.PretrainConfig, init: str | None) -> train.BuildModel:
+def build_model(cfg: config_lib.TrainingConfig, init: str | None) -> train.BuildModel:
   """build_model for `train`: one backbone of `cfg.model` with a tied masked-LM head."""
   m = cfg.model
   if m.encoder != "transformer":
@@ -64,7 +64,7 @@ def heldout_percent(passages: str, pairs: str | None = None) -> float:
   return 0.0
 
 
-def datasets(cfg: config_lib.PretrainConfig, passages: str | None,
+def datasets(cfg: config_lib.TrainingConfig, passages: str | None,
              pairs: str | None) -> train.MakeDatasets:
   """make_datasets for `train`: masked passages (held-out pages skipped), or the documents
   of the ICT train pairs when there is no passages/ dir."""
@@ -84,8 +84,8 @@ def datasets(cfg: config_lib.PretrainConfig, passages: str | None,
   return make
 
 
-def run(job: "PretrainJob") -> train.TrainResult:
-  cfg = job.config
+def run(job: "PretrainConfig") -> train.TrainResult:
+  cfg = job.training
   result = train.train(job, build_model(cfg, job.init), datasets(cfg, job.passages, job.pairs),
                        learning_rate=cfg.trainer.learning_rate, steps=cfg.trainer.steps,
                        exportable=False,

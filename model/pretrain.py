@@ -14,7 +14,7 @@ Several tasks are mixed by `data.mixture` (config.DataConfig): "equal" thirds, o
 checkpoint) and `OUT/export/` (SavedModel with string signatures + .keras). Running the
 same job again after a kill resumes.
 
-`run(PretrainJob) -> train.TrainResult` is the typed entry point; `twotower pretrain`
+`run(PretrainConfig) -> train.TrainResult` is the typed entry point; `twotower pretrain`
 (twotower.commands.pretrain) is its flag parser.
 """
 
@@ -34,7 +34,7 @@ MLM_TASKS = ("mlm",)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PretrainJob(train.TrainJob):
+class PretrainConfig(train.TrainRunConfig):
   """A pre-training run: the tasks are `config.data.tasks` (`("mlm",)` is MLM).
 
   Attributes:
@@ -49,12 +49,12 @@ class PretrainJob(train.TrainJob):
   STAGE: ClassVar[str] = "pretrain"
 
 
-def run(job: PretrainJob) -> train.TrainResult:
+def run(job: PretrainConfig) -> train.TrainResult:
   """Pre-trains (or resumes) `job` and returns its result."""
-  if not isinstance(job, PretrainJob):
-    raise TypeError(f"pretrain.run takes a PretrainJob, not {type(job).__name__}; flags are "
+  if not isinstance(job, PretrainConfig):
+    raise TypeError(f"pretrain.run takes a PretrainConfig, not {type(job).__name__}; flags are "
                     "parsed by twotower.commands.pretrain.parse(argv)")
-  tasks = tuple(job.config.data.tasks)
+  tasks = tuple(job.training.data.tasks)
   if tasks == MLM_TASKS:
     from twotower.model import mlm  # pylint: disable=import-outside-toplevel
     return mlm.run(job)
@@ -65,7 +65,7 @@ def run(job: PretrainJob) -> train.TrainResult:
   if not job.pairs:
     raise ValueError("ICT/BFS/WLP pre-training needs the pair pipeline's output (--pairs DIR)")
   from twotower.model import data  # pylint: disable=import-outside-toplevel
-  cfg = job.config
+  cfg = job.training
   d, t = cfg.data, cfg.trainer
   for task in tasks:
     data.require_records(data.pair_files(job.pairs, task, contracts.TRAIN),

@@ -49,11 +49,12 @@ MakeCallbacks = Callable[[keras.Model, Any], "list[keras.callbacks.Callback]"]
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainJob:
-  """One training run, besides its data (pretrain.PretrainJob, finetune.FinetuneJob add it).
+class TrainRunConfig:
+  """One training run, besides its data (pretrain.PretrainConfig, finetune.FinetuneConfig add it).
 
   Attributes:
-    config: the resolved experiment (`config.load(preset, overrides)`, `config.replace`).
+    training: model, data, trainer and runtime settings (`config.load(preset, overrides)`,
+      `config.replace`), read by pre-training and fine-tuning alike.
     out: the run dir: config.yaml, checkpoints/, logs/, history.csv, export/.
     vocab: the WordPiece vocabulary file (`twotower vocab`).
     init: start the towers from this checkpoint (a prefix, a checkpoints/ dir or a run dir
@@ -62,7 +63,7 @@ class TrainJob:
     progress: "bar" (one tqdm bar over all steps), "epoch" (one line per checkpoint) or
       "none" (loop.Progress).
   """
-  config: config_lib.PretrainConfig
+  training: config_lib.TrainingConfig
   out: str
   vocab: str
   init: str | None = None
@@ -254,7 +255,7 @@ def init_towers(model, path: str) -> None:
     raise ValueError(f"--init {prefix}: neither a two-tower nor an MLM checkpoint")
 
 
-def two_tower_builder(cfg: config_lib.PretrainConfig, init: str | None) -> BuildModel:
+def two_tower_builder(cfg: config_lib.TrainingConfig, init: str | None) -> BuildModel:
   """build_model for `train`: the two towers of `cfg.model`, restored from `init` if given."""
   def build(vocab_size: int) -> keras.Model:
     from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
@@ -273,7 +274,7 @@ def two_tower_builder(cfg: config_lib.PretrainConfig, init: str | None) -> Build
 # ------------------------------------------------------------------------------------------
 
 
-def config_text(cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> str:
+def config_text(cfg: config_lib.TrainingConfig, extra: Mapping | None = None) -> str:
   """OUT/config.yaml: the resolved config, then the run's own fields under `run:`."""
   text = cfg.to_yaml()
   if extra:
@@ -282,7 +283,7 @@ def config_text(cfg: config_lib.PretrainConfig, extra: Mapping | None = None) ->
   return text
 
 
-def write_config(out_dir: str, cfg: config_lib.PretrainConfig, extra: Mapping | None = None) -> None:
+def write_config(out_dir: str, cfg: config_lib.TrainingConfig, extra: Mapping | None = None) -> None:
   io.write_text(contracts.run_config_path(out_dir), config_text(cfg, extra))
 
 
@@ -296,7 +297,7 @@ def run_settings(text: str) -> dict:
   return settings
 
 
-def claim_run_dir(job: TrainJob, text: str) -> None:
+def claim_run_dir(job: TrainRunConfig, text: str) -> None:
   """Refuses (outputs.claim) a run dir that holds another run: fine-tuning split 10 into a
   split-5 run, other --tasks, another hidden_dim would resume or overwrite it. A run dir of
   a version without manifests is judged by its config.yaml. Then records this run's
@@ -309,7 +310,7 @@ def claim_run_dir(job: TrainJob, text: str) -> None:
   outputs.write_manifest(job.out, job.STAGE, settings, inputs=[job.vocab])
 
 
-def train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
+def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
           learning_rate: float, steps: int, callbacks: MakeCallbacks | None = None,
           select: str = "", exportable: bool = True,
           run_info: Mapping[str, Any] | None = None) -> TrainResult:
@@ -349,13 +350,13 @@ def checkpoint_interval(steps: int, every: int) -> int:
   return every
 
 
-def _train(job: TrainJob, build_model: BuildModel, make_datasets: MakeDatasets, *,
+def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
            learning_rate: float, steps: int, callbacks: MakeCallbacks | None, select: str,
            exportable: bool, run_info: Mapping[str, Any] | None) -> TrainResult:
   from twotower.model import export as export_lib  # pylint: disable=import-outside-toplevel
   from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   started = time.perf_counter()
-  cfg, t = job.config, job.config.trainer
+  cfg, t = job.training, job.training.trainer
   set_up(t)
   strategy = make_strategy(cfg.runtime)
   worker = _worker(strategy)

@@ -415,8 +415,8 @@ def test_tpu_script_trains_with_the_tpu_strategy_on_gcs_paths():
   remote = shlex.split(gcloud[gcloud.index("--command") + 1])
   assert remote[:4] == ["python3", "-m", "twotower.cli", "pretrain"]
   job = pretrain_cmd.parse(remote[4:])
-  runtime = job.config.runtime
-  assert (runtime.strategy, runtime.tpu, job.config.trainer.steps) == ("tpu", "twotower-v3-32", 100)
+  runtime = job.training.runtime
+  assert (runtime.strategy, runtime.tpu, job.training.trainer.steps) == ("tpu", "twotower-v3-32", 100)
   assert all(p.startswith("gs://my-bucket/") for p in (job.pairs, job.vocab, job.out))
 
 

@@ -61,11 +61,11 @@ def test_count_vectors_reads_footers(corpus):
 
 
 @pytest.mark.parametrize("config,params,min_recall", [
-    (faiss_index.IndexConfig("flat"), {}, 1.0),
-    (faiss_index.IndexConfig("ivf", nlist=16), {"nprobe": 16}, 1.0),  # every list: exact
-    (faiss_index.IndexConfig("ivf", nlist=16), {"nprobe": 4}, 0.8),
-    (faiss_index.IndexConfig("hnsw", hnsw_m=16), {"ef_search": 128}, 0.95),
-    (faiss_index.IndexConfig("ivfpq", nlist=16, pq_m=32, pq_nbits=6), {"nprobe": 16}, 0.7),
+    (faiss_index.IndexSpec("flat"), {}, 1.0),
+    (faiss_index.IndexSpec("ivf", nlist=16), {"nprobe": 16}, 1.0),  # every list: exact
+    (faiss_index.IndexSpec("ivf", nlist=16), {"nprobe": 4}, 0.8),
+    (faiss_index.IndexSpec("hnsw", hnsw_m=16), {"ef_search": 128}, 0.95),
+    (faiss_index.IndexSpec("ivfpq", nlist=16, pq_m=32, pq_nbits=6), {"nprobe": 16}, 0.7),
 ], ids=["flat", "ivf-all-lists", "ivf-nprobe4", "hnsw", "ivfpq"])
 def test_index_recall_against_exact(corpus, config, params, min_recall):
   index = faiss_index.build_index(corpus["files"], config, block_rows=500)
@@ -80,13 +80,13 @@ def test_index_recall_against_exact(corpus, config, params, min_recall):
 
 def test_factory_string_keeps_inner_product(corpus):
   # FAISS's default metric for IVF is L2: ours must not be.
-  index = faiss_index.new_index(faiss_index.IndexConfig(factory="IVF8,SQ8"), D)
+  index = faiss_index.new_index(faiss_index.IndexSpec(factory="IVF8,SQ8"), D)
   assert index.metric_type == faiss.METRIC_INNER_PRODUCT
   assert faiss.extract_index_ivf(index).metric_type == faiss.METRIC_INNER_PRODUCT
 
 
 def test_streamed_flat_build_equals_one_shot(corpus):
-  streamed = faiss_index.build_index(corpus["files"], faiss_index.IndexConfig("flat"),
+  streamed = faiss_index.build_index(corpus["files"], faiss_index.IndexSpec("flat"),
                                      block_rows=333)
   one_shot = faiss.IndexIDMap(faiss.IndexFlatIP(D))
   one_shot.add_with_ids(corpus["x"], corpus["ids"])
@@ -97,7 +97,7 @@ def test_streamed_flat_build_equals_one_shot(corpus):
 
 
 def test_save_load_round_trip(corpus, tmp_path):
-  config = faiss_index.IndexConfig("ivfpq", nlist=8, pq_m=8, pq_nbits=6)
+  config = faiss_index.IndexSpec("ivfpq", nlist=8, pq_m=8, pq_nbits=6)
   index = faiss_index.build_index(corpus["files"], config)
   path = str(tmp_path / "sub" / "index.faiss")
   faiss_index.save_index(index, path)
@@ -121,7 +121,7 @@ def test_load_refuses_l2_index(tmp_path):
 
 @pytest.mark.parametrize("num_shards", [3, 7], ids=["by-file", "by-row-range"])
 def test_index_shards_equal_single_index(corpus, tmp_path, num_shards):
-  config = faiss_index.IndexConfig("ivf", nlist=16)
+  config = faiss_index.IndexSpec("ivf", nlist=16)
   single = faiss_index.build_index(corpus["files"], config, block_rows=400)
   paths = faiss_index.shard_paths(str(tmp_path / "index.faiss"), num_shards)
   for path, shard in zip(paths, faiss_index.iter_index_shards(corpus["files"], config,
@@ -142,7 +142,7 @@ def test_index_shards_equal_single_index(corpus, tmp_path, num_shards):
 
 
 def test_memory_estimate_ivfpq_is_small():
-  config = faiss_index.IndexConfig("ivfpq").resolve(1_000_000, 128)
+  config = faiss_index.IndexSpec("ivfpq").resolve(1_000_000, 128)
   assert config.nlist == 4096 and config.pq_m == 32
   est = faiss_index.memory_estimate(config, 1_000_000, 128, 65_536)
   assert est["index"] < est["all_vectors"] / 5

@@ -36,7 +36,7 @@ def _train(root, out, seed: int):
                              "model.dropout=0.1", f"trainer.seed={seed}",
                              "trainer.checkpoint_every=5"])
   assert cfg.trainer.deterministic
-  result = pretrain.run(pretrain.PretrainJob(config=cfg, out=str(out),
+  result = pretrain.run(pretrain.PretrainConfig(training=cfg, out=str(out),
                                              vocab=str(root / "vocab.txt"), pairs=str(root),
                                              export=False, progress="none"))
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(contracts.checkpoint_dir(str(out))))

@@ -1,6 +1,6 @@
-"""End to end on tiny data through the typed jobs: `pretrain.run(PretrainJob)` (history,
+"""End to end on tiny data through the typed jobs: `pretrain.run(PretrainConfig)` (history,
 export round trip in a process that imports only TensorFlow + tensorflow_text, resume after
-SIGKILL through `python -m`), `finetune.run(FinetuneJob)` from a pre-training run, from an
+SIGKILL through `python -m`), `finetune.run(FinetuneConfig)` from a pre-training run, from an
 MLM run and from random weights, with validation Recall@k choosing the exported checkpoint
 (never reading the test split)."""
 
@@ -39,9 +39,9 @@ def workdir(tmp_path_factory):
   return root
 
 
-def pretrain_job(root, out, tasks="ict", steps=10, *overrides, **fields) -> pretrain.PretrainJob:
+def pretrain_job(root, out, tasks="ict", steps=10, *overrides, **fields) -> pretrain.PretrainConfig:
   cfg = config.load("tiny", [f"data.tasks={tasks}", f"trainer.steps={steps}", *overrides])
-  return pretrain.PretrainJob(config=cfg, out=str(out), vocab=str(root / "vocab.txt"),
+  return pretrain.PretrainConfig(training=cfg, out=str(out), vocab=str(root / "vocab.txt"),
                               pairs=str(root), progress="none", **fields)
 
 
@@ -102,7 +102,7 @@ def test_curves_table_gives_the_histories_numbers(tmp_path):
 
 
 def test_run_takes_a_job_not_argv():
-  with pytest.raises(TypeError, match="takes a PretrainJob"):
+  with pytest.raises(TypeError, match="takes a PretrainConfig"):
     pretrain.run(["--config", "tiny"])
 
 
@@ -215,8 +215,8 @@ def reqa_dir(workdir):
   return root
 
 
-def finetune_job(workdir, reqa_dir, out, init, *overrides, **fields) -> finetune.FinetuneJob:
-  return finetune.FinetuneJob(config=config.load("tiny", list(overrides)), out=str(out),
+def finetune_job(workdir, reqa_dir, out, init, *overrides, **fields) -> finetune.FinetuneConfig:
+  return finetune.FinetuneConfig(training=config.load("tiny", list(overrides)), out=str(out),
                               vocab=str(workdir / "vocab.txt"), init=init, reqa=str(reqa_dir),
                               split="5", progress="none", **fields)
 
@@ -337,21 +337,21 @@ def test_cli_flags_become_the_job(workdir, reqa_dir):
       workdir, workdir / "p", "--tasks", "ict,wlp", "--mixture", "pooled", "--steps", "7",
       "--batch_size", "4", "--no_deterministic", "--no_export", "--progress", "epoch",
       "--set", "trainer.seed=3", "--eval_split", "train", "-v"))
-  assert isinstance(job, pretrain.PretrainJob)
-  assert job.config.data.tasks == ("ict", "wlp") and job.config.data.mixture == "pooled"
-  assert (job.config.trainer.steps, job.config.data.batch_size, job.config.trainer.seed) == (7, 4, 3)
-  assert job.config.trainer.deterministic is False and job.export is False
+  assert isinstance(job, pretrain.PretrainConfig)
+  assert job.training.data.tasks == ("ict", "wlp") and job.training.data.mixture == "pooled"
+  assert (job.training.trainer.steps, job.training.data.batch_size, job.training.trainer.seed) == (7, 4, 3)
+  assert job.training.trainer.deterministic is False and job.export is False
   assert (job.progress, job.eval_split, job.pairs) == ("epoch", "train", str(workdir))
   ft = finetune_cmd.parse(["--config", "tiny", "--reqa", str(reqa_dir), "--vocab", "v.txt",
                            "--out", "o", "--init", "none", "--steps", "9", "--batch_size", "2",
                            "--no_recall", "--select", "", "--split", "80"])
-  assert isinstance(ft, finetune.FinetuneJob)
-  assert (ft.config.trainer.finetune_steps, ft.config.trainer.finetune_batch_size) == (9, 2)
+  assert isinstance(ft, finetune.FinetuneConfig)
+  assert (ft.training.trainer.finetune_steps, ft.training.trainer.finetune_batch_size) == (9, 2)
   assert ft.validation_recall is False and ft.select == "" and ft.split == "80"
-  assert ft.config.trainer.deterministic is True  # the default
+  assert ft.training.trainer.deterministic is True  # the default
   base = ["--config", "tiny", "--out", "o", "--vocab", "v", "--set", "trainer.deterministic=false"]
-  assert pretrain_cmd.parse(base).config.trainer.deterministic is False  # the config's
-  assert pretrain_cmd.parse(base + ["--deterministic"]).config.trainer.deterministic is True
+  assert pretrain_cmd.parse(base).training.trainer.deterministic is False  # the config's
+  assert pretrain_cmd.parse(base + ["--deterministic"]).training.trainer.deterministic is True
 
 
 @pytest.mark.slow

@@ -68,8 +68,8 @@ def _vector_of(corpus, ids):
 
 
 def _build(corpus, out, type_="ivfpq_rerank", shards=1, **config):
-  config = faiss_index.IndexConfig(type_, nlist=16, kmeans_niter=4, **config)
-  return index_lib.run(index_lib.IndexJob(corpus["dir"], str(out), config, shards,
+  config = faiss_index.IndexSpec(type_, nlist=16, kmeans_niter=4, **config)
+  return index_lib.run(index_lib.IndexConfig(corpus["dir"], str(out), config, shards,
                                           block_rows=700)).paths
 
 

@@ -178,7 +178,7 @@ def test_per_request_nprobe_leaves_the_shared_index_alone(serving_bundle, tmp_pa
   out = str(tmp_path / "ivf")
   from twotower.eval import faiss_index
   bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
-                                 out=out, index=faiss_index.IndexConfig(type="ivf", nlist=4),
+                                 out=out, index=faiss_index.IndexSpec(type="ivf", nlist=4),
                                  weight=0.5))
   r = Retriever.load(out)
   try:
@@ -202,7 +202,7 @@ def test_a_compressed_bundle_reranks_exactly_from_its_vectors(serving_bundle, tm
   out = str(tmp_path / "pq")
   bundle.run(bundle.BundleConfig(
       model=serving_bundle["model"], reqa=serving_bundle["reqa"], out=out, weight=0.5,
-      index=faiss_index.IndexConfig(type="ivfpq_rerank", nlist=2, train_size=48)))
+      index=faiss_index.IndexSpec(type="ivfpq_rerank", nlist=2, train_size=48)))
   assert any(name.endswith(".vectors.npy") for name in os.listdir(out))
   compressed, flat = Retriever.load(out), Retriever.load(serving_bundle["bundle"])
   try:

@@ -67,7 +67,7 @@ class BundleConfig:
   passages: str = ""                # documents = this pair pipeline output's passages
   embeddings: str = ""              # the documents' embeddings (else embedded here, Beam)
   doc_text: str = texts.DEFAULT_DOC_TEXT  # a candidate's text, as fine-tuning and BM25 read it
-  index: faiss_index.IndexConfig = faiss_index.IndexConfig()  # default flat: exact search
+  index: faiss_index.IndexSpec = faiss_index.IndexSpec()  # default flat: exact search
   k1: float = lucene.DEFAULT_K1     # BM25 (Pyserini's defaults, as `twotower bm25`)
   b: float = lucene.DEFAULT_B
   weight: Optional[float] = None    # BM25's weight in the hybrid; None: tune or default
@@ -172,7 +172,7 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
   files = index_stage.embedding_files(embeddings)
   n, d = faiss_index.count_vectors(files)
-  index_stage.run(index_stage.IndexJob(embeddings=embeddings, out=path, index=config.index))
+  index_stage.run(index_stage.IndexConfig(embeddings=embeddings, out=path, index=config.index))
   # The bundle's own manifest records its files and their checksums: the index stage's
   # record of the file (the temporary embeddings it came from) has no place in it.
   os.remove(outputs.file_manifest_path(path))

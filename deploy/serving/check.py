@@ -61,11 +61,11 @@ def batch_path_runs(model: str, reqa_dir: str, split: str, weight: float, work: 
   seconds = {}
   embed.run(embed.EmbedConfig(model=model, out=path("candidates"), kind="candidates",
                               path=contracts.candidates_path(reqa_dir), doc_text=doc_text))
-  index_stage.run(index_stage.IndexJob(embeddings=path("candidates"), out=path("flat.faiss")))
+  index_stage.run(index_stage.IndexConfig(embeddings=path("candidates"), out=path("flat.faiss")))
   t0 = time.perf_counter()
   embed.run(embed.EmbedConfig(model=model, out=path("questions"), kind="questions",
                               path=contracts.questions_path(reqa_dir, split)))
-  search_stage.run(search_stage.SearchJob(index=path("flat.faiss"), queries=path("questions"),
+  search_stage.run(search_stage.SearchConfig(index=path("flat.faiss"), queries=path("questions"),
                                           out=path(contracts.DENSE_RUN_FILE), k=k))
   seconds["dense"] = time.perf_counter() - t0
   t0 = time.perf_counter()

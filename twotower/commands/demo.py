@@ -7,7 +7,8 @@ import argparse
 from typing import Iterable
 
 from twotower.commands import flags
-from twotower.experiment import demo, report
+from twotower.eval import report
+from twotower.experiment import demo
 from twotower.io import match_files
 
 

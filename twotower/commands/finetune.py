@@ -1,5 +1,5 @@
 """`twotower finetune --config PRESET_OR_FILE --init RUN_OR_none --reqa DIR --out DIR --vocab
-FILE`: the flags of model.finetune parsed into a `FinetuneJob` (training flags shared with
+FILE`: the flags of model.finetune parsed into a `FinetuneConfig` (training flags shared with
 `twotower pretrain`)."""
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def parse(argv: Iterable[str] | None) -> finetune.FinetuneJob:
+def parse(argv: Iterable[str] | None) -> finetune.FinetuneConfig:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
   cfg = pretrain_cmd.training_config(p, args, steps=_STEPS, batch=_BATCH)
-  return finetune.FinetuneJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
+  return finetune.FinetuneConfig(training=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
                               overwrite=args.overwrite,
                               reqa=args.reqa, split=args.split, doc_text=args.doc_text,

@@ -11,7 +11,7 @@ from twotower.eval import faiss_index, index
 
 
 def add_index_flags(p: argparse.ArgumentParser) -> None:
-  """Flags of a `faiss_index.IndexConfig` (shared with benchmarks.faiss_ann)."""
+  """Flags of a `faiss_index.IndexSpec` (shared with benchmarks.faiss_ann)."""
   p.add_argument("--type", choices=faiss_index.INDEX_TYPES, default="flat",
                  help="index family; flat is the exact inner-product reference; "
                       "ivfpq_rerank: fast-scan IVF-PQ whose short list is re-ranked exactly "
@@ -40,8 +40,8 @@ def add_index_flags(p: argparse.ArgumentParser) -> None:
                       "for exact re-ranking at search time; implied by ivfpq_rerank")
 
 
-def index_config(args: argparse.Namespace) -> faiss_index.IndexConfig:
-  return faiss_index.IndexConfig(
+def index_config(args: argparse.Namespace) -> faiss_index.IndexSpec:
+  return faiss_index.IndexSpec(
       type=args.type, factory=args.factory, nlist=args.nlist, pq_m=args.pq_m,
       pq_nbits=args.pq_nbits, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
       train_size=args.train_size, kmeans_niter=args.kmeans_niter, seed=args.seed,
@@ -64,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def parse(argv: Iterable[str] | None) -> index.IndexJob:
+def parse(argv: Iterable[str] | None) -> index.IndexConfig:
   args = build_parser().parse_args(None if argv is None else list(argv))
-  return index.IndexJob(embeddings=args.embeddings, out=args.out, index=index_config(args),
+  return index.IndexConfig(embeddings=args.embeddings, out=args.out, index=index_config(args),
                         num_index_shards=args.num_index_shards, block_rows=args.block_rows,
                         threads=args.threads, overwrite=args.overwrite)
 

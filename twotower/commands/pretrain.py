@@ -1,5 +1,5 @@
 """`twotower pretrain --config PRESET_OR_FILE --out DIR --vocab FILE` + data flags: the flags
-of model.pretrain parsed into a `PretrainJob`; also the training flags `twotower finetune`
+of model.pretrain parsed into a `PretrainConfig`; also the training flags `twotower finetune`
 shares (`add_training_flags`, `training_config`).
 """
 
@@ -57,7 +57,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
 
 
 def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, steps: str,
-                    batch: str, **sections: dict[str, Any]) -> config_lib.PretrainConfig:
+                    batch: str, **sections: dict[str, Any]) -> config_lib.TrainingConfig:
   """The preset or file, then --set, then the dedicated flags (and `sections`); a usage
   error for a negative step count, or 0 steps without --allow_untrained."""
   cfg = config_lib.load(args.config, args.set)
@@ -103,12 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def parse(argv: Iterable[str] | None) -> pretrain.PretrainJob:
+def parse(argv: Iterable[str] | None) -> pretrain.PretrainConfig:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
   cfg = training_config(p, args, steps="trainer.steps", batch="data.batch_size",
                         data={"tasks": flags.csv(args.tasks) or None, "mixture": args.mixture})
-  return pretrain.PretrainJob(config=cfg, out=args.out, vocab=args.vocab, init=args.init,
+  return pretrain.PretrainConfig(training=cfg, out=args.out, vocab=args.vocab, init=args.init,
                               export=not args.no_export, progress=args.progress,
                               overwrite=args.overwrite,
                               pairs=args.pairs, passages=args.passages,

@@ -36,10 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-def parse(argv: Iterable[str] | None) -> search.SearchJob:
+def parse(argv: Iterable[str] | None) -> search.SearchConfig:
   args = build_parser().parse_args(None if argv is None else list(argv))
   fields = {k: v for k, v in vars(args).items() if k != "verbose"}
-  return search.SearchJob(**fields)
+  return search.SearchConfig(**fields)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -121,9 +121,9 @@ def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
   pairs_dir = ctx.dep(cell, "pairs")
   mlm = cfg.data.tasks == ("mlm",)
   _clear_keras()
-  result = pretrain.run(pretrain.PretrainJob(
+  result = pretrain.run(pretrain.PretrainConfig(
       # Exported only where a zero-shot entry evaluates the towers themselves.
-      config=cfg, out=out, vocab=_vocab_file(cell, ctx),
+      training=cfg, out=out, vocab=_vocab_file(cell, ctx),
       export=bool(cell.params.get("export", False)),
       progress=ctx.progress, pairs=None if mlm else pairs_dir,
       passages=contracts.passages_dir(pairs_dir) if mlm else None))
@@ -135,8 +135,8 @@ def _finetune(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.model import finetune
   p = cell.params
   _clear_keras()
-  result = finetune.run(finetune.FinetuneJob(
-      config=config_lib.from_dict(p["config"]), out=out, vocab=_vocab_file(cell, ctx),
+  result = finetune.run(finetune.FinetuneConfig(
+      training=config_lib.from_dict(p["config"]), out=out, vocab=_vocab_file(cell, ctx),
       init=ctx.dep(cell, "init") if "init" in cell.deps else "none",
       reqa=ctx.dep(cell, "reqa"), split=str(p["ratio"]), doc_text=p["doc_text"],
       validation_recall=False, hard_negatives=p["hard_negatives"], progress=ctx.progress))

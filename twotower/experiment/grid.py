@@ -417,7 +417,7 @@ def model_overrides(spec: GridSpec, system: System, variant: Variant,
 
 
 def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int):
-  """The PretrainConfig of a row's pre-training: tasks, batch, steps (scaled for a larger
+  """The TrainingConfig of a row's pre-training: tasks, batch, steps (scaled for a larger
   batch so that as many examples are seen), seed."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   preset, overrides = model_overrides(spec, system, variant, "pretrain")

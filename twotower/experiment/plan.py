@@ -21,7 +21,7 @@ A *cell* is one resumable unit of work with a done-marker:
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
 Each cell's parameters hold everything it depends on: a training cell holds its resolved
-model config (`PretrainConfig.to_dict()`), so changing a preset, a step count or a seed plans
+model config (`TrainingConfig.to_dict()`), so changing a preset, a step count or a seed plans
 new cells. A cell's directory ends with a hash of its parameters and its dependencies'
 hashes: a finished cell is reused only when nothing it depends on changed.
 """
