@@ -76,10 +76,13 @@ def roundtrip_failures(vocab_path, texts) -> tuple[int, int, int]:
   return sum(w != e for w, e in zip(words, expected)), int((flat == unk).sum()), len(flat)
 
 
+#: Dimension of the embeddings write_embeddings writes.
 D = 8
 
 
 def write_embeddings(directory, ids, id_type=pa.int64(), seed=0):
+  """One embedding shard in DIRECTORY (made if absent): seeded float32[len(ids), D] rows keyed
+  by IDS (int64 candidate ids, or strings for questions). Returns DIRECTORY."""
   directory.mkdir(parents=True, exist_ok=True)
   x = np.random.default_rng(seed).normal(size=(len(ids), D)).astype(np.float32)
   emb = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float32()), D)
