@@ -1,6 +1,9 @@
 # Two commands on a fresh machine (see README.md):
 #   make demo   set up, fetch the embedded Wikipedia slice (via pip), run the end-to-end demo
 #   make test   set up and run the test suite (what .ci/run calls)
+# and, while working on the code:
+#   make test-quick  the tests not marked `slow` (pytest -m "not slow")
+#   make bench       every benchmark at a quick setting (python -m benchmarks; --list names them)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +11,7 @@ PY     := $(VENV)/bin/python
 GENSIM_WHEEL_DUMP := gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2
 DEFAULT_DUMP := data/enwiki-slice-pages-articles.xml.bz2
 
-.PHONY: demo test setup setup-test browser data bench clean
+.PHONY: demo test test-quick setup setup-test browser data bench clean
 # apt-get as root, else through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -17,6 +20,10 @@ demo: setup data
 
 test: setup-test
 	$(PY) -m pytest -q tests
+
+# The slow tests (`@pytest.mark.slow`: training, the tiny grid, the demo, the guides) left out.
+test-quick: setup-test
+	$(PY) -m pytest -q -m "not slow" tests
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -6,9 +6,9 @@ passes to Dataflow is exactly what the tests validate with Beam's own
 GCS soft-delete probe and never submits a job).
 
 The Beam stages of the project (`twotower pairs|reqa|embed`) hand flags they do not know to
-`PipelineOptions` (`twotower.io.split_beam_args`), so the flags built here are simply
-appended to the stage's own flags (`vocab` has defaults here for a Beam word count, but
-`twotower vocab` runs in one process today):
+`PipelineOptions` (`twotower.commands.flags.parse_with_beam`), so the flags built here are
+simply appended to the stage's own flags (`vocab` has defaults here for a Beam word count,
+but `twotower vocab` runs in one process today):
 
   twotower pairs --dump 'gs://B/dumps/enwiki-*-pages-articles*.xml*.bz2' --out gs://B/runs/en \
       $(python -m twotower.deploy.options --stage pairs --project P --region R \

@@ -6,34 +6,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import cli, contracts
+from twotower import cli
 from twotower.pipelines import reqa
-
-# Twelve one-question articles: with validation_percent 50 the 80 % ratio has validation
-# questions (8) and the 5 % ratio has none, and both are cases below.
-ARTICLES = [{"title": f"T{i}", "paragraphs": [{
-    "context": f"Topic {i} is about thing {i}. It has colour number {i}.",
-    "qas": [{"id": f"q{i}", "question": f"What colour has thing {i}?",
-             "answers": [{"text": f"colour number {i}",
-                          "answer_start": len(f"Topic {i} is about thing {i}. It has ")}]}]}]}
-    for i in range(12)]
-D = 8
-
-
-def write_embeddings(directory, ids, id_type=pa.int64(), seed=0):
-  directory.mkdir(parents=True, exist_ok=True)
-  x = np.random.default_rng(seed).normal(size=(len(ids), D)).astype(np.float32)
-  emb = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float32()), D)
-  pq.write_table(pa.Table.from_arrays([pa.array(ids, id_type), emb],
-                                      schema=contracts.embedding_schema(D, id_type)),
-                 directory / "embeddings-00000-of-00001.parquet")
-  return directory
-
+from outputs_fixtures import write_embeddings
+from reqa_fixtures import ARTICLES
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):

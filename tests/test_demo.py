@@ -15,11 +15,11 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from test_reqa import squad_file
 from twotower import contracts
 from twotower.commands import demo as demo_cmd
 from twotower.experiment import demo
 
+from reqa_fixtures import squad_file
 from wikidump_fixtures import DumpPage, write_dump
 
 SYSTEMS = ("bm25", "ict+bfs+wlp", "no-ssl")

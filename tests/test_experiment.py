@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pathlib
+import shutil
 
 import pytest
 
@@ -365,14 +367,35 @@ def _cell_log(work) -> list[dict]:
     return [json.loads(line) for line in f]
 
 
-@pytest.mark.slow
-def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
-  work, results = tmp_path / "work", tmp_path / "results"
+TINY_CELLS = 14
+
+
+@pytest.fixture(scope="module")
+def tiny_grid(tmp_path_factory):
+  """The tiny grid run once, end to end: (config, its result, the plan, tmp dir). Tests that
+  change the work or results directory work on copies of them."""
+  root = tmp_path_factory.mktemp("tiny-grid")
   config = experiment_cmd.parse([
-      "--grid", "tiny", "--out", str(work), "--results_dir", str(results),
-      "--dump", tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2"),
-      "--squad", tiny_squad(tmp_path / "squad.json"), "--progress", "none"])
+      "--grid", "tiny", "--out", str(root / "work"), "--results_dir", str(root / "results"),
+      "--dump", tiny_dump(root / "tiny-pages-articles.xml.bz2"),
+      "--squad", tiny_squad(root / "squad.json"), "--progress", "none"])
   first = experiment.run(config)
+  the_plan = plan.plan(experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0]
+  return config, first, the_plan, root
+
+
+def _aggregates(results) -> list[dict]:
+  return json.loads((pathlib.Path(results) / "results.json").read_text())["aggregates"]
+
+
+def _bm25_r80(results) -> dict:
+  return next(a for a in _aggregates(results) if a["system"] == "bm25" and a["ratio"] == 80)
+
+
+@pytest.mark.slow
+def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_grid):
+  config, first, the_plan, _ = tiny_grid
+  work, results = config.out, pathlib.Path(config.results_dir)
   assert set(first.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "datastats/squad",
                             "bm25/squad",
                             "pretrain/ict/base/s0", "finetune/squad/ict/base/r80/s0",
@@ -380,28 +403,27 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
                             "hardneg/squad/k1", "finetune/squad/ict-hn/base/r80/s0",
                             "eval/squad/ict-hn/base/r80/s0", "bundle/squad/hybrid/base/r80/s0",
                             "eval/squad/ict/base/r0/s0"}
+  assert len(first.ran) == TINY_CELLS
   assert set(first.states.values()) == {"done"}
 
   md = (results / "table3-squad.md").read_text()
   assert "| BM25 | - |" in md and "| Transformer | ICT |" in md and "| BM25 + Transformer |" in md
   assert "80%/20% R@1" in md and "zero-shot R@1" in md
   assert (results / "table3-squad-r80.png").read_bytes()[:4] == b"\x89PNG"
-  data = json.loads((results / "results.json").read_text())
-  assert {a["system"] for a in data["aggregates"]} == {"bm25", "ict", "ict-hn", "hybrid"}
-  for a in data["aggregates"]:
+  aggregates = _aggregates(results)
+  assert {a["system"] for a in aggregates} == {"bm25", "ict", "ict-hn", "hybrid"}
+  for a in aggregates:
     assert all(0.0 <= v <= 1.0 for v in a["mean"].values())
     assert a["mean"]["R@1"] <= a["mean"]["R@10"] <= a["mean"]["R@100"]
     assert a["questions"] > 0 and a["candidates"] > 0
-  bm25 = next(a for a in data["aggregates"] if a["system"] == "bm25" and a["ratio"] == 80)
+  bm25 = _bm25_r80(results)
   assert bm25["mean"]["R@100"] > 0.5        # BM25 finds these lexical questions
   # Zero-shot: the pre-trained towers themselves, exported by pre-training, on every question;
   # the row that only fine-tunes differently has no entry of its own there.
-  zero = {a["system"]: a for a in data["aggregates"] if a["ratio"] == 0}
+  zero = {a["system"]: a for a in aggregates if a["ratio"] == 0}
   assert set(zero) == {"bm25", "ict"}
   assert zero["ict"]["questions"] == zero["bm25"]["questions"] > bm25["questions"]
-  the_plan = plan.plan(experiment.load_spec(config), plan.Inputs(config.dump, config.squad))[0]
-  fuse = execute.read_done(execute.cell_dir(str(work),
-                                            the_plan["fuse/squad/hybrid/base/r80/s0"]))
+  fuse = execute.read_done(execute.cell_dir(work, the_plan["fuse/squad/hybrid/base/r80/s0"]))
   assert fuse["tuning"]["split"] == "validation-80" and 0.0 <= fuse["weight"] <= 1.0
   # The partner is one of the two dense rows, the one whose tuned fusion scored best on
   # validation: its (R@100, MRR) is the one recorded.
@@ -411,8 +433,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
       m for _, m in tuning["by_weight"])
   # The grid ends with a retriever bundle of its hybrid: the chosen dense row, the tuned
   # weight; its hybrid answers the test questions as the fuse cell's run file does.
-  made = execute.read_done(execute.cell_dir(str(work),
-                                            the_plan["bundle/squad/hybrid/base/r80/s0"]))
+  made = execute.read_done(execute.cell_dir(work, the_plan["bundle/squad/hybrid/base/r80/s0"]))
   assert (made["partner"], made["weight"]) == (fuse["partner"], fuse["weight"])
   from twotower.deploy.serving import Retriever
   from twotower.eval import runs as runs_lib
@@ -420,7 +441,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   retriever = Retriever.load(made["bundle"])
   try:
     assert retriever.manifest["hybrid"]["tuned_on"] == "validation-80"
-    reqa_dir = execute.cell_dir(str(work), the_plan["reqa/squad"])
+    reqa_dir = execute.cell_dir(work, the_plan["reqa/squad"])
     questions = [(q.question_id, q.question)
                  for q in codecs.read_questions(reqa_dir, "test-80")][:5]
     for (qid, question), hits in zip(questions, retriever.search(
@@ -430,7 +451,7 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
     retriever.close()
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
-  assert "14 of 14 cells done, 0 failed, 0 blocked, 0 to do" in readme
+  assert f"{TINY_CELLS} of {TINY_CELLS} cells done, 0 failed, 0 blocked, 0 to do" in readme
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   # The grid's claim is read from the results: one seed, so an observation either way.
   reading = (results / "reading.md").read_text()
@@ -439,40 +460,62 @@ def test_tiny_grid_end_to_end_then_a_rerun_trains_nothing(tmp_path):
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
 
+
+@pytest.mark.slow
+def test_tiny_grid_rerun_trains_nothing(tiny_grid):
+  config, _, _, _ = tiny_grid
+  before = _aggregates(config.results_dir)
   second = experiment.run(config)
   assert second.ran == ()
+  assert set(second.states.values()) == {"done"}
+  assert {e["status"] for e in _cell_log(config.out)[-TINY_CELLS:]} == {"skipped"}
+  assert _aggregates(config.results_dir) == before
 
-  # Rendering alone, after the results dir was lost: the same tables, nothing run; the
-  # summary lands in a project README's block.
+
+@pytest.mark.slow
+def test_tiny_grid_render_only_rewrites_the_tables_and_a_project_readme_block(tiny_grid,
+                                                                               tmp_path):
+  """Rendering alone, after the results dir's README was lost: the same tables, nothing run;
+  the summary lands in a project README's block."""
+  config, _, _, _ = tiny_grid
+  results = tmp_path / "results"
+  shutil.copytree(config.results_dir, results)
   (results / "README.md").unlink()
   project_readme = tmp_path / "PROJECT.md"
   project_readme.write_text("# p\n<!-- results:tiny -->\nold\n<!-- /results:tiny -->\nend\n"
                             "<!-- results:tiny-reading -->\n<!-- /results:tiny-reading -->\n")
-  rendered = experiment.run(dataclasses.replace(config, render_only=True,
-                                                readme=str(project_readme)))
+  rendered = experiment.run(dataclasses.replace(config, results_dir=str(results),
+                                                render_only=True, readme=str(project_readme)))
   assert rendered.ran == () and set(rendered.states.values()) == {"done"}
-  assert "14 of 14 cells done" in (results / "README.md").read_text()
-
-  # The work directory lost, the results directory kept: the finished cells come back from
-  # its cells.json; a missing result runs again with what it needs, and (training being
-  # deterministic for a seed) gives the same numbers.
-  records = json.loads((results / execute.RECORDS_FILE).read_text())
-  assert {r["cell"] for r in records.values()} == set(first.states)
-  del records[the_plan["eval/squad/ict/base/r80/s0"].dirname]
-  (results / execute.RECORDS_FILE).write_text(json.dumps(records))
-  again = experiment.run(dataclasses.replace(config, out=str(tmp_path / "new-work")))
-  assert set(again.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "pretrain/ict/base/s0",
-                            "finetune/squad/ict/base/r80/s0", "eval/squad/ict/base/r80/s0"}
-  assert set(again.states.values()) == {"done"}
-  rerun = json.loads((results / "results.json").read_text())
-  assert rerun["aggregates"] == data["aggregates"]
+  assert f"{TINY_CELLS} of {TINY_CELLS} cells done" in (results / "README.md").read_text()
+  assert _aggregates(results) == _aggregates(config.results_dir)
   block = project_readme.read_text()
   assert "\nold\n" not in block and "<!-- /results:tiny -->\nend\n" in block
   # The reading's claim lines link to reading.md from where the README is.
   assert "| [hybrid-over-bm25](results/reading.md#hybrid-over-bm25): " in block
   bm25_line = next(l for l in block.splitlines() if l.startswith("| BM25"))
-  assert f"{100 * bm25['mean']['R@100']:.2f} |" in bm25_line
-  assert {e["status"] for e in _cell_log(work)[len(_cell_log(work)) - 14:]} == {"skipped"}
+  assert f"{100 * _bm25_r80(results)['mean']['R@100']:.2f} |" in bm25_line
+
+
+@pytest.mark.slow
+def test_tiny_grid_lost_work_dir_restores_cells_and_reruns_only_a_missing_result(tiny_grid,
+                                                                                  tmp_path):
+  """The work directory lost, the results directory kept: the finished cells come back from
+  its cells.json; a missing result runs again with what it needs, and (training being
+  deterministic for a seed) gives the same numbers."""
+  config, first, the_plan, _ = tiny_grid
+  results = tmp_path / "results"
+  shutil.copytree(config.results_dir, results)
+  records = json.loads((results / execute.RECORDS_FILE).read_text())
+  assert {r["cell"] for r in records.values()} == set(first.states)
+  del records[the_plan["eval/squad/ict/base/r80/s0"].dirname]
+  (results / execute.RECORDS_FILE).write_text(json.dumps(records))
+  again = experiment.run(dataclasses.replace(config, out=str(tmp_path / "new-work"),
+                                             results_dir=str(results)))
+  assert set(again.ran) == {"pairs/wiki", "vocab/wiki", "reqa/squad", "pretrain/ict/base/s0",
+                            "finetune/squad/ict/base/r80/s0", "eval/squad/ict/base/r80/s0"}
+  assert set(again.states.values()) == {"done"}
+  assert _aggregates(results) == _aggregates(config.results_dir)
 
 
 def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):

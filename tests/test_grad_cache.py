@@ -23,96 +23,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower.model import config, grad_cache, train
-from twotower.model import two_tower
-from twotower.model.two_tower import TwoTowerModel, build_two_tower
-
-B, K = 8, 1  # global batch, hard negatives per pair
-
-
-def make_batch(seed: int = 0) -> dict:
-  """A batch of B pairs with K hard negatives each (tensors): docs 0/6 and 1/7 are the same
-  document (accidental hits); query 3's negative is padding (-1); the negative of pair i is
-  the positive of pair i + 1 (a hard negative that is another query's own positive)."""
-  rng = np.random.default_rng(seed)
-
-  def side(length, rows):
-    ids = rng.integers(5, 60, size=(rows, length)).astype("int32")
-    ids[:, 0] = 2
-    mask = np.ones((rows, length), "int32")
-    mask[:, length - 2:] = 0
-    ids[mask == 0] = 0
-    return {"token_ids": ids, "padding_mask": mask}
-  batch = {"query": side(6, B), "doc": side(10, B), "neg_doc": side(10, B * K),
-           "doc_id": np.array([[i % 6, 100 + i % 6] for i in range(B)], "int64"),
-           "neg_doc_id": np.array([-1 if i == 3 else 100 + (i + 1) % 6 for i in range(B * K)],
-                                  "int64")}
-  return tf.nest.map_structure(tf.constant, batch)
-
-
-def build(dropout: float, grad_cache_chunk: int, model_class=None):
-  mc = config.ModelConfig(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                          dropout=dropout, embedding_dim=8, query_len=6, doc_len=10)
-  keras.utils.set_random_seed(1)  # same initial weights and dropout seeds every time
-  model = build_two_tower(mc, 64, grad_cache_chunk=grad_cache_chunk)
-  if model_class is not None:
-    model = model_class(model.query_tower, model.doc_tower, grad_cache_chunk=grad_cache_chunk)
-  # Warm-up over 2 of 10 steps: the learning rate differs at every step.
-  model.compile(optimizer=train.make_optimizer(1e-2, 10, 0.2, 0.0))
-  return model
-
-
-def reference_gradients(model, data, num_chunks: int):
-  """((loss, logits, labels), gradients) of the full-batch loss through one tape, the towers
-  called chunk by chunk in the cache's order (the same dropout masks)."""
-  chunks = grad_cache.split_chunks(model.tower_inputs(data), num_chunks)
-  with tf.GradientTape() as tape:
-    parts = [model(tf.nest.map_structure(lambda t, c=c: t[c], chunks), training=True)
-             for c in range(num_chunks)]
-    emb = {name: tf.concat([p[name] for p in parts], axis=0) for name in parts[0]}
-    loss, logits, labels = model.retrieval_loss(data, emb)
-    objective = model.optimizer.scale_loss(
-        loss / tf.distribute.get_strategy().num_replicas_in_sync)
-  return (loss, logits, labels), tape.gradient(objective, model.trainable_variables)
-
-
-def reference_model_class():
-  """A TwoTowerModel whose train_step applies `reference_gradients` (for the fit test)."""
-
-  class ChunkedReference(TwoTowerModel):
-    def train_step(self, data):
-      (loss, logits, labels), grads = reference_gradients(self, data, self.num_chunks(data))
-      two_tower.apply_gradients(self, grads)
-      return self._update_metrics(loss, logits, labels)
-  return ChunkedReference
-
-
-def max_diff(a, b) -> float:
-  return max(float(np.max(np.abs(np.asarray(tf.convert_to_tensor(x))
-                                 - np.asarray(tf.convert_to_tensor(y)))))
-             for x, y in zip(a, b))
-
-
-def weights_after_steps(model, steps: int = 3):
-  model.fit(tf.data.Dataset.from_tensors(make_batch()).repeat(steps), epochs=1, verbose=0)
-  return model.get_weights()
-
-
-class _States:
-  """Saves a model's dropout RNG states and puts them back, so two computations start from
-  the same masks."""
-
-  def __init__(self, model):
-    self.states = model.seed_states()
-    self.saved = [tf.identity(tf.convert_to_tensor(s)) for s in self.states]
-
-  def restore(self):
-    for state, value in zip(self.states, self.saved):
-      state.assign(value)
-
-  def now(self):
-    return [tf.convert_to_tensor(s).numpy() for s in self.states]
-
+from twotower.model import grad_cache, two_tower
+from grad_cache_fixtures import (B, K, States, build, make_batch, max_diff, reference_gradients,
+                                 reference_model_class, weights_after_steps)
 
 # ------------------------------------------------------------------------------------------
 # One replica, in process.
@@ -124,7 +37,7 @@ class _States:
 def test_chunked_loss_and_every_gradient_equal_the_full_batch_ones(mode):
   model = build(dropout=0.1, grad_cache_chunk=2)  # 4 chunks of 2 pairs (+ 2 negatives)
   batch = make_batch()
-  states = _States(model)
+  states = States(model)
 
   def compiled(fn):
     # XLA draws other random numbers from the same seeds: both sides compiled alike.
@@ -151,7 +64,7 @@ def test_without_restoring_dropout_states_the_gradients_are_wrong():
   model = build(dropout=0.1, grad_cache_chunk=2)
   batch = make_batch()
   inputs = model.tower_inputs(batch)
-  states = _States(model)
+  states = States(model)
 
   def loss_fn(emb):
     out = model.retrieval_loss(batch, emb)
@@ -168,7 +81,7 @@ def test_without_restoring_dropout_states_the_gradients_are_wrong():
 def test_one_chunk_equals_the_direct_path_with_dropout():
   model = build(dropout=0.1, grad_cache_chunk=B)
   batch = make_batch()
-  states = _States(model)
+  states = States(model)
   (loss, _, _), cached = model.cached_gradients(batch)
   states.restore()
   (direct_loss, _, _), direct = model.direct_gradients(batch)
@@ -182,7 +95,7 @@ def test_mixed_bfloat16():
     model = build(dropout=0.1, grad_cache_chunk=2)
     assert model.query_tower.compute_dtype == "bfloat16"
     batch = make_batch()
-    states = _States(model)
+    states = States(model)
     (loss, _, _), cached = model.cached_gradients(batch)
     states.restore()
     (ref_loss, _, _), ref = reference_gradients(model, batch, 4)
@@ -262,7 +175,7 @@ _MIRRORED = textwrap.dedent("""
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     sys.path.insert(0, sys.argv[1])
-    import test_grad_cache as t
+    import grad_cache_fixtures as t
 
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     def build(*args):
@@ -271,7 +184,7 @@ _MIRRORED = textwrap.dedent("""
     model = build(0.1, 2)  # 4 pairs per replica: 2 chunks of 2
     batch = next(iter(mirrored.experimental_distribute_dataset(
         tf.data.Dataset.from_tensors(t.make_batch()))))
-    states = t._States(model)
+    states = t.States(model)
 
     @tf.function
     def per_replica(fn):

@@ -10,41 +10,10 @@ import pytest
 from twotower.contracts import counters as C
 from twotower.pipelines import nq
 from twotower.pipelines.qa_records import Paragraph, Skip
-
-DOC = ("<H1> Email marketing </H1> <P> Email marketing is the act of sending a commercial "
-       "message . It began in 1978 with <A> Gary Thuerk </A> of DEC . </P> <Table> <Tr> "
-       "<Td> x </Td> </Tr> </Table> <P> Another paragraph here . </P>")
-TOKENS = DOC.split(" ")
-
-
-def _span(words: str, start_at: int = 0) -> tuple[int, int]:
-  w = words.split(" ")
-  for i in range(start_at, len(TOKENS)):
-    if TOKENS[i:i + len(w)] == w:
-      return i, i + len(w)
-  raise AssertionError(words)
-
-
-P1 = (TOKENS.index("<P>"), TOKENS.index("</P>") + 1)
-TABLE = (TOKENS.index("<Table>"), TOKENS.index("</Table>") + 1)
-
-
-def nq_record(example_id, long, shorts, question="when did email marketing start"):
-  return {
-      "example_id": example_id, "question_text": question, "document_text": DOC,
-      "document_url": "https://en.wikipedia.org//w/index.php?title=Email_marketing&oldid=1",
-      "long_answer_candidates": [{"start_token": P1[0], "end_token": P1[1], "top_level": True},
-                                 {"start_token": TABLE[0], "end_token": TABLE[1],
-                                  "top_level": True}],
-      "annotations": [{"annotation_id": 7, "yes_no_answer": "NONE",
-                       "long_answer": {"start_token": long[0], "end_token": long[1],
-                                       "candidate_index": 0},
-                       "short_answers": [{"start_token": s, "end_token": e} for s, e in shorts]}],
-  }
-
+from reqa_fixtures import DOC, P1, TABLE, TOKENS, nq_record, span
 
 def test_nq_conversion_like_reqa():
-  record = nq_record(1, P1, [_span("1978")])
+  record = nq_record(1, P1, [span("1978")])
   paragraph = nq.nq_to_paragraph(record, "nq.jsonl:1")
   assert paragraph.title == "Email marketing"
   assert paragraph.source == "nq"
@@ -55,7 +24,7 @@ def test_nq_conversion_like_reqa():
   (answer,) = question.answers
   assert paragraph.context[answer.start:answer.start + len(answer.text)] == "1978"
   # A short answer spanning an HTML token keeps only the text.
-  paragraph = nq.nq_to_paragraph(nq_record(2, P1, [_span("<A> Gary Thuerk </A>")]), "x")
+  paragraph = nq.nq_to_paragraph(nq_record(2, P1, [span("<A> Gary Thuerk </A>")]), "x")
   (answer,) = paragraph.questions[0].answers
   assert answer.text == "Gary Thuerk"
   assert paragraph.context[answer.start:].startswith("Gary Thuerk")
@@ -63,10 +32,10 @@ def test_nq_conversion_like_reqa():
 
 @pytest.mark.parametrize("record,reason", [
     (nq_record(3, P1, []), C.NQ_SKIPPED_NOT_ONE_SHORT_ANSWER),
-    (nq_record(4, P1, [_span("1978"), _span("DEC")]), C.NQ_SKIPPED_NOT_ONE_SHORT_ANSWER),
+    (nq_record(4, P1, [span("1978"), span("DEC")]), C.NQ_SKIPPED_NOT_ONE_SHORT_ANSWER),
     (nq_record(5, (-1, -1), []), C.NQ_SKIPPED_NO_LONG_ANSWER),
-    (nq_record(6, TABLE, [_span("x")]), C.NQ_SKIPPED_NOT_PARAGRAPH),
-    (nq_record(7, (P1[0], len(TOKENS) + 5), [_span("1978")]), C.NQ_SKIPPED_BAD_OFFSETS),
+    (nq_record(6, TABLE, [span("x")]), C.NQ_SKIPPED_NOT_PARAGRAPH),
+    (nq_record(7, (P1[0], len(TOKENS) + 5), [span("1978")]), C.NQ_SKIPPED_BAD_OFFSETS),
     (nq_record(8, P1, [(len(TOKENS) + 1, len(TOKENS) + 3)]), C.NQ_SKIPPED_BAD_OFFSETS),
     ({"example_id": 9, "question_text": "q", "document_text": DOC}, C.NQ_SKIPPED_MISSING_FIELD),
 ], ids=["no-short", "two-short", "no-long", "table", "long-out-of-range", "short-out-of-range",
@@ -80,7 +49,7 @@ def test_nq_skips(record, reason):
 def test_parse_nq_counts_lines_and_skips_malformed_json(tmp_path):
   path = tmp_path / "nq.jsonl.gz"
   with gzip.open(path, "wt", encoding="utf-8") as f:
-    f.write(json.dumps(nq_record(1, P1, [_span("1978")])) + "\n\n{not json\n")
+    f.write(json.dumps(nq_record(1, P1, [span("1978")])) + "\n\n{not json\n")
   items = list(nq.parse_nq(str(path)))
   assert [type(i) for i in items] == [Skip, Paragraph, Skip]
   assert [i.reason for i in items if isinstance(i, Skip)] == [C.NQ_RECORDS_READ,

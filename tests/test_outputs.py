@@ -10,9 +10,8 @@ import os
 import pytest
 
 from twotower import cli, contracts, outputs
+from reqa_fixtures import ARTICLES
 from wikidump_fixtures import many_pages, write_dump
-
-from test_bad_input import ARTICLES
 
 
 def run_cli(capsys, *args):

@@ -14,7 +14,8 @@ import pytest
 
 from twotower import cli, contracts, outputs
 from twotower.contracts import codecs
-from test_bad_input import ARTICLES, write_embeddings
+from outputs_fixtures import write_embeddings
+from reqa_fixtures import ARTICLES
 from wikidump_fixtures import many_pages, write_dump
 
 

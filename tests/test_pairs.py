@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import collections
 import glob
-import hashlib
 import json
 import pathlib
 
-import pyarrow.parquet as pq
 import pytest
 
 from twotower import contracts
 from twotower.commands import pairs as pairs_cmd
-from twotower.contracts import codecs
+from outputs_fixtures import output_digest, read_pairs, read_passages, roundtrip_failures
 from wikidump_fixtures import DumpPage, article, many_pages, write_dump
 
 #: What `twotower pairs` wrote on the shared dumps before the pipeline was made fast (commit
@@ -51,43 +49,6 @@ GOLDEN_ACCOUNTS = {
 }
 #: (linked page, linking page) in CASES.
 INLINKS = {(2, 1), (3, 1), (4, 1), (1, 2), (1, 3), (4, 3), (1, 4)}
-
-
-def read_pairs(out: str, task: str) -> list[dict]:
-  import tensorflow as tf
-  records = []
-  for path in sorted(glob.glob(f"{contracts.pairs_dir(out, task)}/*{contracts.PAIRS_SUFFIX}")):
-    for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
-      feature = tf.train.Example.FromString(raw).features.feature
-      record = {k: feature[k].bytes_list.value[0].decode() for k in
-                contracts.PAIR_BYTES_FEATURES}
-      record.update({k: feature[k].int64_list.value[0] for k in contracts.PAIR_INT64_FEATURES})
-      record["split"] = path.rsplit("/", 1)[1].split("-", 1)[0]
-      records.append(record)
-  return records
-
-
-def read_passages(out: str):
-  table = pq.read_table(sorted(glob.glob(f"{out}/passages/*.parquet")))
-  return table
-
-
-def output_digest(out: str) -> dict:
-  """Order-free digest of a pairs output: the pairs multiset per task and split, the passage
-  rows multiset, and stats.json."""
-  digest = {}
-  for task in contracts.PRETRAIN_TASKS:
-    for split in contracts.PAIR_SPLITS:
-      records = sorted(codecs.encode_pair(p)
-                       for p in codecs.read_pairs(contracts.pairs_pattern(out, task, split)))
-      digest[f"pairs/{task}/{split}"] = {"count": len(records), "sha256": hashlib.sha256(
-          b"".join(hashlib.sha256(r).digest() for r in records)).hexdigest()}
-  rows = sorted(json.dumps(p.to_row(), ensure_ascii=False, sort_keys=True)
-                for p in codecs.read_passages(out))
-  digest["passages"] = {"count": len(rows),
-                        "sha256": hashlib.sha256("\n".join(rows).encode()).hexdigest()}
-  digest["stats"] = json.loads((pathlib.Path(out) / contracts.STATS_FILE).read_text())
-  return digest
 
 
 def run_pairs(dump, out, *flags) -> dict:
@@ -163,7 +124,6 @@ def test_passages_parquet_has_the_schema_and_lead_first(small_run):
 
 
 def test_vocab_from_the_passages_round_trips_the_pairs(small_run, tmp_path):
-  from test_vocab import roundtrip_failures
   from twotower.pipelines import vocab
   out, _ = small_run
   path = tmp_path / "vocab.txt"

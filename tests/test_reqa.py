@@ -15,16 +15,10 @@ from twotower.commands import reqa as reqa_cmd
 from twotower.contracts import counters as C
 from twotower.pipelines import reqa
 from twotower.pipelines.reqa_splits import question_key
-from test_nq import P1, _span, nq_record
+from reqa_fixtures import P1, nq_record, span, squad_file
 
 CTX1 = "Paris is the capital of France. It has the Louvre. The Seine flows through it."
 CTX2 = "Berlin is in Germany. It is the capital."
-
-
-def squad_file(tmp_path, data, name="squad.json"):
-  path = tmp_path / name
-  path.write_text(json.dumps({"version": "test", "data": data}), encoding="utf-8")
-  return str(path)
 
 
 def _qa(qid, question, *answers):
@@ -168,10 +162,10 @@ def test_malformed_json_is_a_named_error(tmp_path):
 
 def test_nq_job_on_gzipped_jsonl(tmp_path):
   path = tmp_path / "nq-dev.jsonl.gz"
-  lines = [json.dumps(nq_record(1, P1, [_span("1978")])),
+  lines = [json.dumps(nq_record(1, P1, [span("1978")])),
            "{not json",
-           json.dumps(nq_record(2, (P1[0], 10_000), [_span("1978")])),
-           json.dumps(nq_record(3, P1, [_span("Gary Thuerk")], "who sent the first spam"))]
+           json.dumps(nq_record(2, (P1[0], 10_000), [span("1978")])),
+           json.dumps(nq_record(3, P1, [span("Gary Thuerk")], "who sent the first spam"))]
   with gzip.open(path, "wt", encoding="utf-8") as f:
     f.write("\n".join(lines) + "\n")
   stats, out = run_reqa(tmp_path, nq=str(path), ratios=(5,))

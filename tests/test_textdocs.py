@@ -12,6 +12,7 @@ import pytest
 from twotower import cli, contracts
 from twotower.contracts import Page, Section
 from twotower.pipelines import textdocs
+from outputs_fixtures import output_digest, read_pairs, read_passages
 from textdocs_fixtures import (Doc, jsonl_record, linked_docs, wikiextractor_text, write_jsonl,
                                write_wikiextractor, write_wikiextractor_json)
 from wikidump_fixtures import many_pages, write_bytes, write_dump
@@ -182,7 +183,6 @@ def mixed_run(mixed_inputs, tmp_path_factory):
 
 
 def test_a_mix_of_inputs_counts_pages_and_pairs_per_input(mixed_run):
-  from test_pairs import read_pairs, read_passages
   out, stats = mixed_run
   # 12 dump articles + 5 redirects; 12 + 8 + 8 documents, all kept.
   assert {k: v for k, v in stats.items() if k.startswith(("input", "mediawiki_"))
@@ -221,7 +221,6 @@ def test_a_mix_of_inputs_counts_pages_and_pairs_per_input(mixed_run):
 @pytest.mark.slow
 def test_a_mix_writes_the_same_outputs_in_one_process_and_in_two(mixed_inputs, mixed_run,
                                                                   tmp_path):
-  from test_pairs import output_digest
   out, _ = mixed_run
   run_pairs(mixed_inputs, tmp_path / "multi", "--heldout_percent", "10",
             "--direct_running_mode=multi_processing", "--direct_num_workers=2",

@@ -3,8 +3,6 @@ passages of held-out pages never feed it."""
 
 from __future__ import annotations
 
-import collections
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -12,6 +10,7 @@ import pytest
 from twotower import contracts, io as tio
 from twotower.commands import vocab as vocab_cmd
 from twotower.pipelines import vocab
+from outputs_fixtures import roundtrip_failures
 
 TEXTS = [
     "Anarchism is a political philosophy and movement that is sceptical of authority.",
@@ -27,21 +26,6 @@ def write_passages(directory, texts) -> None:
   directory.mkdir(parents=True, exist_ok=True)
   pq.write_table(pa.Table.from_pylist(rows, schema=contracts.PASSAGE_SCHEMA),
                  directory / "passages-00000-of-00001.parquet")
-
-
-def roundtrip_failures(vocab_path, texts) -> tuple[int, int, int]:
-  """(texts whose detokenized word pieces differ from the basic tokenizer's words, [UNK]
-  count, token count)."""
-  import tensorflow_text as tf_text
-  from tensorflow_text.python.ops import bert_tokenizer
-  tokenizer = tf_text.BertTokenizer(str(vocab_path), **vocab.BERT_TOKENIZER_PARAMS)
-  basic = bert_tokenizer.BasicTokenizer(**vocab.BERT_TOKENIZER_PARAMS)
-  ids = tokenizer.tokenize(texts).merge_dims(-2, -1)
-  words = tokenizer.detokenize(ids).to_list()
-  expected = basic.tokenize(texts).to_list()
-  unk = vocab_path.read_text(encoding="utf-8").splitlines().index("[UNK]")
-  flat = ids.flat_values.numpy()
-  return sum(w != e for w, e in zip(words, expected)), int((flat == unk).sum()), len(flat)
 
 
 def test_counts_add_up_across_shards():

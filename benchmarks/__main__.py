@@ -1,0 +1,136 @@
+"""Every benchmark by name: list them, run one, or run all of them at a quick setting.
+
+  .venv/bin/python -m benchmarks --list           # name, what it compares, its quick setting
+  .venv/bin/python -m benchmarks                  # all, each at its quick setting (`make bench`)
+  .venv/bin/python -m benchmarks NAME [ARGS...]   # one, with its own defaults or ARGS
+                                                  # (= python -m benchmarks.NAME ARGS...)
+
+Each benchmark runs as `python -m benchmarks.NAME` in a child process, one after another, so
+its memory and its timings are its own. The quick settings are small versions of the
+documented runs (the figures in README.md come from the full ones in each module's
+docstring): they check that every benchmark runs and prints its table, in about 10 to 15
+minutes on 2 cores. A benchmark whose input is absent (../shared/data, or a bundle it must be
+given) is reported as skipped with the reason; one that fails makes the exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import subprocess
+import sys
+import time
+
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SLICE = SHARED_DATA / "wiki" / "enwiki-slice-pages-articles.xml.bz2"
+SQUAD = SHARED_DATA / "squad" / "train-subset-v1.1.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+  compares: str
+  #: Arguments of the quick run (`python -m benchmarks` with no name).
+  quick: tuple[str, ...] = ()
+  #: A file the default run reads, and the flag that replaces it (given: no check).
+  needs: pathlib.Path | None = None
+  needs_flag: str = ""
+  #: Flags without a default: the quick run is skipped, a named run needs them.
+  required: str = ""
+
+
+BENCHMARKS = {
+    "parse_floor": Benchmark(
+        "our wikitext cleaning vs mwparserfromhell parse + strip_code",
+        needs=SLICE, needs_flag="--dump"),
+    "pipeline_vs_floor": Benchmark(
+        "the whole `pairs` pipeline vs stream + parse + strip_code; peak memory",
+        needs=SLICE, needs_flag="--dump"),
+    "bm25_speed": Benchmark(
+        "Pyserini search one query at a time vs batched multi-threaded",
+        quick=("--queries", "300", "--repeats", "1"), needs=SQUAD, needs_flag="--squad"),
+    "train_speed": Benchmark(
+        "training examples/s, real input pipeline vs cached batches; FLOP/s vs roofline",
+        quick=("--only", "cpu-small", "--steps", "4", "--rounds", "1")),
+    "grad_cache": Benchmark(
+        "gradient-cached train step vs direct: peak RSS and examples/s",
+        quick=("--batches", "64,128", "--direct_batches", "64", "--ratio_batches", "64",
+               "--steps", "2")),
+    "embed_throughput": Benchmark(
+        "Beam embedding job vs a direct SavedModel loop",
+        quick=("--rows", "2000", "--settings", "in_memory:1:256")),
+    "faiss_ann": Benchmark(
+        "IVF / HNSW / IVF-PQ Recall@100 and queries/s vs flat",
+        quick=("--n", "20000", "--sets", "clustered", "--queries", "200", "--nlist", "128",
+               "--hnsw_n", "5000",
+               "--ef_search", "64")),
+    "faiss_rerank": Benchmark(
+        "memory, recall and speed of flat, IVF-Flat, IVF-PQ and re-ranked IVF-PQ",
+        quick=("--n", "20000", "--queries", "200", "--single", "50", "--train_size", "20000",
+               "--files", "4")),
+    "serve_load": Benchmark(
+        "`twotower serve` under load over loopback vs the in-process API and the batch path",
+        required="--bundle DIR (a `twotower bundle` output, e.g. runs/demo/bundle)"),
+    "serve_equivalence": Benchmark(
+        "a bundle's answers vs the batch path (embed + search, bm25, fuse)",
+        required="--bundle DIR --model RUN --reqa DIR"),
+}
+
+
+def skip_reason(name: str, args: list[str]) -> str:
+  """Why NAME cannot run with ARGS here ('' when it can)."""
+  b = BENCHMARKS[name]
+  if b.required and not args:
+    return f"needs {b.required}"
+  if b.needs is not None and b.needs_flag not in args and not b.needs.exists():
+    return f"{b.needs} is absent (pass {b.needs_flag} FILE)"
+  return ""
+
+
+def run_one(name: str, args: list[str]) -> tuple[str, float]:
+  """Runs NAME in a child process: ('ok' | 'failed (exit N)' | 'skipped: why', seconds)."""
+  reason = skip_reason(name, args)
+  if reason:
+    print(f"== {name}: skipped, {reason}", flush=True)
+    return f"skipped: {reason}", 0.0
+  cmd = [sys.executable, "-m", f"benchmarks.{name}", *args]
+  print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+  start = time.monotonic()
+  rc = subprocess.call(cmd, cwd=pathlib.Path(__file__).resolve().parents[1])
+  return ("ok" if rc == 0 else f"failed (exit {rc})"), time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  p = argparse.ArgumentParser(
+      prog="python -m benchmarks", description=__doc__.split("\n\n")[0],
+      epilog="benchmarks: " + ", ".join(BENCHMARKS) + ". `python -m benchmarks NAME --help` "
+      "gives one benchmark's flags.")
+  p.add_argument("--list", action="store_true", help="list the benchmarks and stop")
+  p.add_argument("name", nargs="?", choices=list(BENCHMARKS), metavar="NAME",
+                 help="run this benchmark only; later arguments go to it")
+  # Everything after NAME is the benchmark's own (its --help included).
+  head = next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))
+  args = p.parse_args(argv[:head + 1])
+  rest = argv[head + 1:]
+  if args.list:
+    width = max(map(len, BENCHMARKS))
+    for name, b in BENCHMARKS.items():
+      quick = " ".join(b.quick) or ("(its defaults)" if not b.required else "-")
+      print(f"{name:<{width}}  {b.compares}\n{'':<{width}}  quick: {quick}")
+      reason = skip_reason(name, [])
+      if reason:
+        print(f"{'':<{width}}  skipped unless given: {reason}")
+    return 0
+  if args.name:
+    status, _ = run_one(args.name, rest)
+    return 0 if not status.startswith("failed") else 1
+  results = {name: run_one(name, list(b.quick)) for name, b in BENCHMARKS.items()}
+  print("\n| benchmark | quick run | seconds |\n|---|---|---:|")
+  for name, (status, seconds) in results.items():
+    print(f"| {name} | {status} | {seconds:.0f} |")
+  return 1 if any(s.startswith("failed") for s, _ in results.values()) else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
