@@ -80,13 +80,22 @@ def roundtrip_failures(vocab_path, texts) -> tuple[int, int, int]:
 D = 8
 
 
-def write_embeddings(directory, ids, id_type=pa.int64(), seed=0):
-  """One embedding shard in DIRECTORY (made if absent): seeded float32[len(ids), D] rows keyed
-  by IDS (int64 candidate ids, or strings for questions). Returns DIRECTORY."""
+def write_vectors(directory, ids, vectors, id_type=pa.int64()):
+  """One embedding shard in DIRECTORY (made if absent): float32 rows VECTORS keyed by IDS
+  (int64 candidate ids, or strings for questions), in `twotower embed`'s layout. Returns
+  DIRECTORY."""
   directory.mkdir(parents=True, exist_ok=True)
-  x = np.random.default_rng(seed).normal(size=(len(ids), D)).astype(np.float32)
-  emb = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float32()), D)
+  vectors = np.asarray(vectors, np.float32)
+  emb = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()),
+                                          vectors.shape[1])
   pq.write_table(pa.Table.from_arrays([pa.array(ids, id_type), emb],
-                                      schema=contracts.embedding_schema(D, id_type)),
+                                      schema=contracts.embedding_schema(vectors.shape[1],
+                                                                        id_type)),
                  directory / "embeddings-00000-of-00001.parquet")
   return directory
+
+
+def write_embeddings(directory, ids, id_type=pa.int64(), seed=0):
+  """Seeded float32[len(ids), D] rows in DIRECTORY (write_vectors)."""
+  x = np.random.default_rng(seed).normal(size=(len(ids), D))
+  return write_vectors(directory, ids, x, id_type)

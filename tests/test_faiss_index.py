@@ -13,6 +13,8 @@ faiss = pytest.importorskip("faiss")
 from twotower import contracts  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 
+from outputs_fixtures import write_vectors  # noqa: E402
+
 D = 32
 
 
@@ -153,13 +155,8 @@ def test_index_and_search_cli_write_the_run_file(corpus, tmp_path, suffix):
   from twotower.commands import index as index_cli
   from twotower.commands import search as search_cli
   from twotower.eval import runs
-  q_dir = tmp_path / "q_emb"
-  q_dir.mkdir()
   qids = [f"q{i}" for i in range(len(corpus["q"]))]
-  emb = pa.FixedSizeListArray.from_arrays(pa.array(corpus["q"].ravel()), D)
-  pq.write_table(pa.Table.from_arrays([pa.array(qids), emb],
-                                      schema=contracts.embedding_schema(D, pa.string())),
-                 q_dir / "embeddings-00000-of-00001.parquet")
+  q_dir = write_vectors(tmp_path / "q_emb", qids, corpus["q"], pa.string())
   index_cli.main(["--embeddings", corpus["dir"], "--out", str(tmp_path / "hnsw.faiss"),
                  "--type", "hnsw", "--hnsw_m", "16", "--num_index_shards", "2"])
   out = str(tmp_path / f"run{suffix}")

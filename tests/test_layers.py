@@ -27,7 +27,7 @@ FOLDERS = {"pipelines": "pipelines", "model": "model", "eval": "eval", "deploy":
 
 
 def layer_of_module(name: str) -> str | None:
-  """`twotower.eval.metrics` -> "eval"; None for other packages and the test helpers."""
+  """`twotower.eval.bm25` -> "eval"; None for other packages and the test helpers."""
   parts = name.split(".")
   if parts[0] != "twotower":
     return None
@@ -94,7 +94,7 @@ def test_no_stage_imports_the_test_helpers():
 
 
 @pytest.mark.parametrize("module, layer", [
-    ("twotower.contracts.layout", "core"), ("twotower.eval.metrics", "eval"),
+    ("twotower.contracts.layout", "core"), ("twotower.eval.bm25", "eval"),
     ("twotower.commands.pairs", "top"), ("twotower.deploy.serving.app", "deploy"),
     ("numpy", None)])
 def test_layer_of_module(module, layer):

@@ -20,6 +20,8 @@ from twotower.eval import index as index_lib  # noqa: E402
 from twotower.eval import rerank as rr  # noqa: E402
 from twotower.eval import searcher as searcher_lib  # noqa: E402
 
+from outputs_fixtures import write_vectors  # noqa: E402
+
 D = 32
 N = 3000
 
@@ -159,13 +161,8 @@ def test_search_cli_reranks(corpus, tmp_path):
   from twotower.commands import search as search_cli
   from twotower.eval import runs
   _build(corpus, tmp_path / "index.faiss")
-  q_dir = tmp_path / "q_emb"
-  q_dir.mkdir()
   qids = [f"q{i}" for i in range(len(corpus["q"]))]
-  emb = pa.FixedSizeListArray.from_arrays(pa.array(corpus["q"].ravel()), D)
-  pq.write_table(pa.Table.from_arrays([pa.array(qids), emb],
-                                      schema=contracts.embedding_schema(D, pa.string())),
-                 q_dir / "embeddings-00000-of-00001.parquet")
+  q_dir = write_vectors(tmp_path / "q_emb", qids, corpus["q"], pa.string())
   out = str(tmp_path / "run.parquet")
   search_cli.main(["--index", str(tmp_path / "index.faiss"), "--queries", str(q_dir), "--out",
                    out, "--k", "10", "--nprobe", "16", "--rerank", "300",
