@@ -178,3 +178,35 @@ def test_demo_run_again_resumes_its_cells(demo_run):
                                                        "retriever bundle (all passages)"]
   assert again.records == first.records
   assert (pathlib.Path(again.bundle) / "manifest.json").exists()
+
+
+def test_demo_plans_its_cells_on_the_experiments_machinery():
+  """The demo is a plan: one pairs set, vocabulary and pre-training pair for both benchmarks,
+  and per benchmark a BM25 cell and an eval cell per model, scoring every question with the
+  passage as gold; the same settings give the same cells (and so resume)."""
+  config = demo.DemoConfig(dump="d.xml.bz2", squad="s.json", preset="tiny")
+  plan = demo.plan(config)
+  assert [c.name for c in plan] == [
+      "pairs/demo", "vocab/demo", "heldout/demo", "reqa/squad", "pretrain/ict+bfs+wlp",
+      "pretrain/no-ssl", "bm25/heldout", "eval/heldout/ict+bfs+wlp", "eval/heldout/no-ssl",
+      "bm25/reqa", "eval/reqa/ict+bfs+wlp", "eval/reqa/no-ssl"]
+  for cell in plan.of_kind("bm25") + plan.of_kind("eval"):
+    assert cell.params["splits"] == [contracts.ALL_QUESTIONS] and cell.params["golds"] == ["pair"]
+  steps = {c.name: c.params["config"]["trainer"]["steps"] for c in plan.of_kind("pretrain")}
+  assert steps == {"pretrain/ict+bfs+wlp": config.pretrain_steps, "pretrain/no-ssl": 0}
+  assert [c.key for c in demo.plan(config)] == [c.key for c in plan]
+  other = demo.plan(demo.DemoConfig(dump="d.xml.bz2", preset="tiny", vocab_size=900))
+  assert other["pairs/demo"].key == plan["pairs/demo"].key
+  assert other["vocab/demo"].key != plan["vocab/demo"].key  # and everything downstream
+
+
+def test_a_failed_cell_fails_the_demo_with_its_error(tmp_path):
+  """A dump that gives no article: the pairs cell fails, and with it the demo, with the
+  stage's own error (one line at the command line), recorded in the cell's failed.json."""
+  dump = write_dump(tmp_path / "redirects-pages-articles.xml.bz2",
+                    [DumpPage(1, "Old name", "#REDIRECT [[New name]]", redirect="New name")])
+  with pytest.raises(ValueError, match="no article kept"):
+    demo.run(demo.DemoConfig(dump=dump, out=str(tmp_path / "demo"), preset="tiny"))
+  (failed,) = (tmp_path / "demo" / "pairs").glob("demo-*/failed.json")
+  assert "no article kept" in json.loads(failed.read_text())["error"]
+  assert not list((tmp_path / "demo").glob("vocab/*"))  # nothing after it ran

@@ -133,9 +133,12 @@ def _log(work: str, entry: dict) -> None:
 
 def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
               keep_embeddings: bool = False, progress: str = "bar",
-              on_result: Callable[[], None] = lambda: None) -> list[str]:
+              on_result: Callable[[], None] = lambda: None,
+              stop_on_failure: bool = False) -> list[str]:
   """Runs every cell that is not done, in plan order; returns the names of the cells that
-  ran now. `on_result` is called after each result cell (tables refresh as the grid goes)."""
+  ran now. `on_result` is called after each result cell (tables refresh as the grid goes).
+  A failed cell is recorded and the others go on, unless `stop_on_failure` (the demo): then
+  its error is raised as it came."""
   dirs = {cell.name: cell_dir(work, cell) for cell in plan}
 
   def done_record(name: str) -> dict:
@@ -176,13 +179,15 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
     except Exception as e:  # pylint: disable=broad-except  (one cell must not end the grid)
       seconds = time.perf_counter() - wall0
       current[cell.name] = "failed"
-      logger.exception("[%d/%d] %s failed after %.0f s", i, total, cell.name, seconds)
-      logs.progress("[%d/%d] %s FAILED: %s", i, total, cell.name, e)
       tio.write_json(os.path.join(out, FAILED_FILE),
                      {"cell": cell.name, "error": f"{type(e).__name__}: {e}",
                       "finished": _now(), "seconds": round(seconds, 1)})
       _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "failed",
                   "seconds": round(seconds, 1), "error": str(e)})
+      if stop_on_failure:
+        raise
+      logger.exception("[%d/%d] %s failed after %.0f s", i, total, cell.name, seconds)
+      logs.progress("[%d/%d] %s FAILED: %s", i, total, cell.name, e)
       continue
     seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
     tio.write_json(os.path.join(out, DONE_FILE),
