@@ -263,3 +263,22 @@ def test_same_crop_pairs_in_one_process_and_in_two(crop_run, tmp_path):
   again = tmp_path / "again"
   pairs_cmd.main(["--dump", dump, "--out", str(again), "--heldout_percent", "30", *CROP_FLAGS])
   assert crop_records(again) == crop_records(out)
+
+
+def test_pretraining_takes_crop_among_its_tasks(tmp_path):
+  from twotower.model import config, pretrain
+  from twotower.testing import pairs as testing
+  testing.write_vocab(str(tmp_path / "vocab.txt"))
+  for task in ("ict", "crop"):
+    testing.write_pairs(str(tmp_path), task, "train", testing.synthetic_pairs(64, task=task))
+    testing.write_pairs(str(tmp_path), task, "heldout",
+                        testing.synthetic_pairs(16, seed=5, task=task))
+  cfg = config.load("tiny", ["data.tasks=ict,crop", "trainer.steps=3"])
+  result = pretrain.run(pretrain.PretrainConfig(
+      training=cfg, out=str(tmp_path / "pre"), vocab=str(tmp_path / "vocab.txt"),
+      pairs=str(tmp_path), progress="none"))
+  assert result.steps == 3
+  with pytest.raises(ValueError, match=r"unknown \['crops'\]"):
+    pretrain.run(pretrain.PretrainConfig(
+        training=config.load("tiny", ["data.tasks=ict,crops"]), out=str(tmp_path / "bad"),
+        vocab=str(tmp_path / "vocab.txt"), pairs=str(tmp_path), progress="none"))
