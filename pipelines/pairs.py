@@ -21,9 +21,9 @@ no article, is a ValueError after the run; --out is then left as it was.
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
 to `heldout` when *either* of its pages is held out (a WLP pair joins two pages; ICT, BFS and
 crop pairs have one), else to `train`, so that no held-out page feeds training. Lengths in
-stats.json are estimated word pieces
-(whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
-document text without its title.
+stats.json are estimated word pieces (whitespace words x 1.3, see
+pair_tasks.estimate_wordpieces); the document length counts the document text without its
+title.
 
 Memory. On the local runner (DirectRunner, one process or `--direct_num_workers` of them)
 the joins go through files (pipelines.shuffle, `--shuffle=disk`, the default there), and the
