@@ -64,9 +64,12 @@ def table1(pairs_dir: str, vocab_path: str,
            splits: Sequence[str] = contracts.PAIR_SPLITS) -> list[dict]:
   """One row per pre-training task: pairs, word pieces, mean query / document length, and
   the pairs per input of the pair pipeline (`by_input`, by the query page's id: see
-  `source_of`)."""
+  `source_of`). The paper's three tasks always; crop (Contriever's) when the run wrote it."""
   rows = []
-  for task in contracts.PRETRAIN_TASKS:
+  written = [t for t in contracts.PAIR_TASKS if t not in contracts.PRETRAIN_TASKS
+             and any(codecs.match(contracts.pairs_pattern(pairs_dir, t, split))
+                     for split in contracts.PAIR_SPLITS)]
+  for task in contracts.PRETRAIN_TASKS + tuple(written):
     pairs = [p for split in splits
              for p in codecs.read_pairs(contracts.pairs_pattern(pairs_dir, task, split))]
     queries = word_piece_lengths(vocab_path, (p.query for p in pairs))

@@ -68,7 +68,8 @@ class DataConfig:
   """Input pipeline.
 
   Attributes:
-    tasks: pre-training tasks ("ict", "bfs", "wlp") mixed by sampling, or ("mlm",).
+    tasks: pre-training tasks ("ict", "bfs", "wlp"; "crop", Contriever's, when the pairs have
+      it) mixed by sampling, or ("mlm",).
     mixture: how several tasks are mixed. The paper (sec. 4.1): "pre-trained on one combined
       set of (q, d) pairs, where each pair is uniformly sampled from the three pre-training
       tasks in Table 1", which reads two ways: "equal" draws each pair from a task chosen

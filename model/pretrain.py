@@ -58,12 +58,12 @@ def run(job: PretrainConfig) -> train.TrainResult:
   if tasks == MLM_TASKS:
     from twotower.model import mlm  # pylint: disable=import-outside-toplevel
     return mlm.run(job)
-  unknown = sorted(set(tasks) - set(contracts.PRETRAIN_TASKS))
+  unknown = sorted(set(tasks) - set(contracts.PAIR_TASKS))
   if unknown or not tasks:
     raise ValueError(f"data.tasks: unknown {unknown or 'empty'}; use a subset of "
-                     f"{contracts.PRETRAIN_TASKS}, or mlm alone")
+                     f"{contracts.PAIR_TASKS}, or mlm alone")
   if not job.pairs:
-    raise ValueError("ICT/BFS/WLP pre-training needs the pair pipeline's output (--pairs DIR)")
+    raise ValueError("ICT/BFS/WLP/crop pre-training needs the pair pipeline's output (--pairs DIR)")
   from twotower.model import data  # pylint: disable=import-outside-toplevel
   cfg = job.training
   d, t = cfg.data, cfg.trainer

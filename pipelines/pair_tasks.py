@@ -1,8 +1,11 @@
-"""The paper's three pre-training tasks as pure functions over one page's passages.
+"""The paper's three pre-training tasks, and Contriever's, as pure functions over one page's
+passages.
 
     ICT  q = a random sentence s of a passage p;       d = title + (p without s)
     BFS  q = a random sentence of the lead section;   d = another random passage of the page
     WLP  q = a random sentence of page A's lead;       d = a passage of a page B linking to A
+    crop q = a random span of a passage p;             d = title + another, independent span
+         of p (Contriever, Izacard et al., TMLR 2022; off unless `crop_per_page` > 0)
 
 Nothing here imports Beam: `pipelines.pairs` wires these into joins, tests call them directly.
 
@@ -25,17 +28,25 @@ Choices the paper leaves open, decided here:
     fallback.
   * Queries have at least `min_query_words` whitespace words (default 5), so that headings
     and list fragments do not become queries.
+  * crop works on a passage (Contriever crops a 256-token chunk of a document) and on its
+    whitespace words (Contriever's are word pieces: nothing here has a vocabulary yet). Each
+    crop's length is `int(words x ratio)`, ratio uniform in [crop_min_ratio, crop_max_ratio],
+    its start uniform among the positions where it fits; then each of its words is dropped
+    with probability `crop_delete_prob`. A passage whose shortest possible crop has fewer than
+    `min_query_words` (or `min_doc_words`) words is skipped, and so is a pair that deletion
+    leaves shorter than these (both counted by `pipelines.pairs`, see CropSkip).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import heapq
 import math
 import random
-from typing import Iterable, Sequence
+from typing import Iterable, MutableMapping, Sequence
 
-from twotower.contracts import Pair, Passage, stable_hash
+from twotower.contracts import CROP_TASK, PRETRAIN_TASKS, Pair, Passage, stable_hash
 
 #: Cheap word-piece estimate used before any vocabulary exists: whitespace words x 1.3
 #: (English BERT-style vocabularies give 1.2-1.4 pieces per word on Wikipedia text).
@@ -53,13 +64,61 @@ def rng_for(task: str, *ids: object) -> random.Random:
 
 @dataclasses.dataclass(frozen=True)
 class PairConfig:
-  """Sampling knobs of the three tasks (flags of `twotower pairs`)."""
+  """Sampling knobs of the tasks (flags of `twotower pairs`).
+
+  The crop_* fields are Contriever's task (Izacard et al., TMLR 2022), off by default; their
+  defaults are the options of Contriever's training command (its README: `--ratio_min 0.1
+  --ratio_max 0.5 --augmentation delete --prob_augmentation 0.1`). While the task is off
+  they are left out of the settings a run records (`settings()`), so that outputs, manifests
+  and experiment keys stay those of the runs made before the task existed.
+  """
   ict_per_page: int = 4        # passages per page that each give one ICT pair
   bfs_per_page: int = 2        # BFS pairs per page
   wlp_per_page: int = 2        # WLP pairs per linked-to page (one per sampled inlinking page)
   ict_keep_prob: float = 0.0   # probability that ICT keeps the query in its document
   min_query_words: int = 5     # shortest query, in whitespace words
   min_doc_words: int = 5       # shortest document text, in whitespace words
+  crop_per_page: int = 0       # passages per page that each give one crop pair; 0 = task off
+  crop_min_ratio: float = 0.1  # shortest crop, as a share of the passage's words
+  crop_max_ratio: float = 0.5  # longest crop, as a share of the passage's words
+  crop_delete_prob: float = 0.1  # probability that a crop drops each of its words
+
+  def __post_init__(self):
+    check_crop(self)
+
+  @property
+  def tasks(self) -> tuple[str, ...]:
+    """The tasks a run with these settings writes: the paper's three, + crop when on."""
+    return PRETRAIN_TASKS + ((CROP_TASK,) if self.crop_per_page > 0 else ())
+
+  def settings(self) -> dict:
+    """The fields as a run records them (config.json, manifest, experiment cell params):
+    every field, but the crop_* ones only while the task is on."""
+    fields = dataclasses.asdict(self)
+    if self.crop_per_page <= 0:
+      fields = {k: v for k, v in fields.items() if not k.startswith(CROP_PREFIX)}
+    return fields
+
+
+#: PairConfig fields of the crop task, dropped from its settings while the task is off.
+CROP_PREFIX = "crop_"
+
+
+def check_crop(config: PairConfig) -> None:
+  """Refuses crop options that cannot be sampled, naming the option and the value."""
+  if config.crop_per_page < 0:
+    raise ValueError(f"crop_per_page must be >= 0 (0 = no crop pairs), got "
+                     f"{config.crop_per_page}")
+  for name in ("crop_min_ratio", "crop_max_ratio"):
+    value = getattr(config, name)
+    if not 0 < value <= 1:
+      raise ValueError(f"{name} must be in (0, 1] (a share of the passage's words), got "
+                       f"{value}")
+  if config.crop_min_ratio > config.crop_max_ratio:
+    raise ValueError(f"crop_min_ratio ({config.crop_min_ratio}) must be <= crop_max_ratio "
+                     f"({config.crop_max_ratio})")
+  if not 0 <= config.crop_delete_prob < 1:
+    raise ValueError(f"crop_delete_prob must be in [0, 1), got {config.crop_delete_prob}")
 
 
 def _ok_query(sentence: str, config: PairConfig) -> bool:
@@ -163,3 +222,64 @@ def wlp_pair(request: WlpRequest, passages: Sequence[Passage],
   doc = rng.choice(mentioning or docs)
   return Pair("wlp", request.query, doc.title, doc.text, request.query_page_id,
               doc.page_id, doc.passage_id)
+
+
+class CropSkip(enum.StrEnum):
+  """Why crop passes over a passage (counted as `crop_skipped_<reason>` by pipelines.pairs)."""
+  SHORT = "short"        # its shortest crop would have fewer than min_query/doc_words words
+  DELETION = "deletion"  # a chosen passage whose crop word deletion left too few words
+
+
+def crop_span(n_words: int, config: PairConfig, rng: random.Random) -> tuple[int, int]:
+  """(start, end) of one random crop of a text of `n_words` words: length int(n x ratio),
+  ratio uniform in [crop_min_ratio, crop_max_ratio]; start uniform where it fits."""
+  length = int(n_words * rng.uniform(config.crop_min_ratio, config.crop_max_ratio))
+  start = rng.randint(0, n_words - length)
+  return start, start + length
+
+
+def _min_crop_words(config: PairConfig) -> int:
+  return max(config.min_query_words, config.min_doc_words, 1)
+
+
+def croppable(passage: Passage, config: PairConfig) -> bool:
+  """Whether the passage's shortest possible crop still has the words a query and a
+  document need."""
+  return int(len(passage.text.split()) * config.crop_min_ratio) >= _min_crop_words(config)
+
+
+def crop_pairs(passages: Sequence[Passage], config: PairConfig,
+               skipped: MutableMapping[str, int] | None = None) -> list[Pair]:
+  """Contriever's pairs of one page: `crop_per_page` croppable passages (random, without
+  replacement), each giving two independent random crops, query and document (+ title),
+  after word deletion.
+
+  Args:
+    skipped: when given, counts what was passed over, by CropSkip reason (the one effect
+      of this function; pipelines.pairs turns it into counters).
+  """
+  if not passages or config.crop_per_page <= 0:
+    return []
+  passages = sorted(passages, key=lambda p: p.passage_id)
+  page_id = passages[0].page_id
+  eligible = [p for p in passages if croppable(p, config)]
+  if skipped is not None and len(eligible) < len(passages):
+    skipped[CropSkip.SHORT] = skipped.get(CropSkip.SHORT, 0) + len(passages) - len(eligible)
+  chosen = rng_for("crop", page_id).sample(eligible, min(config.crop_per_page, len(eligible)))
+  pairs = []
+  for passage in sorted(chosen, key=lambda p: p.passage_id):
+    # A passage's crops depend on it alone, not on which other passages were chosen.
+    rng = rng_for("crop", page_id, passage.passage_id)
+    words = passage.text.split()
+    crops = []
+    for _ in range(2):  # query, then document: drawn independently
+      start, end = crop_span(len(words), config, rng)
+      crops.append([w for w in words[start:end] if rng.random() >= config.crop_delete_prob])
+    query, doc = crops
+    if len(query) < config.min_query_words or len(doc) < config.min_doc_words:
+      if skipped is not None:
+        skipped[CropSkip.DELETION] = skipped.get(CropSkip.DELETION, 0) + 1
+      continue
+    pairs.append(Pair(CROP_TASK, " ".join(query), passage.title, " ".join(doc), page_id,
+                      page_id, passage.passage_id))
+  return pairs

@@ -5,7 +5,8 @@ pairs.
     text files (WikiExtractor, JSONL; pipelines.textdocs) --ReadTextPages--> Page
       --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
       --MakePassages--> (page_id, tuple[Passage])  --WritePassages--> passages/*.parquet
-      --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id)
+      --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id;
+                        crop per page, only with --crop_per_page > 0)
                         --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
 
@@ -18,10 +19,11 @@ also counts per input: `input<k>_pages_read` (k = position), and for text inputs
 no article, is a ValueError after the run; --out is then left as it was.
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
-to `heldout` when *either* of its pages is held out (a WLP pair joins two pages), else to
-`train`, so that no held-out page feeds training. Lengths in stats.json are estimated word pieces
-(whitespace words x 1.3, see pair_tasks.estimate_wordpieces); the document length counts the
-document text without its title.
+to `heldout` when *either* of its pages is held out (a WLP pair joins two pages; ICT, BFS and
+crop pairs have one), else to `train`, so that no held-out page feeds training. Lengths in
+stats.json are estimated word pieces (whitespace words x 1.3, see
+pair_tasks.estimate_wordpieces); the document length counts the document text without its
+title.
 
 Memory. On the local runner (DirectRunner, one process or `--direct_num_workers` of them)
 the joins go through files (pipelines.shuffle, `--shuffle=disk`, the default there), and the
@@ -37,6 +39,7 @@ its flag parser, and passes every flag it does not know as a Beam pipeline optio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -114,6 +117,25 @@ class _CountKeptPerInput(beam.DoFn):
     return ()
 
 
+class _CropPairs(beam.DoFn):
+  """(page_id, tuple[Passage]) -> Pair of the crop task (pair_tasks.crop_pairs), counting the
+  passages it passes over as `crop_skipped_<reason>`."""
+
+  def __init__(self, config: PairConfig):
+    self.config = config
+    self.counters: dict = {}  # made in the worker, on first use
+
+  def process(self, element):
+    skipped: dict = {}
+    pairs = pair_tasks.crop_pairs(element[1], self.config, skipped)
+    for reason, n in skipped.items():
+      name = C.crop_skipped(reason)
+      if name not in self.counters:
+        self.counters[name] = tio.counter(name)
+      self.counters[name].inc(n)
+    return pairs
+
+
 def _passage_rows(element):
   """(page_id, tuple[Passage]) -> ("passages", row) per passage."""
   for passage in element[1]:
@@ -148,11 +170,12 @@ def _wlp_pairs(element, config: PairConfig):
 
 class MakePairs(beam.PTransform):
   """{"passages": PCollection[(page_id, tuple[Passage])], "inlinks": PCollection[(target_id,
-  (linking_id, link_titles))]} -> {"ict", "bfs", "wlp": PCollection[Pair]}.
+  (linking_id, link_titles))]} -> {"ict", "bfs", "wlp"(, "crop"): PCollection[Pair]}.
 
-  The tasks stay apart: ICT and BFS pairs are made (and written) in the stage that makes the
-  passages, WLP pairs after two joins; a Flatten across the two would be held in memory by
-  the local runner.
+  The tasks stay apart: ICT, BFS (and crop) pairs are made (and written) in the stage that
+  makes the passages, WLP pairs after two joins; a Flatten across the two would be held in
+  memory by the local runner. Crop is in the output only when `config.crop_per_page` > 0:
+  without it the pipeline is the one of the paper's three tasks, step for step.
   """
 
   def __init__(self, config: PairConfig = PairConfig(),
@@ -185,7 +208,11 @@ class MakePairs(beam.PTransform):
     wlp = ({"requests": requests, "passages": docs}
            | "JoinRequestsWithPassages" >> shuffle_lib.CoGroupByKey(self.shuffle)
            | "WlpPairs" >> beam.FlatMap(_wlp_pairs, config))
-    return {"ict": ict, "bfs": bfs, "wlp": wlp}
+    out = {"ict": ict, "bfs": bfs, "wlp": wlp}
+    if contracts.CROP_TASK in config.tasks:
+      # Pair: two independent crops of one passage (Contriever)
+      out[contracts.CROP_TASK] = passages | "CropPairs" >> beam.ParDo(_CropPairs(config))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,10 +278,11 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   # {task: Pair}
   pairs = ({"passages": passages, "inlinks": resolved["inlinks"]}
            | "MakePairs" >> MakePairs(config.pairs, shuffle))
+  tasks = config.pairs.tasks
   outputs = {_output_name(task, split): shards.Output(
                  contracts.pairs_prefix(out, task, split), contracts.PAIRS_SUFFIX, "tfrecord")
-             for task in contracts.PRETRAIN_TASKS for split in contracts.PAIR_SPLITS}
-  _ = (tuple(pairs[task] for task in contracts.PRETRAIN_TASKS)
+             for task in tasks for split in contracts.PAIR_SPLITS}
+  _ = (tuple(pairs[task] for task in tasks)
        | "WritePairs" >> shards.WriteShards(outputs, _PairRecords(config.heldout_percent,
                                                                   per_input),
                                             f"{out}/.tmp-pairs-{run_id}", config.num_shards,
@@ -316,8 +344,10 @@ def make_shuffle(config: PairsConfig) -> shuffle_lib.Shuffle:
   return shuffle_lib.Shuffle(directory, buckets)
 
 
-def finish_stats(counters: dict[str, int]) -> dict:
-  """stats.json: every counter, plus the Table 1 columns and the link resolution share."""
+def finish_stats(counters: dict[str, int],
+                 tasks: tuple[str, ...] = contracts.PRETRAIN_TASKS) -> dict:
+  """stats.json: every counter, plus the Table 1 columns and the link resolution share;
+  `tasks`: those the run wrote (PairConfig.tasks), each counted, 0 included."""
   stats: dict = dict(counters)
   for name in C.PAIRS_ALWAYS:
     stats.setdefault(name, 0)
@@ -325,11 +355,14 @@ def finish_stats(counters: dict[str, int]) -> dict:
   # counters something incremented): a text input without links says "0 WLP pairs".
   for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:
     prefix = kept[:-len(C.PAGES_KEPT)]
-    for task in contracts.PRETRAIN_TASKS:
+    for task in tasks:
       stats.setdefault(prefix + C.pairs(task), 0)
     if prefix != C.MEDIAWIKI_PREFIX:  # a text input: its links before resolution
       stats.setdefault(prefix + C.LINKS_TOTAL, 0)
-  for task in contracts.PRETRAIN_TASKS:
+  if contracts.CROP_TASK in tasks:
+    for reason in pair_tasks.CropSkip:
+      stats.setdefault(C.crop_skipped(reason), 0)
+  for task in tasks:
     stats.setdefault(C.pairs(task), 0)
     tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
     tio.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
@@ -339,8 +372,16 @@ def finish_stats(counters: dict[str, int]) -> dict:
   return stats
 
 
+def tasks_in(stats: dict) -> tuple[str, ...]:
+  """The tasks a run wrote, from its stats.json: the paper's three, + crop when it ran."""
+  return contracts.PRETRAIN_TASKS + tuple(t for t in contracts.PAIR_TASKS
+                                          if t not in contracts.PRETRAIN_TASKS
+                                          and C.pairs(t) in stats)
+
+
 def summary_table(stats: dict, out: str) -> str:
   """The command's result: page accounting, links, and the Table 1 columns per task."""
+  tasks = tasks_in(stats)
   skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
   lines = [f"pages read {stats.get('pages_read', 0)}: kept {stats.get('pages_kept', 0)}, "
            f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}",
@@ -350,7 +391,7 @@ def summary_table(stats: dict, out: str) -> str:
            f"{stats.get('links_redirect_loop', 0)}",
            f"passages {stats.get('passages', 0)}", "",
            f"{'task':<5} {'pairs':>9} {'heldout':>8} {'query tok':>10} {'doc tok':>8}"]
-  for task in contracts.PRETRAIN_TASKS:
+  for task in tasks:
     lines.append(f"{task:<5} {stats.get(f'pairs_{task}', 0):>9} "
                  f"{stats.get(f'pairs_{task}_heldout', 0):>8} "
                  f"{stats.get(f'mean_query_tokens_{task}', 0.0):>10.1f} "
@@ -359,21 +400,29 @@ def summary_table(stats: dict, out: str) -> str:
                    if k.startswith(C.MEDIAWIKI_PREFIX) or re.match(r"input\d+_", k)})
   if inputs:
     lines += ["", f"{'input':<10} {'read':>8} {'kept':>8} "
-              + " ".join(f"{'pairs ' + t:>10}" for t in contracts.PRETRAIN_TASKS)]
+              + " ".join(f"{'pairs ' + t:>10}" for t in tasks)]
     for name in inputs:
       # A dump's pages kept and pairs are on the "mediawiki" line (dumps share an id space).
       dump = f"{name}_{C.PAGES_KEPT}" not in stats and name != "mediawiki"
       lines.append(f"{name:<10} {stats.get(f'{name}_{C.PAGES_READ}', '-'):>8} "
                    f"{'-' if dump else stats.get(f'{name}_{C.PAGES_KEPT}', 0):>8} "
                    + " ".join(f"{'-' if dump else stats.get(f'{name}_{C.pairs(t)}', 0):>10}"
-                              for t in contracts.PRETRAIN_TASKS))
+                              for t in tasks))
   lines += ["", f"written to {out} (pairs/, passages/, {contracts.STATS_FILE})"]
   return "\n".join(lines)
 
 
+def recorded_settings(config: PairsConfig) -> dict:
+  """The settings as config.json records them: every field, the pair settings as
+  PairConfig.settings() gives them (no crop_* field while crop is off, as before crop)."""
+  return {**dataclasses.asdict(config), "pairs": config.pairs.settings()}
+
+
 def output_settings(config: PairsConfig) -> dict:
-  """The settings that decide what `run` writes (how the joins shuffle does not)."""
-  return outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets"))
+  """The settings that decide what `run` writes (how the joins shuffle does not); the pair
+  settings as PairConfig.settings() gives them."""
+  return {**outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets")),
+          "pairs": config.pairs.settings()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,14 +451,15 @@ def run(config: PairsConfig) -> PairsResult:
                       overwrite=config.overwrite, markers=markers) as out:
     staged = dataclasses.replace(config, out=out)
     # The settings as given (--out the folder readers see, not the temporary one).
-    tio.write_json(contracts.pairs_config_path(out),
-                   dataclasses.asdict(config))
+    tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
     shuffle = make_shuffle(staged)
     if shuffle.on_disk:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
       stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle),
-                               config.beam_args, stats_dir=out, finish=finish_stats)
+                               config.beam_args, stats_dir=out,
+                               finish=functools.partial(finish_stats,
+                                                        tasks=config.pairs.tasks))
     finally:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)

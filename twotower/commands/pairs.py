@@ -1,5 +1,5 @@
 """`twotower pairs --dump GLOB --out DIR`: Wikipedia dump (or extracted text) -> ICT / BFS / WLP
-pairs, passages, stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline
+(+ crop) pairs, passages, stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline
 option)."""
 
 from __future__ import annotations
@@ -45,6 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
                  help="shortest query sentence, in whitespace words")
   p.add_argument("--min_doc_words", type=int, default=pp.min_doc_words,
                  help="shortest document text, in whitespace words")
+  p.add_argument("--crop_per_page", type=int, default=pp.crop_per_page,
+                 help="Contriever's crop pairs per page (one per sampled passage: two "
+                      "independent random spans of it); 0 = no crop pairs")
+  p.add_argument("--crop_min_ratio", type=float, default=pp.crop_min_ratio,
+                 help="shortest crop, as a share of the passage's whitespace words, in (0, 1] "
+                      "(Contriever's 0.1)")
+  p.add_argument("--crop_max_ratio", type=float, default=pp.crop_max_ratio,
+                 help="longest crop, as a share of the passage's whitespace words, in (0, 1] "
+                      "(Contriever's 0.5)")
+  p.add_argument("--crop_delete_prob", type=float, default=pp.crop_delete_prob,
+                 help="probability that a crop drops each of its words, in [0, 1) "
+                      "(Contriever's 0.1)")
   p.add_argument("--max_redirect_hops", type=int, default=links.DEFAULT_MAX_HOPS,
                  help="longest redirect chain followed")
   p.add_argument("--heldout_percent", type=float, default=5.0,
@@ -70,22 +82,28 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
-  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "num_shards",
-                               "shuffle_buckets"))
+  flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "crop_per_page",
+                               "num_shards", "shuffle_buckets"))
   if not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
   if not 0 <= args.ict_keep_prob <= 1:
     p.error(f"--ict_keep_prob must be in [0, 1], got {args.ict_keep_prob}")
+  try:
+    pair_config = PairConfig(
+        ict_per_page=args.ict_per_page, bfs_per_page=args.bfs_per_page,
+        wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
+        min_query_words=args.min_query_words, min_doc_words=args.min_doc_words,
+        crop_per_page=args.crop_per_page, crop_min_ratio=args.crop_min_ratio,
+        crop_max_ratio=args.crop_max_ratio, crop_delete_prob=args.crop_delete_prob)
+  except ValueError as e:  # PairConfig's own checks (the crop options), as a usage error
+    p.error(f"--{e}")
   return pairs.PairsConfig(
       dump=args.dump, out=args.out,
       passages=passages.PassageConfig(
           splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
           max_passage_tokens=args.max_passage_tokens,
           min_passage_tokens=args.min_passage_tokens),
-      pairs=PairConfig(ict_per_page=args.ict_per_page, bfs_per_page=args.bfs_per_page,
-                       wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
-                       min_query_words=args.min_query_words,
-                       min_doc_words=args.min_doc_words),
+      pairs=pair_config,
       max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
       num_shards=args.num_shards, shuffle=args.shuffle, shuffle_dir=args.shuffle_dir,
       shuffle_buckets=args.shuffle_buckets, overwrite=args.overwrite, beam_args=beam_args)

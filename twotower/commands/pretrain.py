@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("--passages", default=None,
                  help="passages/ dir (MLM text; held-out pages are skipped)")
   g.add_argument("--tasks", default=None,
-                 help=f"comma list of {','.join(contracts.PRETRAIN_TASKS)}, or mlm "
+                 help=f"comma list of {','.join(contracts.PAIR_TASKS)}, or mlm "
                       "(default: data.tasks of the config)")
   g.add_argument("--mixture", choices=config_lib.MIXTURES, default=None,
                  help="several tasks: equal shares, or pooled (uniform over all training "

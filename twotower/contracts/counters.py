@@ -94,6 +94,12 @@ def pairs(task: str, split: str = "") -> str:
   return f"pairs_{task}_{split}" if split else f"pairs_{task}"
 
 
+def crop_skipped(reason: str) -> str:
+  """Passages the crop task passed over, by reason (pipelines.pair_tasks.CropSkip):
+  `crop_skipped_short`, `crop_skipped_deletion`. Counted only in runs with crop pairs."""
+  return f"crop_skipped_{reason}"
+
+
 def query_tokens(task: str) -> str:
   """Estimated word pieces of the queries of a task, summed (Table 1)."""
   return f"query_tokens_{task}"

@@ -102,6 +102,12 @@ class Page:
 #: Pre-training tasks of the paper, and the task name of ReQA fine-tuning pairs.
 PRETRAIN_TASKS = ("ict", "bfs", "wlp")
 REQA_TASK = "reqa"
+#: Contriever's pre-training task (Izacard et al., TMLR 2022: two independent random crops of
+#: one passage). The pair pipeline writes it only when asked (`--crop_per_page` > 0), so a run
+#: without it writes, counts and records exactly what runs before it did.
+CROP_TASK = "crop"
+#: Every task the pair pipeline can write, i.e. every pre-training task on pairs.
+PAIR_TASKS = PRETRAIN_TASKS + (CROP_TASK,)
 
 #: Splits of the pair pipeline: `heldout` pages (by a hash of the page id) never feed training.
 PAIR_SPLITS = ("train", "heldout")

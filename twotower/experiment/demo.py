@@ -83,8 +83,7 @@ def plan(config: DemoConfig) -> Plan:
   pairs = p.add("pairs", "pairs/demo", {
       "dump": config.dump, "corpus": "", "squad_text": "",
       "heldout_percent": config.heldout_percent,
-      "pairs": dataclasses.asdict(PairConfig(ict_per_page=100, bfs_per_page=40,
-                                             wlp_per_page=20)),
+      "pairs": PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20).settings(),
       "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128))})
   vocab = p.add("vocab", "vocab/demo", {"vocab_size": config.vocab_size}, {"pairs": pairs})
   benchmarks = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
