@@ -1,7 +1,7 @@
 """Does a bundle answer as the batch path does, on real data? (deploy.serving.check)
 
   .venv/bin/python -m benchmarks.serve_equivalence --bundle runs/squad-bundle \
-      --model runs/demo/model-ict-bfs-wlp --reqa runs/squad-reqa --split test-5 [--k 100]
+      --model runs/demo/pretrain/ict+bfs+wlp-* --reqa runs/squad-reqa --split test-5 [--k 100]
 
 Runs `twotower embed` + `index` + `search`, `twotower bm25` and `twotower fuse` (at the
 bundle's weight) on the split's questions from their own inputs, then the bundle's API on the
