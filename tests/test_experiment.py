@@ -155,6 +155,22 @@ def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabula
   assert the_plan["datastats/squad"].deps["control_pairs"] == "pairs/wiki+squad"
 
 
+def test_the_crop_row_pretrains_on_a_second_pair_set_with_the_grids_vocabulary():
+  """A row whose `pairs` settings add a task (Contriever's crop) gets a pair set of its own,
+  named by the task, of the same text; the vocabulary and every other row stay the grid's."""
+  the_plan, entries = plan.plan(grid.load("cpu-small"), INPUTS)
+  crop = the_plan["pretrain/crop/base/s0"]
+  assert crop.deps == {"pairs": "pairs/wiki+crop", "vocab": "vocab/wiki"}
+  own, grids = the_plan["pairs/wiki+crop"].params, the_plan["pairs/wiki"].params
+  assert own["pairs"] == {**grids["pairs"], "crop_per_page": 64}
+  assert {k: v for k, v in own.items() if k != "pairs"} == {
+      k: v for k, v in grids.items() if k != "pairs"}
+  assert crop.params["config"]["data"]["tasks"] == ["crop"]
+  assert the_plan["pretrain/ict/base/s0"].deps["pairs"] == "pairs/wiki"
+  assert {e.ratio for e in entries if e.system == "crop" and e.table == "successors"} == {
+      0, 1, 5, 10, 80}
+
+
 def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
   from twotower.eval import data_stats
   from twotower.pipelines import inputs, squad_dump

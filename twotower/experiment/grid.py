@@ -65,6 +65,9 @@ class System:
     pretrain_text_from_squad: pre-train with (True) or without (False) the QA file's
       articles in the pre-training text, against the grid's `data` default (None): the
       control row that shows what the test articles' text is worth.
+    pairs: pair pipeline settings over the grid's `data.pairs`, for a row pre-trained on a
+      task the grid's own pair set does not make (Contriever's crop: `crop_per_page`); the
+      row gets a second pair set of the same text, and the grid's vocabulary.
     fuse: rows of a hybrid: the first (BM25), then its partner, or several candidate
       partners of which the validation split chooses one; fusion: its method.
     tune_metric, min_tune_questions, untuned_weight: a hybrid's weight maximises
@@ -84,6 +87,7 @@ class System:
   pretrained_as: str = ""
   hard_negatives: int = 0
   pretrain_text_from_squad: Optional[bool] = None
+  pairs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   fuse: tuple[str, ...] = ()
   fusion: str = "interpolate"
   tune_metric: str = contracts.MEAN_RECALL
@@ -187,6 +191,11 @@ class GridSpec:
   def pretraining_of(self, system: System) -> System:
     """The row whose pre-training `system` reuses (itself unless `pretrained_as`)."""
     return self.systems[system.pretrained_as] if system.pretrained_as else system
+
+  def pairs_of(self, system: System) -> dict:
+    """The pair settings `system`'s pre-training reads beyond the grid's (empty: the grid's
+    own pair set)."""
+    return dict(self.pretraining_of(system).pairs)
 
   def squad_text_in_pretraining(self, system: System) -> bool:
     """Whether `system`'s pre-training text holds the QA file's articles."""

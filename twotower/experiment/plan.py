@@ -36,6 +36,7 @@ from typing import Any, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower.experiment import grid as grid_lib
 from twotower.experiment.grid import GridSpec, System, Variant
+from twotower.pipelines.pair_tasks import PairConfig
 
 KINDS = ("pairs", "vocab", "reqa", "heldout", "datastats", "hardneg", "bm25", "pretrain", "finetune",
          "eval", "fuse", "bundle")
@@ -158,18 +159,21 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   entries: list[Entry] = []
   data = spec.data
 
-  def pairs_cell(squad_text: bool) -> str:
+  def pairs_cell(squad_text: bool, extra: Optional[Mapping[str, Any]] = None) -> str:
     squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
     params = {"dump": inputs.dump, "squad_text": inputs.squad if squad_text else "",
-              "pairs": dict(data.pairs), "passages": dict(data.passages),
+              "pairs": {**data.pairs, **(extra or {})}, "passages": dict(data.passages),
               "heldout_percent": data.heldout_percent}
     if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
       params["corpus"] = inputs.corpus
     # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
     # without the QA file's articles) is a second pair set beside it.
     other = squad_text != (data.pretrain_text_from_squad and bool(inputs.squad))
-    return p.add("pairs", "pairs/wiki" + ("+squad" if squad_text else "-squad") * other,
-                 params)
+    # A row's own pair settings (a task the grid's set lacks): named by the tasks they add.
+    added = [t for t in PairConfig(**params["pairs"]).tasks
+             if t not in PairConfig(**data.pairs).tasks]
+    return p.add("pairs", "pairs/wiki" + ("+squad" if squad_text else "-squad") * other
+                 + "".join(f"+{t}" for t in added), params)
 
   pairs = pairs_cell(data.pretrain_text_from_squad)
   # One vocabulary for every row, the control row's included: rows differ in pre-training
@@ -191,7 +195,8 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
     if export_pretrained and source.tasks != ("mlm",):  # (absent: earlier keys stay)
       params["export"] = True
     return p.add("pretrain", f"pretrain/{source.name}/{variant.name}/s{seed}", params,
-                 {"pairs": pairs_cell(spec.squad_text_in_pretraining(source)),
+                 {"pairs": pairs_cell(spec.squad_text_in_pretraining(source),
+                                      spec.pairs_of(source)),
                   "vocab": vocab})
 
   def hardneg(reqa: str, k: int) -> str:
