@@ -77,9 +77,17 @@ def evaluate_run_file(path: str, system: str, splits: Sequence[ReqaSplit],
                       ks: Sequence[int] = contracts.DEFAULT_KS) -> list[dict]:
   """`evaluate` of a run file (TREC or Parquet, eval.runs), after `check_run` on each
   split."""
-  run = runs_lib.ids_only(runs_lib.read_run(path))
+  return evaluate_checked(runs_lib.ids_only(runs_lib.read_run(path)), system, splits, golds,
+                          ks, where=path)
+
+
+def evaluate_checked(run: Mapping[str, Sequence[int]], system: str,
+                     splits: Sequence[ReqaSplit], golds: Sequence[str] = ("pair",),
+                     ks: Sequence[int] = contracts.DEFAULT_KS, where: str = "run") -> list[dict]:
+  """`evaluate` of a run in memory, after `check_run` on each split (`where` names the run
+  in its errors)."""
   for split in splits:
-    check_run(run, split, path)
+    check_run(run, split, where)
   return evaluate(run, system, splits, golds, ks)
 
 

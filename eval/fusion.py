@@ -249,11 +249,10 @@ def run(config: FuseConfig) -> FuseResult:
   runs_lib.write_run(config.out, fused, tag=config.tag)
   records = []
   if config.score_splits:
-    splits = evaluate_lib.load_splits(config.reqa, config.score_splits)
-    fused_ids = runs_lib.ids_only(fused)
-    for split in splits:
-      evaluate_lib.check_run(fused_ids, split, config.out)
-    records = evaluate_lib.evaluate(fused_ids, config.tag, splits, config.golds)
+    records = evaluate_lib.evaluate_checked(
+        runs_lib.ids_only(fused), config.tag,
+        evaluate_lib.load_splits(config.reqa, config.score_splits), config.golds,
+        where=config.out)
   return FuseResult(config.out, config.method, weight, tuning, partner, records)
 
 

@@ -329,14 +329,7 @@ def check(config: EmbedConfig) -> None:
                      f"{config.batch_size}")
 
 
-@dataclasses.dataclass(frozen=True)
-class EmbedResult:
-  out: str                    # embeddings-*.parquet and stats.json
-  files: tuple[str, ...]      # every file written (its manifest's list)
-  stats: dict                 # stats.json: rows read, embedded, skipped
-
-
-def run(config: EmbedConfig) -> EmbedResult:
+def run(config: EmbedConfig) -> outputs.StageResult:
   """Runs the job; writes embeddings-*.parquet and stats.json under `config.out`."""
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
@@ -359,7 +352,7 @@ def run(config: EmbedConfig) -> EmbedResult:
     staged = dataclasses.replace(config, out=out)
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
                              stats_dir=out, finish=finish_stats)
-  return EmbedResult(config.out, outputs.files_of(config.out), stats)
+  return outputs.StageResult.of(config.out, stats)
 
 
 def summary_table(stats: dict, config: EmbedConfig) -> str:

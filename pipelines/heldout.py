@@ -83,14 +83,7 @@ def _write_parquet(rows: list[dict], schema, path: str) -> None:
   tio.write_parquet(path, pa.Table.from_pylist(rows, schema))
 
 
-@dataclasses.dataclass(frozen=True)
-class HeldoutResult:
-  out: str                    # the benchmark: candidates, questions-all, stats.json
-  files: tuple[str, ...]      # every file written (its manifest's list)
-  counts: dict[str, int]      # stats.json: questions, candidates, heldout_pages
-
-
-def run(config: HeldoutConfig) -> HeldoutResult:
+def run(config: HeldoutConfig) -> outputs.StageResult:
   """Writes candidates.parquet, questions-all.parquet and stats.json of the held-out pages.
 
   Raises:
@@ -121,7 +114,7 @@ def run(config: HeldoutConfig) -> HeldoutResult:
                    contracts.questions_path(out, contracts.ALL_QUESTIONS))
     tio.write_json(contracts.stats_path(out), counts)
   logger.info("held-out benchmark in %s: %s", config.out, counts)
-  return HeldoutResult(config.out, outputs.files_of(config.out), counts)
+  return outputs.StageResult.of(config.out, counts)
 
 
 def summary_table(counts: dict[str, int], config: HeldoutConfig) -> str:

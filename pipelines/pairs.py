@@ -425,14 +425,7 @@ def output_settings(config: PairsConfig) -> dict:
           "pairs": config.pairs.settings()}
 
 
-@dataclasses.dataclass(frozen=True)
-class PairsResult:
-  out: str                    # the folder: pairs/, passages/, stats.json, config.json
-  files: tuple[str, ...]      # every file written (its manifest's list)
-  stats: dict                 # stats.json: the pipeline's counters
-
-
-def run(config: PairsConfig) -> PairsResult:
+def run(config: PairsConfig) -> outputs.StageResult:
   """Runs the job; writes pairs/, passages/, stats.json and config.json (these settings, so
   that readers of passages/ know the held-out share).
 
@@ -464,7 +457,7 @@ def run(config: PairsConfig) -> PairsResult:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)
     check_inputs_gave_pages(stats, files, config.dump)
-  return PairsResult(config.out, outputs.files_of(config.out), stats)
+  return outputs.StageResult.of(config.out, stats)
 
 
 if __name__ == "__main__":

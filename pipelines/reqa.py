@@ -402,14 +402,7 @@ def check(config: ReqaConfig) -> None:
       squad_lib.load_squad(path)
 
 
-@dataclasses.dataclass(frozen=True)
-class ReqaResult:
-  out: str                    # the benchmark folder (contracts: candidates, questions, finetune)
-  files: tuple[str, ...]      # every file written (its manifest's list)
-  stats: dict                 # stats.json: the pipeline's counters, questions per split
-
-
-def run(config: ReqaConfig) -> ReqaResult:
+def run(config: ReqaConfig) -> outputs.StageResult:
   """Runs the job; writes candidates, questions, fine-tuning pairs and stats.json."""
   check(config)
   tio.log_settings("twotower reqa", dataclasses.asdict(config))
@@ -426,7 +419,7 @@ def run(config: ReqaConfig) -> ReqaResult:
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
                              stats_dir=out,
                              finish=functools.partial(finish_stats, config=config))
-  return ReqaResult(config.out, outputs.files_of(config.out), stats)
+  return outputs.StageResult.of(config.out, stats)
 
 
 def summary_table(stats: dict, config: ReqaConfig) -> str:

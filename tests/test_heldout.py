@@ -25,7 +25,7 @@ def benchmark(tmp_path_factory):
              "--heldout_percent", str(HELDOUT_PERCENT)])
   # The held-out share comes from the pair pipeline's config.json.
   result = heldout.run(heldout.HeldoutConfig(pairs=str(tmp / "pairs"), out=str(tmp / "bench")))
-  counts = result.counts
+  counts = result.stats
   assert sorted(result.files) == sorted(str(p) for p in (tmp / "bench").iterdir()
                                         if p.name != contracts.MANIFEST_FILE)
   candidates = pq.read_table(tmp / "bench" / contracts.CANDIDATES_FILE).to_pylist()

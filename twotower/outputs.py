@@ -26,6 +26,7 @@ the stage writes in place, after the same claim.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import logging
 import os
@@ -215,9 +216,23 @@ def listed(out: str) -> list[str] | None:
   return [f"{out.rstrip('/')}/{name}" for name in manifest.get("files", [])]
 
 
+@dataclasses.dataclass(frozen=True)
+class StageResult:
+  """What a stage that writes a folder returns (pairs, heldout, reqa, embed): the folder,
+  every file it wrote (its manifest's list; empty where the manifest lists none: object
+  stores), and its counters as stats.json holds them."""
+  out: str
+  files: tuple[str, ...]
+  stats: dict
+
+  @classmethod
+  def of(cls, out: str, stats: dict) -> "StageResult":
+    """The result of the run that just wrote `out` (its manifest is in place)."""
+    return cls(out, files_of(out), stats)
+
+
 def files_of(out: str) -> tuple[str, ...]:
-  """The files a stage wrote into folder `out`, as its manifest lists them, for the stage's
-  result; empty where the manifest lists none (object stores)."""
+  """The files its manifest lists in folder `out`; empty where it lists none."""
   return tuple(listed(out) or ())
 
 

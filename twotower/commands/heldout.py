@@ -37,4 +37,4 @@ def parse(argv: Iterable[str] | None) -> heldout.HeldoutConfig:
 
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
-  print(heldout.summary_table(heldout.run(config).counts, config))
+  print(heldout.summary_table(heldout.run(config).stats, config))

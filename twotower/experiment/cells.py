@@ -72,7 +72,7 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
 def _heldout(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import heldout
   result = heldout.run(heldout.HeldoutConfig(pairs=ctx.dep(cell, "pairs"), out=out))
-  return {"counts": result.counts}
+  return {"counts": result.stats}
 
 
 def _datastats(cell: Cell, ctx: Context, out: str) -> dict:

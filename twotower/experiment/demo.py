@@ -46,8 +46,9 @@ from twotower.experiment.plan import Plan
 logger = logging.getLogger(__name__)
 
 DEFAULT_DUMP = "data/enwiki-slice-pages-articles.xml.bz2"
-#: The dense rows: pre-trained on the three tasks, and the same towers untrained.
-SYSTEMS = {"ict+bfs+wlp": ("ict", "bfs", "wlp"), "no-ssl": ()}
+#: The dense rows: towers pre-trained on the three tasks, and the same towers untrained.
+PRETRAINED, UNTRAINED = "ict+bfs+wlp", "no-ssl"
+SYSTEMS = (PRETRAINED, UNTRAINED)
 BM25 = "bm25"
 
 
@@ -71,6 +72,11 @@ class DemoResult:
   benchmarks: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> ReQA dir
 
 
+def benchmarks(config: DemoConfig) -> tuple[str, ...]:
+  """The benchmarks the demo scores: the held-out pages, and ReQA with `--squad`."""
+  return ("heldout", "reqa") if config.squad else ("heldout",)
+
+
 def plan(config: DemoConfig) -> Plan:
   """The demo's cells, in dependency order."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
@@ -86,16 +92,16 @@ def plan(config: DemoConfig) -> Plan:
       "pairs": PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20).settings(),
       "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128))})
   vocab = p.add("vocab", "vocab/demo", {"vocab_size": config.vocab_size}, {"pairs": pairs})
-  benchmarks = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
+  reqa_of = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
   if config.squad:
-    benchmarks["reqa"] = p.add("reqa", "reqa/squad", {
+    reqa_of["reqa"] = p.add("reqa", "reqa/squad", {
         "source": "squad", "path": config.squad, "doc_text": texts.DEFAULT_DOC_TEXT,
         "open_candidates": 0})
   models = {}
-  for name, tasks in SYSTEMS.items():
-    steps = config.pretrain_steps if tasks else 0
+  for name in SYSTEMS:
+    steps = config.pretrain_steps if name == PRETRAINED else 0
     cfg = config_lib.replace(config_lib.load(config.preset),
-                             data={"tasks": ("ict", "bfs", "wlp")}, trainer={"steps": steps})
+                             data={"tasks": contracts.PRETRAIN_TASKS}, trainer={"steps": steps})
     models[name] = p.add("pretrain", f"pretrain/{name}",
                          {"config": cfg.to_dict(), "export": True},
                          {"pairs": pairs, "vocab": vocab})
@@ -103,7 +109,8 @@ def plan(config: DemoConfig) -> Plan:
   # passage (ReQA's `pair` convention, the report's).
   scored = {"splits": [contracts.ALL_QUESTIONS], "golds": ["pair"],
             "doc_text": texts.DEFAULT_DOC_TEXT}
-  for bench, reqa in benchmarks.items():
+  for bench in benchmarks(config):
+    reqa = reqa_of[bench]
     p.add("bm25", f"bm25/{bench}", {**scored, "system": BM25}, {"reqa": reqa})
     for name, model in models.items():
       p.add("eval", f"eval/{bench}/{name}", {**scored, "system": name},
@@ -128,9 +135,8 @@ def run(config: DemoConfig) -> DemoResult:
 
   # Both benchmarks score their `all` split: each record is labelled with its benchmark, so
   # that one table tells the rows apart.
-  benchmarks = {c.name.split("/", 1)[1].split("/")[0]: c for c in the_plan.of_kind("bm25")}
   records = [{**r, "split": bench}
-             for bench in benchmarks
+             for bench in benchmarks(config)
              for name in [f"bm25/{bench}"] + [f"eval/{bench}/{m}" for m in SYSTEMS]
              for r in done(name)["records"]]
   seconds = [(name, done(name)["seconds"]) for name in ran]
@@ -146,11 +152,11 @@ def run(config: DemoConfig) -> DemoResult:
   timed("report", lambda: report.write_report(records, report_dir, "demo"))
   bundle_dir = os.path.join(work, "bundle")
   timed("retriever bundle (all passages)", lambda: bundle.run(bundle.BundleConfig(
-      model=execute.cell_dir(work, the_plan["pretrain/ict+bfs+wlp"]),
+      model=execute.cell_dir(work, the_plan[f"pretrain/{PRETRAINED}"]),
       passages=execute.cell_dir(work, the_plan["pairs/demo"]), out=bundle_dir,
       overwrite=True, weight=bundle.DEFAULT_WEIGHT)))
-  dirs = {bench: execute.cell_dir(work, the_plan[cell.deps["reqa"]])
-          for bench, cell in benchmarks.items()}
+  dirs = {bench: execute.cell_dir(work, the_plan[the_plan[f"bm25/{bench}"].deps["reqa"]])
+          for bench in benchmarks(config)}
   return DemoResult(records, report_dir, tuple(seconds), bundle_dir, dirs)
 
 
