@@ -1,5 +1,5 @@
 """Typed configuration of pre-training and fine-tuning: `TrainingConfig(model, data, trainer,
-runtime)`, as tensorflow/models' `official/core/config_definitions.py` splits an experiment.
+runtime, objective)`, as tensorflow/models' `official/core/config_definitions.py` splits an experiment.
 
 A config comes from a preset name (`model/presets/<name>.yaml`) or a YAML file, then
 `--set section.field=value` overrides; the resolved config is written next to the
@@ -163,6 +163,53 @@ class TrainerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+  """What pre-training adds to the paper's in-batch softmax: the successors' methods, each
+  off by default (a config that leaves them all off writes no `objective:` section, so the
+  runs and grid cells made before this section existed keep their settings and keys).
+
+  Attributes:
+    moco_queue: MoCo (He et al., CVPR 2020) as Contriever (Izacard et al., TMLR 2022) uses
+      it: the documents are embedded by a momentum copy of the tower, and the last
+      `moco_queue` documents' embeddings (all replicas') are extra negatives of every query,
+      beside the global batch's. 0: off. Needs shared towers (the momentum copy follows the
+      one tower that gets gradients) and no gradient cache.
+    moco_momentum: m in theta_k <- m * theta_k + (1 - m) * theta_q, applied before every
+      step's documents are embedded (MoCo's order). Contriever: 0.9995 over 500k steps.
+    condenser_head_layers: Condenser (Gao & Callan, EMNLP 2021): a head of this many
+      Transformer blocks reads the last layer's [CLS] state with the token states of layer
+      `condenser_skip_layer` and predicts masked tokens, so that [CLS] must carry the
+      passage. The head is dropped at export. 0: off. Condenser and coCondenser: 2.
+    condenser_skip_layer: the layer whose token states the head reads (1-based); 0: the
+      middle one, num_layers // 2 (Condenser: 6 of 12).
+    condenser_mlm_rate: share of word pieces masked for the head's MLM (BERT: 0.15).
+    condenser_mlm_weight: the weight of the MLM losses beside the contrastive loss
+      (coCondenser adds them with weight 1).
+  """
+  moco_queue: int = 0
+  moco_momentum: float = 0.999
+  condenser_head_layers: int = 0
+  condenser_skip_layer: int = 0
+  condenser_mlm_rate: float = 0.15
+  condenser_mlm_weight: float = 1.0
+
+  def __post_init__(self):
+    if self.moco_queue < 0:
+      raise ValueError(f"objective.moco_queue={self.moco_queue}: expected 0 (off) or a size")
+    if not 0.0 <= self.moco_momentum < 1.0:
+      raise ValueError(f"objective.moco_momentum={self.moco_momentum}: expected 0 <= m < 1")
+    if self.condenser_head_layers < 0 or self.condenser_skip_layer < 0:
+      raise ValueError("objective.condenser_head_layers / condenser_skip_layer: expected >= 0")
+    if not 0.0 < self.condenser_mlm_rate < 1.0:
+      raise ValueError(f"objective.condenser_mlm_rate={self.condenser_mlm_rate}: expected "
+                       "0 < rate < 1")
+
+  @property
+  def is_default(self) -> bool:
+    return self == ObjectiveConfig()
+
+
+@dataclasses.dataclass(frozen=True)
 class RuntimeConfig:
   """Where it runs.
 
@@ -188,10 +235,26 @@ class TrainingConfig:
   trainer: TrainerConfig = TrainerConfig()
   runtime: RuntimeConfig = RuntimeConfig()
   description: str = ""
+  objective: ObjectiveConfig = ObjectiveConfig()
+
+  def __post_init__(self):
+    o, m = self.objective, self.model
+    if o.moco_queue and not m.shared_towers:
+      raise ValueError("objective.moco_queue needs model.shared_towers=true: the momentum "
+                       "encoder follows the one tower that gets gradients")
+    if o.moco_queue and self.trainer.grad_cache_chunk:
+      raise ValueError("objective.moco_queue and trainer.grad_cache_chunk do not combine yet")
+    if o.condenser_head_layers and m.encoder != "transformer":
+      raise ValueError("objective.condenser_head_layers needs model.encoder=transformer")
+    if o.condenser_skip_layer > m.num_layers:
+      raise ValueError(f"objective.condenser_skip_layer={o.condenser_skip_layer} > "
+                       f"model.num_layers={m.num_layers}")
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
     d["data"]["tasks"] = list(self.data.tasks)
+    if self.objective.is_default:  # what every run before the section existed recorded
+      del d["objective"]
     return d
 
   def to_yaml(self) -> str:
@@ -199,7 +262,7 @@ class TrainingConfig:
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "trainer": TrainerConfig,
-             "runtime": RuntimeConfig}
+             "runtime": RuntimeConfig, "objective": ObjectiveConfig}
 
 
 def _coerce(cls, name: str, value: Any, where: str) -> Any:
