@@ -3,7 +3,7 @@ tokenizer in tf.data) against the same batches cached in memory, and achieved FL
 against a matmul roofline measured in the same run.
 
   .venv/bin/python -m benchmarks.train_speed [--pairs DIR --vocab FILE] [--steps N]
-      [--determinism ordered|op|none] [--compare_determinism]
+      [--determinism ordered|op|none] [--compare_determinism] [--compare_objectives]
 
 Without --pairs it writes synthetic ICT-like pairs (documents of ~doc_len word pieces) to a
 temp dir. A pipeline/cached ratio >= 0.9 says the input pipeline is not the bottleneck.
@@ -16,6 +16,9 @@ identical on CPU), `op` (plus TensorFlow op determinism, `trainer.op_determinism
 or `none` (unordered parallel input). `--compare_determinism` measures cpu-small in each mode,
 each in its own process (op determinism is process-wide and read when kernels are built),
 alternating them, and prints the examples/s ratio of each mode to `none`.
+`--compare_objectives` measures a cpu-small train step (cached batches) with each
+pre-training objective the grid's rows use, alternating them, and prints each one's time per
+step against the paper's in-batch softmax: what a successor's row costs beside the paper's.
 """
 
 from __future__ import annotations
@@ -148,6 +151,36 @@ def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds:
   return summary
 
 
+#: (label, objective overrides) of --compare_objectives: the paper's in-batch softmax first.
+OBJECTIVES = (
+    ("in-batch softmax (paper)", {}),
+    ("MoCo queue 4096, m 0.99 (contriever)", {"moco_queue": 4096, "moco_momentum": 0.99}),
+)
+
+
+def compare_objectives(pairs: str, vocab: str, steps: int, warmup: int, rounds: int) -> list[dict]:
+  """Seconds per cpu-small train step (cached batches, so the input pipeline is out) of each
+  objective of OBJECTIVES, alternating, best of `rounds`."""
+  cfg = config_lib.load("cpu-small")
+  train.set_up(cfg.trainer)
+  tok = Tokenizer.from_file(vocab, cfg.model.query_len, cfg.model.doc_len)
+  batches = data.cached_batches(data.pretrain_dataset(pairs, ["ict"], "train", tok,
+                                                      cfg.data.batch_size), 4)
+  runs = []
+  for label, objective in OBJECTIVES:
+    model = build_two_tower(cfg.model, tok.vocab_size, moco_queue=objective.get("moco_queue", 0),
+                            moco_momentum=objective.get("moco_momentum", 0.999))
+    model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
+    it = iter(batches.repeat())
+    time_steps(model, it, 0, warmup)  # trace the train step
+    runs.append({"objective": label, "model": model, "it": it, "best": float("inf")})
+  for _ in range(rounds):
+    for r in runs:
+      r["best"] = min(r["best"], time_steps(r["model"], r["it"], steps, 0) / steps)
+  return [{"objective": r["objective"], "s_per_step": r["best"],
+           "vs_paper": r["best"] / runs[0]["best"]} for r in runs]
+
+
 def run(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--pairs", default=None, help="pair pipeline output dir (default: synthetic)")
@@ -161,6 +194,8 @@ def run(argv: list[str] | None = None) -> None:
                       "op: + TensorFlow op determinism (trainer.op_determinism); none")
   p.add_argument("--compare_determinism", action="store_true",
                  help="cpu-small in every determinism mode (separate processes)")
+  p.add_argument("--compare_objectives", action="store_true",
+                 help="cpu-small's train step with each pre-training objective (in-batch, MoCo)")
   p.add_argument("--only", default="", help="only the settings whose label starts with this")
   p.add_argument("--json", default="", help="also write the rows to this JSON file")
   args = p.parse_args(argv)
@@ -194,6 +229,14 @@ def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -
       print(f"{mode:<10} {c[mode, 'pipeline_ex_s', 'best']:>18.1f} "
             f"{c[mode, 'pipeline_ex_s', 'median']:>7.1f} {c[mode, 'cached_ex_s', 'best']:>16.1f} "
             f"{c[mode, 'cached_ex_s', 'median']:>7.1f} {ratio:>16.3f}")
+    return
+  if args.compare_objectives:
+    rows = compare_objectives(pairs, vocab, args.steps or 24, args.warmup, args.rounds)
+    print(f"\n{SETTINGS[0][0]}, batch 64, cached batches, data: "
+          f"{'synthetic' if synthetic else pairs}; best of {args.rounds} alternating rounds")
+    print(f"{'objective':<40} {'s/step':>7} {'vs paper':>9}")
+    for r in rows:
+      print(f"{r['objective']:<40} {r['s_per_step']:>7.3f} {r['vs_paper']:>9.2f}")
     return
   roof_before = matmul_roofline()
   rows = [measure(*s, pairs, vocab, args.steps or (24 if s[3] >= 64 else 6), args.warmup,

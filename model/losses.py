@@ -18,6 +18,10 @@ documents. They join the documents every query is scored against: a query sees t
 batch's B positives and its B * k hard negatives, logits [B_local, B_global * (1 + k)]. A
 padded negative (a question with fewer than k, id -1) is masked for every query; a hard
 negative that is a query's own positive (same candidate id) is masked for that query.
+
+MoCo queue (`objective.moco_queue`, Contriever's negatives): the last N documents' embeddings
+from the momentum encoder are columns after the batch's (`queue_logits`), masked where a slot
+is empty or holds the query's own document.
 """
 
 from __future__ import annotations
@@ -133,6 +137,30 @@ def hard_negative_logits(query_emb: tf.Tensor, neg_emb: tf.Tensor, neg_ids: tf.T
   return tf.where(masked, tf.constant(MASKED_LOGIT, logits.dtype), logits)
 
 
+def queue_logits(query_emb: tf.Tensor, queue_emb: tf.Tensor, queue_ids: tf.Tensor,
+                 positive_ids: tf.Tensor | None = None, temperature: float = 1.0) -> tf.Tensor:
+  """Logits of every local query against a MoCo queue of past documents' embeddings.
+
+  Args:
+    query_emb: float [B_local, d].
+    queue_emb: float32 [N, d], the same on every replica (it holds the global batches).
+    queue_ids: int64 [N, K], each slot's document id as `doc_ids` names one; a row of -1 is
+      an empty slot (the queue fills during the first N / B steps) and is masked.
+    positive_ids: int64 [B_local, K], each query's positive: a slot holding the same
+      document (another crop of a passage seen a few steps ago) is masked for that query,
+      as accidental hits are in the batch. None: no such masking.
+    temperature: logits are divided by it.
+  Returns:
+    float32 [B_local, N].
+  """
+  logits = _scores(query_emb, queue_emb, temperature)
+  masked = tf.broadcast_to(tf.reduce_any(queue_ids < 0, axis=-1)[None, :], tf.shape(logits))
+  if positive_ids is not None:
+    same = tf.reduce_all(positive_ids[:, None, :] == queue_ids[None, :, :], axis=-1)
+    masked = tf.logical_or(masked, same)
+  return tf.where(masked, tf.constant(MASKED_LOGIT, logits.dtype), logits)
+
+
 def in_batch_softmax_loss(query_emb: tf.Tensor, doc_emb: tf.Tensor,
                           doc_ids: tf.Tensor | None = None, temperature: float = 1.0,
                           neg_emb: tf.Tensor | None = None, neg_ids: tf.Tensor | None = None,
@@ -144,6 +172,11 @@ def in_batch_softmax_loss(query_emb: tf.Tensor, doc_emb: tf.Tensor,
   train step under R replicas divides by R before Keras sums the gradients.
   """
   logits, labels = in_batch_logits(query_emb, doc_emb, doc_ids, temperature, neg_emb, neg_ids)
+  return softmax_loss(logits, labels)
+
+
+def softmax_loss(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(mean cross-entropy [], logits, labels) of logits whose positive is column `labels`."""
   per_query = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
   return tf.reduce_mean(per_query), logits, labels
 

@@ -260,9 +260,12 @@ def two_tower_builder(cfg: config_lib.TrainingConfig, init: str | None) -> Build
   def build(vocab_size: int) -> keras.Model:
     from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
     model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
-                            cfg.trainer.grad_cache_chunk)
+                            cfg.trainer.grad_cache_chunk, cfg.objective.moco_queue,
+                            cfg.objective.moco_momentum)
     if init and init.lower() != "none":
       init_towers(model, init)
+      if model.momentum_tower is not None:  # MoCo's key encoder starts as the restored tower
+        model.sync_momentum_tower()
     else:
       logger.info("INIT: random initialisation of the towers (no --init)")
     return model

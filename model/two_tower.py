@@ -17,6 +17,17 @@ Batches are dicts (data.py):
 the per-replica batch N pairs at a time, so memory is bounded by N pairs whatever the batch,
 and the gradients are the full-batch ones. 0 embeds the whole batch under one tape.
 
+`moco_queue` N > 0 is MoCo as Contriever pre-trains with it (one shared tower): the documents
+are embedded by a momentum copy of the tower (no gradient; theta_k <- m theta_k + (1 - m)
+theta_q before each step's documents, MoCo's order), and every query is scored against the
+global batch's documents and the last N documents' embeddings, a queue that every replica
+holds alike and that the global batch is pushed into after each step. Contriever's MoCo scores
+a query against its own key and the queue only; we keep the in-batch documents as negatives
+too, so that the loss is ours plus the queue. Held-out evaluation (`test_step`) is the plain
+in-batch softmax of the online tower, comparable with every other row. The momentum tower and
+the queue are model variables, so a checkpoint holds them and a resumed run equals one run
+through (tests/test_moco.py).
+
 `MlmModel` is the masked-LM baseline: one `TransformerBackbone` plus KerasHub's
 `MaskedLMHead` with tied embeddings; after MLM both towers start from its backbone.
 """
@@ -26,6 +37,7 @@ from __future__ import annotations
 import keras
 import keras_hub
 import tensorflow as tf
+from keras import ops
 
 from twotower.model import grad_cache
 from twotower.model import losses
@@ -65,7 +77,8 @@ class TwoTowerModel(keras.Model):
 
   def __init__(self, query_tower: keras.layers.Layer, doc_tower: keras.layers.Layer | None = None,
                temperature: float = 1.0, mask_accidental_hits: bool = True,
-               grad_cache_chunk: int = 0, **kwargs):
+               grad_cache_chunk: int = 0, moco_queue: int = 0, moco_momentum: float = 0.999,
+               **kwargs):
     super().__init__(**kwargs)
     self.query_tower = query_tower
     self.doc_tower = query_tower if doc_tower is None else doc_tower
@@ -75,6 +88,15 @@ class TwoTowerModel(keras.Model):
     self.grad_cache_chunk = int(grad_cache_chunk)
     if self.grad_cache_chunk < 0:
       raise ValueError(f"grad_cache_chunk={grad_cache_chunk}: expected 0 (off) or a chunk size")
+    self.moco_queue, self.moco_momentum = int(moco_queue), float(moco_momentum)
+    self.momentum_tower = None
+    if self.moco_queue:
+      if not self.shared_towers or self.grad_cache_chunk:
+        raise ValueError("moco_queue needs one shared tower and no gradient cache")
+      # A copy of the tower's architecture; its weights are set from the tower's
+      # (`sync_momentum_tower`) once the tower is built and, with --init, restored.
+      config = {**query_tower.get_config(), "name": "momentum_tower"}
+      self.momentum_tower = type(query_tower).from_config(config)
     self.loss_tracker = keras.metrics.Mean(name="loss")
     self.accuracy_tracker = keras.metrics.Mean(name="in_batch_accuracy")
 
@@ -92,7 +114,74 @@ class TwoTowerModel(keras.Model):
       self.query_tower.build(input_shape["query"])
     if not self.doc_tower.built:
       self.doc_tower.build(input_shape["doc"])
+    if self.momentum_tower is not None and not self.momentum_tower.built:
+      self.momentum_tower.build(input_shape["doc"])
+      self.momentum_tower.trainable = False  # after build: it freezes the variables it has
+      dim, ids = self.doc_tower.embedding_dim, 2  # doc_id: (doc_page_id, doc_passage_id)
+      # Attributes, so that tf.train.Checkpoint saves them (a resumed run keeps its queue).
+      self.queue = self.add_weight(shape=(self.moco_queue, dim), initializer="zeros",
+                                   trainable=False, dtype="float32", name="moco_queue")
+      self.queue_ids = self.add_weight(shape=(self.moco_queue, ids),
+                                       initializer=keras.initializers.Constant(-1),
+                                       trainable=False, dtype="int64", name="moco_queue_ids")
+      self.queue_next = self.add_weight(shape=(), initializer="zeros", trainable=False,
+                                        dtype="int64", name="moco_queue_next")
+      self.sync_momentum_tower()
     self.built = True
+
+  # -- MoCo (moco_queue > 0). ---------------------------------------------------------------
+
+  def _momentum_pairs(self):
+    """[(momentum weight, tower weight)], paired by path under the tower."""
+    def under(tower, weight):  # the path below the tower: "backbone/.../embeddings"
+      return weight.path.split(f"{tower.name}/", 1)[1]
+    online = {under(self.query_tower, w): w for w in self.query_tower.weights}
+    return [(w, online[under(self.momentum_tower, w)]) for w in self.momentum_tower.weights]
+
+  def sync_momentum_tower(self) -> None:
+    """theta_k <- theta_q: at build, and after --init restored the tower."""
+    for key, query in self._momentum_pairs():
+      key.assign(query)
+
+  def momentum_update(self) -> None:
+    """theta_k <- m * theta_k + (1 - m) * theta_q (MoCo eq. 2)."""
+    m = self.moco_momentum
+    for key, query in self._momentum_pairs():
+      key.assign(m * key + (1.0 - m) * ops.cast(query, key.dtype))
+
+  def enqueue(self, keys, doc_ids) -> None:
+    """Pushes the global batch's document embeddings (and ids) into the queue, oldest out."""
+    keys, doc_ids = losses.gather_global(keys), losses.gather_global(doc_ids)
+    rows = tf.shape(keys)[0]
+    slots = (self.queue_next + tf.range(rows, dtype=tf.int64)) % self.moco_queue
+    self.queue.assign(tf.tensor_scatter_nd_update(self.queue.value, slots[:, None],
+                                                  tf.cast(keys, tf.float32)))
+    self.queue_ids.assign(tf.tensor_scatter_nd_update(self.queue_ids.value, slots[:, None],
+                                                      tf.cast(doc_ids, tf.int64)))
+    self.queue_next.assign((self.queue_next + tf.cast(rows, tf.int64)) % self.moco_queue)
+
+  def moco_loss(self, data, query_emb, keys):
+    """(loss, logits [B_local, B_global + N], labels): the in-batch softmax against the
+    momentum encoder's documents, with the queue's documents as further columns."""
+    doc_ids = data.get("doc_id") if self.mask_accidental_hits else None
+    logits, labels = losses.in_batch_logits(query_emb, keys, doc_ids, self.temperature)
+    queued = losses.queue_logits(query_emb, self.queue.value, self.queue_ids.value,
+                                 doc_ids, self.temperature)
+    return losses.softmax_loss(tf.concat([logits, queued], axis=1), labels)
+
+  def moco_step(self, data):
+    """One MoCo step: momentum update, keys, the queries' gradients, then the queue."""
+    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
+    self.momentum_update()
+    # Dropout on as in Contriever, whose key encoder runs in training mode too.
+    keys = tf.stop_gradient(self.momentum_tower(data["doc"], training=True))
+    with tf.GradientTape() as tape:
+      query_emb = self.query_tower(data["query"], training=True)
+      loss, logits, labels = self.moco_loss(data, query_emb, keys)
+      objective = self._objective(loss)
+    apply_gradients(self, tape.gradient(objective, self.trainable_variables))
+    self.enqueue(keys, data["doc_id"])
+    return loss, logits, labels
 
   def build_from_config(self, config):
     """Rebuilds the towers' variables when a `.keras` file is loaded."""
@@ -175,6 +264,8 @@ class TwoTowerModel(keras.Model):
         self._dims(inputs), loss_fn, self.trainable_variables, self.seed_states())
 
   def train_step(self, data):
+    if self.moco_queue:
+      return self._update_metrics(*self.moco_step(data))
     if self.grad_cache_chunk:
       (loss, logits, labels), grads = self.cached_gradients(data)
     else:
@@ -200,6 +291,8 @@ class TwoTowerModel(keras.Model):
               "mask_accidental_hits": self.mask_accidental_hits,
               "grad_cache_chunk": self.grad_cache_chunk,
               "name": self.name}
+    if self.moco_queue:
+      config.update(moco_queue=self.moco_queue, moco_momentum=self.moco_momentum)
     return config
 
   @classmethod
@@ -276,15 +369,18 @@ class MlmModel(keras.Model):
 
 
 def build_two_tower(model_config, vocab_size: int, temperature: float = 1.0,
-                    grad_cache_chunk: int = 0) -> TwoTowerModel:
+                    grad_cache_chunk: int = 0, moco_queue: int = 0,
+                    moco_momentum: float = 0.999) -> TwoTowerModel:
   """Towers from a ModelConfig, built; both accept up to max(query_len, doc_len) tokens so that
-  an MLM backbone (trained at doc_len) fits either. `grad_cache_chunk`: TrainerConfig's."""
+  an MLM backbone (trained at doc_len) fits either. `grad_cache_chunk`: TrainerConfig's;
+  `moco_queue`, `moco_momentum`: ObjectiveConfig's."""
   from twotower.model.encoders import build_tower
   c = model_config
   max_length = max(c.query_len, c.doc_len)
   query_tower = build_tower(c, vocab_size, max_length, name="query_tower")
   doc_tower = None if c.shared_towers else build_tower(c, vocab_size, max_length, "doc_tower")
   model = TwoTowerModel(query_tower, doc_tower, temperature=temperature,
-                        grad_cache_chunk=grad_cache_chunk, name="two_tower")
+                        grad_cache_chunk=grad_cache_chunk, moco_queue=moco_queue,
+                        moco_momentum=moco_momentum, name="two_tower")
   model.build_from_lengths(c.query_len, c.doc_len)
   return model

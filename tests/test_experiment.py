@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -468,6 +469,10 @@ def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_gr
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
   assert f"{TINY_CELLS} of {TINY_CELLS} cells done, 0 failed, 0 blocked, 0 to do" in readme
+  # What a row costs to pre-train, from its cell's record: ICT's one seed, its steps.
+  cost = readme.split("## Pre-training cost per row")[1].split("\n## ")[0]
+  ict_steps = the_plan["pretrain/ict/base/s0"].params["config"]["trainer"]["steps"]
+  assert re.search(rf"\| ict \| base \| {ict_steps} \| 1 \| \d", cost), cost
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   # The grid's claim is read from the results: one seed, so an observation either way.
   reading = (results / "reading.md").read_text()

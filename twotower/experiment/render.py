@@ -331,6 +331,35 @@ def machine() -> dict[str, str]:
   return info
 
 
+def pretraining_costs(plan: Plan, done: Mapping[str, Optional[dict]]) -> list[str]:
+  """README lines: each pre-trained row's steps and CPU time per seed, from the finished
+  pre-training cells' records (what a user pays to add the row)."""
+  rows: dict[tuple[str, str], list[dict]] = {}
+  steps: dict[tuple[str, str], int] = {}
+  for cell in plan:
+    if cell.kind != "pretrain":
+      continue
+    key = (cell.params["system"], cell.params["variant"])
+    steps[key] = cell.params["config"]["trainer"]["steps"]
+    rows.setdefault(key, [])
+    if done.get(cell.name):
+      rows[key].append(done[cell.name])
+  if not rows:
+    return []
+  lines = ["", "## Pre-training cost per row", "",
+           "CPU time of one pre-training run (one seed) on the machine below, the mean over "
+           "the finished seeds; under load from whatever else ran on the machine then.", "",
+           "| row | variant | steps | seeds done | CPU per seed | wall per seed |",
+           "|---|---|---:|---:|---:|---:|"]
+  for (system, variant), records in rows.items():
+    n = len(records)
+    cpu = sum(r.get("cpu_seconds", 0.0) for r in records) / n if n else 0.0
+    wall = sum(r.get("seconds", 0.0) for r in records) / n if n else 0.0
+    lines.append(f"| {system} | {variant} | {steps[(system, variant)]} | {n} | "
+                 f"{format_seconds(cpu) if n else ''} | {format_seconds(wall) if n else ''} |")
+  return lines
+
+
 def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
                  results_dir: str, sections: Sequence[str]) -> str:
   """README.md: command, what the grid is, results, machine, packages, cells and time."""
@@ -360,6 +389,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
             f"{m.get('cpu', '?')}, {m['cores']} cores, {m.get('ram', '?')} RAM; {m['os']}; "
             f"Python {m['python']}.", "", "| package | version |", "|---|---|"]
   lines += [f"| {k} | {v} |" for k, v in tio.package_versions(PACKAGES).items()]
+  lines += pretraining_costs(plan, done)
   wall = sum((d or {}).get("seconds", 0.0) for d in done.values())
   cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
