@@ -16,7 +16,7 @@ import pytest
 from twotower.commands import experiment as experiment_cmd
 from twotower.contracts import codecs
 from twotower import experiment
-from twotower.experiment import execute, grid, plan, render
+from twotower.experiment import execute, grid, plan, recheck, render
 from wikidump_fixtures import DumpPage, write_dump
 
 INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",
@@ -560,3 +560,32 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   assert stats["input1_pages_kept"] == 6 and stats["input1_pairs_ict"] > 0
   assert stats["mediawiki_pages_kept"] == len(TOPICS) * 2  # the dump and the SQuAD articles
   assert textdocs.input_of(textdocs.TEXT_ID_STRIDE * 2 + 1) == 1
+
+
+@pytest.mark.slow
+def test_recheck_remakes_a_sample_of_cells_and_finds_the_same_floats(tiny_grid, tmp_path):
+  """`--recheck 2`: one zero-shot evaluation (re-embedded) and one fine-tuned one (trained
+  again from the same pre-trained towers) by the ratio round-robin; the records compared are
+  the re-made cells' own, and the work directory is left as it was."""
+  config, _, the_plan, _ = tiny_grid
+  results = tmp_path / "results"
+  before = {c.name: execute.read_done(execute.cell_dir(config.out, c)) for c in the_plan}
+  result = experiment.run(dataclasses.replace(config, results_dir=str(results), recheck=2,
+                                              recheck_dir=str(tmp_path / "scratch")))
+  assert len(result.ran) == 2
+  assert {the_plan[name].params["ratio"] for name in result.ran} == {0, 80}
+  text = (results / "recheck.md").read_text()
+  assert "2 of 2 gave every metric as the same float" in text
+  for name in result.ran:
+    cell = the_plan[name]
+    chain = recheck.remade_cells(the_plan, cell)
+    scratch = tmp_path / "scratch" / cell.dirname.replace("/", "_")
+    for remade in chain:  # made again there, not linked
+      made = pathlib.Path(execute.cell_dir(str(scratch), remade))
+      assert not made.is_symlink() and (made / execute.DONE_FILE).exists()
+    record = execute.read_done(execute.cell_dir(str(scratch), cell))
+    assert record["records"] == before[name]["records"]
+    assert record["run_file"].startswith(str(scratch))
+  # A fine-tuned cell's trainer was re-made too: two cells for r80, one for zero-shot.
+  assert "| 2 cell(s) |" in text and "| 1 cell(s) |" in text
+  assert {c.name: execute.read_done(execute.cell_dir(config.out, c)) for c in the_plan} == before

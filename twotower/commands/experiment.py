@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--progress", choices=("bar", "epoch", "none"), default="bar",
                  help="training progress: a bar per training cell, a line per checkpoint, "
                       "or nothing")
+  p.add_argument("--recheck", type=int, default=0, metavar="N",
+                 help="run no grid: re-make N finished evaluation cells (seeded, across "
+                      "ratios) with their fine-tuning in a scratch dir and compare their "
+                      "numbers with the records (RESULTS_DIR/recheck.md)")
+  p.add_argument("--recheck_seed", type=int, default=0, help="the sample's seed")
+  p.add_argument("--recheck_dir", default="",
+                 help="the re-made cells' scratch work dir (default OUT/recheck)")
   return p
 
 
@@ -58,6 +65,7 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
       beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
       dry_run=args.dry_run, render_only=args.render_only, readme=args.readme, progress=args.progress,
+      recheck=args.recheck, recheck_seed=args.recheck_seed, recheck_dir=args.recheck_dir,
       command=_grid_command(argv))
 
 

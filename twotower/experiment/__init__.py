@@ -52,6 +52,9 @@ class ExperimentConfig:
   readme: str = ""                              # a file whose results:<grid> block to refresh
   progress: str = "bar"
   command: tuple[str, ...] = ()                 # how it was invoked (for the README)
+  recheck: int = 0                              # re-make this many finished cells, compare
+  recheck_seed: int = 0
+  recheck_dir: str = ""                         # their scratch work dir (default OUT/recheck)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +80,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   records_file = os.path.join(results_dir, execute.RECORDS_FILE)
   # Read once: refresh() adds this run's records to it (a narrowed run keeps the others').
   records = tio.read_json(records_file) if os.path.exists(records_file) else {}
-  if not config.dry_run and records:
+  if not config.dry_run and not config.recheck and records:
     tio.makedirs(work)
     restored = execute.restore(the_plan, work, records)
     if restored:
@@ -86,6 +89,14 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   text, _ = plan_lib.describe(the_plan, [n for n, s in states.items() if s == "done"])
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
+  if config.recheck:
+    from twotower.experiment import recheck  # pylint: disable=import-outside-toplevel
+    rows = recheck.recheck(the_plan, work, config.recheck_dir or os.path.join(work, "recheck"),
+                           config.recheck, config.recheck_seed, config.progress)
+    path = recheck.write(rows, results_dir, config.recheck, config.recheck_seed, work)
+    logs.progress("%s", recheck.table(rows))
+    logs.progress("wrote %s", path)
+    return ExperimentResult(text, tuple(r.cell for r in rows), states, results_dir)
   if config.readme and not render.has_block(config.readme, spec.name):
     # Said before any cell runs, not after the first one.
     raise ValueError(f"{config.readme}: no <!-- results:{spec.name} --> ... "
