@@ -246,6 +246,12 @@ class TrainingConfig:
       raise ValueError("objective.moco_queue and trainer.grad_cache_chunk do not combine yet")
     if o.condenser_head_layers and m.encoder != "transformer":
       raise ValueError("objective.condenser_head_layers needs model.encoder=transformer")
+    if o.condenser_head_layers and o.moco_queue:
+      raise ValueError("objective.condenser_head_layers and objective.moco_queue do not "
+                       "combine (coCondenser's contrastive loss is in-batch)")
+    if o.condenser_head_layers and self.trainer.grad_cache_chunk:
+      raise ValueError("objective.condenser_head_layers and trainer.grad_cache_chunk do not "
+                       "combine yet")
     if o.condenser_skip_layer > m.num_layers:
       raise ValueError(f"objective.condenser_skip_layer={o.condenser_skip_layer} > "
                        f"model.num_layers={m.num_layers}")

@@ -227,6 +227,46 @@ def pretrain_dataset(pairs_root: str, tasks: Sequence[str], split: str, tokenize
   return pair_dataset(files, tokenizer, batch_size, weights=weights, **kwargs)
 
 
+#: The Condenser's MLM targets of a masked pair batch: "<side>_mlm" for each tower's input.
+MLM_TARGETS = ("mask_positions", "mask_ids", "mask_weights")
+MASKED_SIDES = ("query", "doc")
+
+
+def mask_pairs_for_mlm(ds: tf.data.Dataset, tokenizer: Tokenizer, rate: float,
+                       query_predictions: int, doc_predictions: int,
+                       seed: int = 0) -> tf.data.Dataset:
+  """Pair batches (`pair_dataset`) with BERT masking of the query and document word pieces,
+  for the Condenser head's masked LM (model/condenser.py).
+
+  Each batch keeps its keys, with "query" and "doc" `token_ids` masked
+  (`Tokenizer.mask_for_mlm`: `rate` of the pieces, 80/10/10), and gains "query_mlm" and
+  "doc_mlm": {"mask_positions", "mask_ids" int32, "mask_weights" float32} [B, P] with P =
+  `query_predictions` / `doc_predictions`. The towers see the masked ids, for the
+  contrastive loss too, as coCondenser's spans go masked through its one forward pass.
+  Batch i's side k (0 query, 1 document) is masked with the stateless seed
+  fold_in((seed, i), k): a resumed run that skips i batches masks the rest as one run
+  through would. Hard negatives ("neg_doc") are left unmasked.
+
+  A new map over the batches: `pair_dataset` itself is unchanged, so runs without the
+  Condenser head read byte-identical batches.
+  """
+  predictions = {"query": int(query_predictions), "doc": int(doc_predictions)}
+
+  def fn(index, batch):
+    batch = dict(batch)
+    base = tf.stack([tf.constant(seed, tf.int64), index])
+    for k, side in enumerate(MASKED_SIDES):
+      inputs = batch[side]
+      masked = tokenizer.mask_for_mlm(
+          inputs["token_ids"], rate, predictions[side],
+          seed=tf.random.experimental.stateless_fold_in(base, k))
+      batch[side] = {**inputs, "token_ids": masked["token_ids"]}
+      batch[f"{side}_mlm"] = {name: masked[name] for name in MLM_TARGETS}
+    return batch
+  ds = ds.enumerate().map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return ds.prefetch(tf.data.AUTOTUNE)
+
+
 def _passage_texts(passages_dir: str, heldout_percent: float) -> tf.data.Dataset:
   """string [] "title text" of the passages of pages that are not held out, streamed one
   row group at a time (contracts.codecs.read_passages)."""

@@ -76,14 +76,26 @@ class TransformerBackbone(keras.layers.Layer):
     self.built = True
 
   def call(self, inputs, training=None):
+    return self.hidden_states(inputs, training=training)[-1]
+
+  def hidden_states(self, inputs, training=None) -> list:
+    """Every layer's token states, float [batch, length, H] each: index 0 the embeddings'
+    output, index k the output of block k (1-based), the last one what `call` returns.
+
+    The order of Hugging Face's `output_hidden_states`, which the Condenser head
+    (model/condenser.py) indexes as the authors' code does (`hidden_states[skip_from]`).
+    The same layers in the same order as `call`: no variable added or renamed.
+    """
     token_ids = inputs["token_ids"]
     padding_mask = ops.cast(inputs["padding_mask"], "bool")
     x = self.token_embedding(token_ids)
     x = x + self.position_embedding(x)
     x = self.embeddings_dropout(self.embeddings_norm(x), training=training)
+    states = [x]
     for block in self.blocks:
       x = block(x, padding_mask=padding_mask, training=training)
-    return x
+      states.append(x)
+    return states
 
   def get_config(self):
     return {**super().get_config(), "vocab_size": self.vocab_size,
@@ -116,8 +128,19 @@ class TransformerTower(keras.layers.Layer):
     self.built = True
 
   def call(self, inputs, training=None):
-    cls_state = self.backbone(inputs, training=training)[:, 0, :]
-    return ops.cast(self.projection(cls_state), "float32")
+    return self.project(self.backbone(inputs, training=training))
+
+  def project(self, last_states):
+    """The embedding float32 [batch, embedding_dim] of the last layer's token states
+    [batch, length, H]: the linear layer on [CLS]."""
+    return ops.cast(self.projection(last_states[:, 0, :]), "float32")
+
+  def embed_with_states(self, inputs, training=None):
+    """(embedding, every layer's token states) in one forward pass: what `call` returns,
+    and `TransformerBackbone.hidden_states` for a pre-training head that reads the layers
+    (the Condenser head)."""
+    states = self.backbone.hidden_states(inputs, training=training)
+    return self.project(states[-1]), states
 
   def get_config(self):
     b = self.backbone

@@ -8,6 +8,10 @@ backbone with masked-LM (`data.tasks: [mlm]`), through the one trainer (`train.t
   twotower pretrain --config cpu-small --passages DIR/passages --vocab vocab.txt \
       --out runs/mlm --tasks mlm
 
+With `objective.condenser_head_layers > 0` (Condenser / coCondenser, model/condenser.py)
+the pair batches are also masked for a masked-LM head on each tower, and the model is
+`condenser.CondenserTwoTowerModel`; export writes its towers only.
+
 Several tasks are mixed by `data.mixture` (config.DataConfig): "equal" thirds, or "pooled"
 (uniform over the pooled training pairs). Writes `OUT/config.yaml`, `OUT/checkpoints/`,
 `OUT/logs/` (TensorBoard), `OUT/history.csv` (train and held-out loss / in-batch accuracy per
@@ -73,11 +77,17 @@ def run(job: PretrainConfig) -> train.TrainResult:
   weights = (data.task_weights(job.pairs, tasks, contracts.TRAIN, d.mixture)
              if len(tasks) > 1 else None)
   options = {"seed": t.seed, "deterministic": t.deterministic}
+  condenser = cfg.objective.condenser_head_layers > 0
 
   def make_datasets(tokenizer):
-    train_ds = data.pretrain_dataset(job.pairs, tasks, contracts.TRAIN, tokenizer,
-                                     d.batch_size, weights=weights,
-                                     shuffle_buffer=d.shuffle_buffer, **options)
+    if condenser:  # the Condenser head's masked LM on the query and document pieces
+      from twotower.model import condenser as condenser_lib  # pylint: disable=import-outside-toplevel
+      mask = condenser_lib.pair_masker(cfg, tokenizer)
+    else:
+      mask = lambda ds, seed: ds  # pylint: disable=unnecessary-lambda-assignment
+    train_ds = mask(data.pretrain_dataset(job.pairs, tasks, contracts.TRAIN, tokenizer,
+                                          d.batch_size, weights=weights,
+                                          shuffle_buffer=d.shuffle_buffer, **options), t.seed)
     eval_ds = None
     if t.eval_steps > 0:
       try:
@@ -85,9 +95,9 @@ def run(job: PretrainConfig) -> train.TrainResult:
                         if len(tasks) > 1 else None)
         # A fixed sample of held-out batches, shuffled once: in file order a batch would
         # hold passages of one or two pages only (much harder negatives than training sees).
-        eval_ds = data.cached_batches(data.pretrain_dataset(
+        eval_ds = data.cached_batches(mask(data.pretrain_dataset(
             job.pairs, tasks, job.eval_split, tokenizer, d.batch_size, weights=eval_weights,
-            shuffle=True, **{**options, "seed": t.seed + 1}), t.eval_steps)
+            shuffle=True, **{**options, "seed": t.seed + 1}), t.seed + 1), t.eval_steps)
       except FileNotFoundError as e:
         logger.warning("no held-out evaluation: %s", e)
     return train_ds, eval_ds
@@ -95,7 +105,12 @@ def run(job: PretrainConfig) -> train.TrainResult:
   info = {"pairs": job.pairs, "tasks": list(tasks), "mixture": d.mixture}
   if weights:
     info["task_weights"] = {k: round(v, 4) for k, v in weights.items()}
-  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
+  if condenser:
+    from twotower.model import condenser as condenser_lib  # pylint: disable=import-outside-toplevel
+    build_model = condenser_lib.condenser_builder(cfg, job.init)
+  else:
+    build_model = train.two_tower_builder(cfg, job.init)
+  return train.train(job, build_model, make_datasets,
                      learning_rate=t.learning_rate, steps=t.steps, run_info=info)
 
 
