@@ -249,14 +249,6 @@ class CondenserTwoTowerModel(TwoTowerModel):
     data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
     return self._update_condenser_metrics(self.compute_losses(data, training=False))
 
-  def towers_only(self) -> TwoTowerModel:
-    """A plain `TwoTowerModel` on the same towers (no copy), built: what export writes."""
-    model = TwoTowerModel(self.query_tower, None if self.shared_towers else self.doc_tower,
-                          temperature=self.temperature,
-                          mask_accidental_hits=self.mask_accidental_hits, name="two_tower")
-    model.build_from_config(self.get_build_config())
-    return model
-
   def get_config(self):
     return {**super().get_config(), "head_layers": self.head_layers,
             "skip_layer": self.skip_layer, "mlm_weight": self.mlm_weight}

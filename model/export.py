@@ -57,15 +57,14 @@ class ExportModule(tf.Module):
 
 def export(model, tokenizer, vocab_path: str, out_dir: str, config_yaml: str = "") -> str:
   """Writes `<out_dir>/saved_model`, `two_tower.keras`, `vocab.txt`, `config.yaml` of the
-  query and document towers of `model` (a `TwoTowerModel`, or a model whose `towers_only()`
-  gives one).
+  query and document towers of `model` (`TwoTowerModel.towers_only()`).
 
   Returns the SavedModel path.
   """
   io.makedirs(out_dir)
-  # A pre-training model with heads (condenser.CondenserTwoTowerModel) exports its plain
-  # two towers: the heads are for pre-training only.
-  model = model.towers_only() if hasattr(model, "towers_only") else model
+  # The plain two towers: MoCo's momentum tower and queue and a Condenser head are for
+  # pre-training only.
+  model = model.towers_only()
   module = ExportModule(tokenizer, model.query_tower, model.doc_tower)
   saved = os.path.join(out_dir, contracts.SAVED_MODEL_DIR)
   tf.saved_model.save(module, saved, signatures={

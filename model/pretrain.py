@@ -77,17 +77,16 @@ def run(job: PretrainConfig) -> train.TrainResult:
   weights = (data.task_weights(job.pairs, tasks, contracts.TRAIN, d.mixture)
              if len(tasks) > 1 else None)
   options = {"seed": t.seed, "deterministic": t.deterministic}
-  condenser = cfg.objective.condenser_head_layers > 0
+  condenser = None
+  if cfg.objective.condenser_head_layers:  # Condenser's masked LM on both sides of a pair
+    from twotower.model import condenser  # pylint: disable=import-outside-toplevel
 
   def make_datasets(tokenizer):
-    if condenser:  # the Condenser head's masked LM on the query and document pieces
-      from twotower.model import condenser as condenser_lib  # pylint: disable=import-outside-toplevel
-      mask = condenser_lib.pair_masker(cfg, tokenizer)
-    else:
-      mask = lambda ds, seed: ds  # pylint: disable=unnecessary-lambda-assignment
-    train_ds = mask(data.pretrain_dataset(job.pairs, tasks, contracts.TRAIN, tokenizer,
-                                          d.batch_size, weights=weights,
-                                          shuffle_buffer=d.shuffle_buffer, **options), t.seed)
+    def masked(ds, seed):
+      return condenser.pair_masker(cfg, tokenizer)(ds, seed) if condenser else ds
+    train_ds = masked(data.pretrain_dataset(job.pairs, tasks, contracts.TRAIN, tokenizer,
+                                            d.batch_size, weights=weights,
+                                            shuffle_buffer=d.shuffle_buffer, **options), t.seed)
     eval_ds = None
     if t.eval_steps > 0:
       try:
@@ -95,7 +94,7 @@ def run(job: PretrainConfig) -> train.TrainResult:
                         if len(tasks) > 1 else None)
         # A fixed sample of held-out batches, shuffled once: in file order a batch would
         # hold passages of one or two pages only (much harder negatives than training sees).
-        eval_ds = data.cached_batches(mask(data.pretrain_dataset(
+        eval_ds = data.cached_batches(masked(data.pretrain_dataset(
             job.pairs, tasks, job.eval_split, tokenizer, d.batch_size, weights=eval_weights,
             shuffle=True, **{**options, "seed": t.seed + 1}), t.seed + 1), t.eval_steps)
       except FileNotFoundError as e:
@@ -105,11 +104,8 @@ def run(job: PretrainConfig) -> train.TrainResult:
   info = {"pairs": job.pairs, "tasks": list(tasks), "mixture": d.mixture}
   if weights:
     info["task_weights"] = {k: round(v, 4) for k, v in weights.items()}
-  if condenser:
-    from twotower.model import condenser as condenser_lib  # pylint: disable=import-outside-toplevel
-    build_model = condenser_lib.condenser_builder(cfg, job.init)
-  else:
-    build_model = train.two_tower_builder(cfg, job.init)
+  build_model = (condenser.condenser_builder(cfg, job.init) if condenser
+                 else train.two_tower_builder(cfg, job.init))
   return train.train(job, build_model, make_datasets,
                      learning_rate=t.learning_rate, steps=t.steps, run_info=info)
 

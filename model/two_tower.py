@@ -283,6 +283,18 @@ class TwoTowerModel(keras.Model):
       emb = self(data, training=False)
     return self._update_metrics(*self.retrieval_loss(data, emb))
 
+  def towers_only(self) -> "TwoTowerModel":
+    """A plain `TwoTowerModel` on the same towers (no copy), built: what export writes. A
+    model with parts for pre-training only (MoCo's momentum tower and queue, a Condenser
+    head: condenser.py) leaves them out; a plain one is itself."""
+    if type(self) is TwoTowerModel and not self.moco_queue:
+      return self
+    model = TwoTowerModel(self.query_tower, None if self.shared_towers else self.doc_tower,
+                          temperature=self.temperature,
+                          mask_accidental_hits=self.mask_accidental_hits, name="two_tower")
+    model.build_from_config(self.get_build_config())
+    return model
+
   def get_config(self):
     config = {"query_tower": keras.saving.serialize_keras_object(self.query_tower),
               "doc_tower": None if self.shared_towers

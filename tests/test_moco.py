@@ -240,3 +240,23 @@ def test_under_mirrored_strategy_the_queue_holds_every_replicas_documents():
   out = subprocess.run([sys.executable, "-c", _MIRRORED, os.path.dirname(__file__)],
                        capture_output=True, text=True, timeout=600, check=False)
   assert "MIRRORED_OK 2" in out.stdout, out.stderr[-3000:]
+
+
+def test_export_writes_the_tower_alone(tmp_path):
+  """The momentum tower and the queue are for pre-training only: what export writes is the
+  plain model of the same tower."""
+  from twotower.model import export
+  from twotower.model.tokenizer import Tokenizer
+  model = _model()
+  plain = model.towers_only()
+  assert plain.momentum_tower is None and plain.query_tower is model.query_tower
+  assert len(plain.weights) == len(model.query_tower.weights)
+  vocab = testing.write_vocab(str(tmp_path / "vocab.txt"))
+  tokenizer = Tokenizer.from_file(vocab, 6, 10)
+  export.export(model, tokenizer, vocab, str(tmp_path / "export"))
+  loaded = keras.saving.load_model(str(tmp_path / "export" / contracts.KERAS_FILE))
+  assert loaded.momentum_tower is None and "moco_queue" not in loaded.get_config()
+  names = [name for name, _ in tf.train.list_variables(
+      str(tmp_path / "export" / contracts.SAVED_MODEL_DIR / "variables" / "variables"))
+           if not name.startswith("_CHECKPOINTABLE")]
+  assert names and not [n for n in names if "momentum" in n or "queue" in n]
