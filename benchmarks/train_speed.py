@@ -151,27 +151,35 @@ def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds:
   return summary
 
 
-#: (label, objective overrides) of --compare_objectives: the paper's in-batch softmax first.
+#: (label, config overrides) of --compare_objectives: the paper's in-batch softmax first;
+#: the others are the cpu-small grid's successor rows.
 OBJECTIVES = (
-    ("in-batch softmax (paper)", {}),
-    ("MoCo queue 4096, m 0.99 (contriever)", {"moco_queue": 4096, "moco_momentum": 0.99}),
+    ("in-batch softmax (paper)", ()),
+    ("MoCo queue 4096, m 0.99 (contriever)", ("objective.moco_queue=4096",
+                                             "objective.moco_momentum=0.99")),
+    ("Condenser head 2 blocks (cocondenser)", ("objective.condenser_head_layers=2",)),
 )
 
 
 def compare_objectives(pairs: str, vocab: str, steps: int, warmup: int, rounds: int) -> list[dict]:
   """Seconds per cpu-small train step (cached batches, so the input pipeline is out) of each
-  objective of OBJECTIVES, alternating, best of `rounds`."""
-  cfg = config_lib.load("cpu-small")
-  train.set_up(cfg.trainer)
-  tok = Tokenizer.from_file(vocab, cfg.model.query_len, cfg.model.doc_len)
-  batches = data.cached_batches(data.pretrain_dataset(pairs, ["ict"], "train", tok,
-                                                      cfg.data.batch_size), 4)
+  objective of OBJECTIVES, built and fed as `twotower pretrain` builds and feeds them,
+  alternating, best of `rounds`."""
+  from twotower.model import condenser  # pylint: disable=import-outside-toplevel
   runs = []
-  for label, objective in OBJECTIVES:
-    model = build_two_tower(cfg.model, tok.vocab_size, moco_queue=objective.get("moco_queue", 0),
-                            moco_momentum=objective.get("moco_momentum", 0.999))
+  for label, overrides in OBJECTIVES:
+    cfg = config_lib.load("cpu-small", list(overrides))
+    train.set_up(cfg.trainer)
+    tok = Tokenizer.from_file(vocab, cfg.model.query_len, cfg.model.doc_len)
+    batches = data.pretrain_dataset(pairs, ["ict"], "train", tok, cfg.data.batch_size)
+    head = cfg.objective.condenser_head_layers > 0
+    if head:
+      batches = condenser.pair_masker(cfg, tok)(batches, 0)
+      model = condenser.condenser_builder(cfg, None)(tok.vocab_size)
+    else:
+      model = train.two_tower_builder(cfg, None)(tok.vocab_size)
     model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
-    it = iter(batches.repeat())
+    it = iter(data.cached_batches(batches, 4).repeat())
     time_steps(model, it, 0, warmup)  # trace the train step
     runs.append({"objective": label, "model": model, "it": it, "best": float("inf")})
   for _ in range(rounds):
@@ -195,7 +203,8 @@ def run(argv: list[str] | None = None) -> None:
   p.add_argument("--compare_determinism", action="store_true",
                  help="cpu-small in every determinism mode (separate processes)")
   p.add_argument("--compare_objectives", action="store_true",
-                 help="cpu-small's train step with each pre-training objective (in-batch, MoCo)")
+                 help="cpu-small's train step with each pre-training objective (in-batch, MoCo, "
+                      "Condenser head)")
   p.add_argument("--only", default="", help="only the settings whose label starts with this")
   p.add_argument("--json", default="", help="also write the rows to this JSON file")
   args = p.parse_args(argv)
