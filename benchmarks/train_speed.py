@@ -172,12 +172,9 @@ def compare_objectives(pairs: str, vocab: str, steps: int, warmup: int, rounds: 
     train.set_up(cfg.trainer)
     tok = Tokenizer.from_file(vocab, cfg.model.query_len, cfg.model.doc_len)
     batches = data.pretrain_dataset(pairs, ["ict"], "train", tok, cfg.data.batch_size)
-    head = cfg.objective.condenser_head_layers > 0
-    if head:
+    if cfg.objective.condenser_head_layers:
       batches = condenser.pair_masker(cfg, tok)(batches, 0)
-      model = condenser.condenser_builder(cfg, None)(tok.vocab_size)
-    else:
-      model = train.two_tower_builder(cfg, None)(tok.vocab_size)
+    model = train.two_tower_builder(cfg, None)(tok.vocab_size)
     model.compile(optimizer=train.make_optimizer(1e-4, 1000, 0.1, 0.01))
     it = iter(data.cached_batches(batches, 4).repeat())
     time_steps(model, it, 0, warmup)  # trace the train step

@@ -271,23 +271,6 @@ def build_condenser(cfg, vocab_size: int) -> CondenserTwoTowerModel:
   return model
 
 
-def condenser_builder(cfg, init: str | None):
-  """build_model for `train.train`: `build_condenser`, the towers restored from `init` (a
-  two-tower or MLM run, train.init_towers) if given; the heads always start fresh."""
-  import logging  # pylint: disable=import-outside-toplevel
-  from twotower.model import train  # pylint: disable=import-outside-toplevel
-
-  def build(vocab_size: int) -> keras.Model:
-    model = build_condenser(cfg, vocab_size)
-    if init and init.lower() != "none":
-      train.init_towers(model, init)
-    else:
-      logging.getLogger(__name__).info("INIT: random initialisation of the towers and the "
-                                       "Condenser heads (no --init)")
-    return model
-  return build
-
-
 def pair_masker(cfg, tokenizer):
   """mask(ds, seed) -> ds: `data.mask_pairs_for_mlm` at `objective.condenser_mlm_rate`, with
   as many predicted positions per row as never cap the rate (config.mlm_predictions) at

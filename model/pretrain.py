@@ -104,9 +104,7 @@ def run(job: PretrainConfig) -> train.TrainResult:
   info = {"pairs": job.pairs, "tasks": list(tasks), "mixture": d.mixture}
   if weights:
     info["task_weights"] = {k: round(v, 4) for k, v in weights.items()}
-  build_model = (condenser.condenser_builder(cfg, job.init) if condenser
-                 else train.two_tower_builder(cfg, job.init))
-  return train.train(job, build_model, make_datasets,
+  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
                      learning_rate=t.learning_rate, steps=t.steps, run_info=info)
 
 

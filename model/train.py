@@ -256,12 +256,19 @@ def init_towers(model, path: str) -> None:
 
 
 def two_tower_builder(cfg: config_lib.TrainingConfig, init: str | None) -> BuildModel:
-  """build_model for `train`: the two towers of `cfg.model`, restored from `init` if given."""
+  """build_model for `train`: the two towers of `cfg.model` (with the parts `cfg.objective`
+  adds for pre-training: MoCo's momentum tower and queue, Condenser heads), the towers
+  restored from `init` if given."""
   def build(vocab_size: int) -> keras.Model:
-    from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
-    model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
-                            cfg.trainer.grad_cache_chunk, cfg.objective.moco_queue,
-                            cfg.objective.moco_momentum)
+    # pylint: disable=import-outside-toplevel
+    from twotower.model.two_tower import build_two_tower
+    if cfg.objective.condenser_head_layers:
+      from twotower.model.condenser import build_condenser
+      model = build_condenser(cfg, vocab_size)
+    else:
+      model = build_two_tower(cfg.model, vocab_size, cfg.trainer.temperature,
+                              cfg.trainer.grad_cache_chunk, cfg.objective.moco_queue,
+                              cfg.objective.moco_momentum)
     if init and init.lower() != "none":
       init_towers(model, init)
       if model.momentum_tower is not None:  # MoCo's key encoder starts as the restored tower
