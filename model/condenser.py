@@ -81,7 +81,7 @@ import tensorflow as tf
 from keras import ops
 
 from twotower.model import losses
-from twotower.model.encoders import TransformerTower
+from twotower.model.encoders import TransformerTower, attach_blocks
 from twotower.model.two_tower import TwoTowerModel, apply_gradients
 
 #: The two MLM terms, in the order of the logs.
@@ -104,17 +104,9 @@ class CondenserHead(keras.layers.Layer):
     if not 0 <= self.skip_layer <= backbone.num_layers:
       raise ValueError(f"condenser skip layer {skip_layer}: expected 0 .. {backbone.num_layers}")
     self.hidden_dim = backbone.hidden_dim
-    self.blocks = [
-        keras_hub.layers.TransformerEncoder(
-            intermediate_dim=backbone.intermediate_dim, num_heads=backbone.num_heads,
-            dropout=backbone.dropout, activation="gelu", layer_norm_epsilon=1e-12,
-            kernel_initializer="glorot_uniform", dtype=self.dtype_policy,
-            name=f"condenser_layer_{i}")
-        for i in range(self.num_layers)]
-    # One attribute per block: tf.train.Checkpoint follows attributes, not Keras-tracked
-    # lists (TransformerBackbone says the same), and a resumed run needs the head.
-    for i, block in enumerate(self.blocks):
-      setattr(self, f"condenser_layer_{i}", block)
+    # The backbone's blocks' shape (the authors' `BertLayer(bert.config)`).
+    self.blocks = attach_blocks(self, "condenser_layer", self.num_layers,
+                                backbone.intermediate_dim, backbone.num_heads, backbone.dropout)
     self.mlm_head = keras_hub.layers.MaskedLMHead(
         token_embedding=backbone.token_embedding, intermediate_activation="gelu",
         dtype=self.dtype_policy, name="mlm_head")

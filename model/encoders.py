@@ -26,6 +26,24 @@ def _init(seed_stddev: float = 0.02):
   return keras.initializers.TruncatedNormal(stddev=seed_stddev)
 
 
+def attach_blocks(layer: keras.layers.Layer, prefix: str, count: int, intermediate_dim: int,
+                  num_heads: int, dropout: float) -> list:
+  """`count` BERT-style blocks (KerasHub `TransformerEncoder`: post-LayerNorm, GELU, Glorot)
+  in `layer`'s dtype policy, named and attached as `<prefix>_<i>`.
+
+  tf.train.Checkpoint follows attributes, not Keras-tracked lists: without one attribute per
+  block, a checkpoint of the model (fine-tuning's --init, a resumed run) would hold the
+  embeddings and the projection but none of the blocks.
+  """
+  blocks = [keras_hub.layers.TransformerEncoder(
+      intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
+      activation="gelu", layer_norm_epsilon=1e-12, kernel_initializer="glorot_uniform",
+      dtype=layer.dtype_policy, name=f"{prefix}_{i}") for i in range(count)]
+  for i, block in enumerate(blocks):
+    setattr(layer, f"{prefix}_{i}", block)
+  return blocks
+
+
 @keras.saving.register_keras_serializable(package="twotower")
 class TransformerBackbone(keras.layers.Layer):
   """Token + position embeddings, LayerNorm, dropout, then L Transformer blocks.
@@ -50,18 +68,8 @@ class TransformerBackbone(keras.layers.Layer):
     self.embeddings_norm = keras.layers.LayerNormalization(
         epsilon=1e-12, dtype=self.dtype_policy, name="embeddings_layer_norm")
     self.embeddings_dropout = keras.layers.Dropout(self.dropout, name="embeddings_dropout")
-    self.blocks = [
-        keras_hub.layers.TransformerEncoder(
-            intermediate_dim=self.intermediate_dim, num_heads=self.num_heads,
-            dropout=self.dropout, activation="gelu", layer_norm_epsilon=1e-12,
-            kernel_initializer="glorot_uniform", dtype=self.dtype_policy,
-            name=f"transformer_layer_{i}")
-        for i in range(self.num_layers)]
-    # tf.train.Checkpoint follows attributes, not Keras-tracked lists: without one attribute
-    # per block, a checkpoint of the model (fine-tuning's --init) would hold the embeddings
-    # and the projection but none of the Transformer blocks.
-    for i, block in enumerate(self.blocks):
-      setattr(self, f"transformer_layer_{i}", block)
+    self.blocks = attach_blocks(self, "transformer_layer", self.num_layers,
+                                self.intermediate_dim, self.num_heads, self.dropout)
 
   def build(self, input_shape):
     length = input_shape["token_ids"][-1]
