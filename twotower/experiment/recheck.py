@@ -59,11 +59,12 @@ def remade_cells(plan: Plan, cell: Cell) -> list[Cell]:
 
 def candidates(plan: Plan, work: str) -> list[Cell]:
   """Evaluation cells that ran here, with every cell they and their re-made trainer read."""
+  ran_here = {c.name for c in plan if _original(work, c)}  # each done.json read once
   out = []
   for cell in plan.of_kind("eval"):
     chain = remade_cells(plan, cell)
-    reads = {d for c in chain for d in c.deps.values()} - {c.name for c in chain}
-    if all(_original(work, c) for c in chain) and all(_original(work, plan[d]) for d in reads):
+    needs = {c.name for c in chain} | {d for c in chain for d in c.deps.values()}
+    if needs <= ran_here:
       out.append(cell)
   return out
 
