@@ -324,6 +324,28 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   assert not (tmp_path / "w").exists()
 
 
+def test_dry_run_estimate_is_scaled_by_the_cells_this_work_dir_timed():
+  """Finished cells show their measured time; the cells left are estimated at the measured /
+  estimated ratio of their kind (of all timed cells while a kind has under three)."""
+  the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)
+  evals, pretrains = list(the_plan.of_kind("eval")), list(the_plan.of_kind("pretrain"))
+  guess = {c.name: plan.estimate_seconds(c, the_plan) for c in evals + pretrains}
+  # Three evals ran in half their estimate, one pre-training at its estimate.
+  measured = {c.name: guess[c.name] / 2 for c in evals[:3]}
+  measured[pretrains[0].name] = guess[pretrains[0].name]
+  scale = plan.calibration(the_plan, measured)
+  assert scale["eval"] == pytest.approx(0.5) and "pretrain" not in scale
+  total = sum(measured.values()) / sum(guess[n] for n in measured)
+  assert scale["*"] == pytest.approx(total)
+  text, left = plan.describe(the_plan, list(measured), measured)
+  lines = {m[1]: m[2] for m in re.finditer(r"^  (?:todo|done)  \S+ +(\S+) +(.+)$", text, re.M)}
+  assert lines[evals[0].name] == plan.format_seconds(guess[evals[0].name] / 2)  # measured
+  assert lines[evals[3].name] == "~" + plan.format_seconds(guess[evals[3].name] * 0.5)
+  assert lines[pretrains[1].name] == "~" + plan.format_seconds(guess[pretrains[1].name] * total)
+  assert "scaled by the 4 cells timed in this work dir" in text.splitlines()[0]
+  unscaled = sum(plan.estimate_seconds(c, the_plan) for c in the_plan
+                 if c.name not in measured)
+  assert 0 < left < unscaled
 # ---------------------------------------------------------------------------------------------
 # The real grid, tiny.
 # ---------------------------------------------------------------------------------------------

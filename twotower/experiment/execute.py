@@ -115,6 +115,17 @@ def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None) -
   return need
 
 
+def measured_seconds(plan: Plan, work: str, current: Mapping[str, str]) -> dict[str, float]:
+  """{cell: wall seconds} of the finished cells that ran in this work dir (a restored
+  record's time was taken elsewhere)."""
+  out = {}
+  for cell in plan:
+    record = read_done(cell_dir(work, cell)) if current[cell.name] == "done" else None
+    if record and not record.get(RESTORED) and "seconds" in record:
+      out[cell.name] = float(record["seconds"])
+  return out
+
+
 def _now() -> str:
   return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 

@@ -371,17 +371,48 @@ def format_seconds(seconds: float) -> str:
   return f"{seconds / 3600:.1f} h"
 
 
-def describe(plan_: Plan, done: Sequence[str] = ()) -> tuple[str, float]:
-  """One line per cell with its state and estimate, a header line; the seconds left."""
-  done = set(done)
+#: Finished cells of a kind needed before their measured times scale that kind's estimates.
+_CALIBRATION_MIN_CELLS = 3
+
+
+def calibration(plan_: Plan, measured: Mapping[str, float]) -> dict[str, float]:
+  """{kind: measured / estimated wall seconds} over the finished cells this run timed, for
+  each kind with enough of them, and under "*" over all of them: the formula above was fit on
+  one machine under no load, and a work dir's own cells say what this machine does."""
+  actual: dict[str, float] = {}
+  guessed: dict[str, float] = {}
+  count: dict[str, int] = {}
+  for name, seconds in measured.items():
+    cell = plan_[name]
+    for key in (cell.kind, "*"):
+      actual[key] = actual.get(key, 0.0) + seconds
+      guessed[key] = guessed.get(key, 0.0) + estimate_seconds(cell, plan_)
+      count[key] = count.get(key, 0) + 1
+  return {k: actual[k] / guessed[k] for k in actual
+          if count[k] >= _CALIBRATION_MIN_CELLS and guessed[k] > 0}
+
+
+def describe(plan_: Plan, done: Sequence[str] = (),
+             measured: Optional[Mapping[str, float]] = None) -> tuple[str, float]:
+  """One line per cell with its state and time, a header line; the seconds left.
+  `measured`: {finished cell: its wall seconds} of cells run in this work dir: shown for
+  those cells, and they scale the estimates of the others (`calibration`)."""
+  done, measured = set(done), dict(measured or {})
+  scale = calibration(plan_, measured)
   lines, remaining = [], 0.0
   for cell in plan_:
-    seconds = estimate_seconds(cell, plan_)
-    if cell.name not in done:
-      remaining += seconds
+    if cell.name in measured:
+      shown = format_seconds(measured[cell.name])
+    else:
+      seconds = estimate_seconds(cell, plan_) * scale.get(cell.kind, scale.get("*", 1.0))
+      shown = "~" + format_seconds(seconds)
+      if cell.name not in done:
+        remaining += seconds
     lines.append(f"  {'done' if cell.name in done else 'todo'}  {cell.kind:<8} "
-                 f"{cell.name:<58} ~{format_seconds(seconds)}")
+                 f"{cell.name:<58} {shown}")
   counts = {k: len(plan_.of_kind(k)) for k in KINDS if plan_.of_kind(k)}
+  basis = (f"scaled by the {len(measured)} cells timed in this work dir"
+           if scale else "on 2 cores")
   head = (f"{len(plan_)} cells ({', '.join(f'{v} {k}' for k, v in counts.items())}); rough "
-          f"estimate of what is left on 2 cores: {format_seconds(remaining)}")
+          f"estimate of what is left ({basis}): {format_seconds(remaining)}")
   return "\n".join([head] + lines), remaining
