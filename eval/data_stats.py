@@ -14,6 +14,7 @@ ReQA candidate's is its title and `texts.candidate_doc_text` of the layout.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterable, Optional, Sequence
 
 from twotower import contracts
@@ -49,22 +50,24 @@ def word_piece_lengths(vocab_path: str, items: Iterable[str]) -> Lengths:
 QA_ARTICLES = "qa-articles"
 
 
-def source_of(page_id: int) -> str:
-  """Where a page comes from: "input<k>" for the k-th glob of `--dump` when it is extracted
-  text, QA_ARTICLES for the QA file's articles written as a dump (pipelines.squad_dump's id
-  range), "mediawiki" for the other dumps' pages."""
+def source_of(page_id: int, inputs: Sequence[str] = ()) -> str:
+  """Where a page comes from: for extracted text, the file name of its glob in `inputs` (the
+  pair run's `--dump` comma list) or "input<k>" (k: the glob's position) without it;
+  QA_ARTICLES for the QA file's articles written as a dump (pipelines.squad_dump's id
+  range); "mediawiki" for the other dumps' pages."""
   from twotower.pipelines import squad_dump, textdocs  # pylint: disable=import-outside-toplevel
   index = textdocs.input_of(page_id)
   if index is not None:
-    return f"input{index}"
+    return os.path.basename(inputs[index]) if index < len(inputs) else f"input{index}"
   return QA_ARTICLES if page_id >= squad_dump.SQUAD_PAGE_ID_BASE else "mediawiki"
 
 
-def table1(pairs_dir: str, vocab_path: str,
-           splits: Sequence[str] = contracts.PAIR_SPLITS) -> list[dict]:
+def table1(pairs_dir: str, vocab_path: str, splits: Sequence[str] = contracts.PAIR_SPLITS,
+           inputs: Sequence[str] = ()) -> list[dict]:
   """One row per pre-training task: pairs, word pieces, mean query / document length, and
-  the pairs per input of the pair pipeline (`by_input`, by the query page's id: see
-  `source_of`). The paper's three tasks always; crop (Contriever's) when the run wrote it."""
+  the pairs per input of the pair pipeline (`by_input`, by the query page's id and `inputs`,
+  the pair run's `--dump` list: see `source_of`). The paper's three tasks always; crop
+  (Contriever's) when the run wrote it."""
   rows = []
   written = [t for t in contracts.PAIR_TASKS if t not in contracts.PRETRAIN_TASKS
              and any(codecs.match(contracts.pairs_pattern(pairs_dir, t, split))
@@ -76,7 +79,7 @@ def table1(pairs_dir: str, vocab_path: str,
     docs = word_piece_lengths(vocab_path, (f"{p.doc_title} {p.doc_text}" for p in pairs))
     by_input: dict[str, int] = {}
     for p in pairs:
-      name = source_of(p.query_page_id)
+      name = source_of(p.query_page_id, inputs)
       by_input[name] = by_input.get(name, 0) + 1
     rows.append({"task": task, "pairs": len(pairs), "tokens": queries.tokens + docs.tokens,
                  "query_length": round(queries.mean, 2), "doc_length": round(docs.mean, 2),
@@ -118,8 +121,9 @@ def markdown(table1_rows: Sequence[dict], table2_rows: Sequence[tuple[str, dict]
            "|---|---:|---:|---:|---:|"]
   lines += [f"| {r['task'].upper()} | {r['tokens']:,} | {r['pairs']:,} | "
             f"{r['query_length']:.2f} | {r['doc_length']:.2f} |" for r in table1_rows]
-  legend = (f"by the query's page; `mediawiki`: the dumps, `input<k>`: the k-th glob of the "
-            f"pairs' `--dump` (extracted text), `{QA_ARTICLES}`: the QA file's articles")
+  legend = (f"by the query's page; `mediawiki`: the dumps, extracted text by its file name "
+            f"(`input<k>`: the k-th glob of the pairs' `--dump`, when unnamed), "
+            f"`{QA_ARTICLES}`: the QA file's articles")
   inputs = {name for r in table1_rows for name in r.get("by_input", {})}
   if len(inputs) > 1 or control:  # pre-trained on several inputs (a dump and extracted text)
     lines += _composition(table1_rows, f"Pairs per input ({legend}):")

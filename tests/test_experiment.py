@@ -178,6 +178,9 @@ def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
   assert data_stats.source_of(12) == "mediawiki"
   assert data_stats.source_of(squad_dump.SQUAD_PAGE_ID_BASE + 3) == data_stats.QA_ARTICLES
   assert data_stats.source_of(2 * inputs.TEXT_ID_STRIDE + 5) == "input1"
+  assert data_stats.source_of(2 * inputs.TEXT_ID_STRIDE + 5,
+                              ["d.xml.bz2", "/data/enwiki-extracted.txt.bz2"]) == \
+      "enwiki-extracted.txt.bz2"
   row = {"task": "ict", "pairs": 8, "tokens": 80, "query_length": 3.0, "doc_length": 7.0,
          "by_input": {"mediawiki": 2, "input1": 4, data_stats.QA_ARTICLES: 2}}
   text = data_stats.markdown([dict(row, by_input={"mediawiki": 2, "input1": 6})], [],

@@ -247,14 +247,22 @@ def test_the_shared_wikiextractor_corpus_reads_into_sections(wikiextractor_corpu
   assert with_sections > len(pages) // 3
 
 
-def test_table1_counts_pairs_per_input_as_stats_json_does(mixed_run, tmp_path):
+def test_table1_counts_pairs_per_input_as_stats_json_does(mixed_inputs, mixed_run, tmp_path):
   from twotower.eval import data_stats
   from twotower.testing import pairs as testing
   out, stats = mixed_run
-  rows = data_stats.table1(out, testing.write_vocab(str(tmp_path / "vocab.txt")))
+  vocab = testing.write_vocab(str(tmp_path / "vocab.txt"))
+  rows = data_stats.table1(out, vocab)
   for row in rows:
     expected = {name: stats[f"{name}_pairs_{row['task']}"]
                 for name in ("mediawiki", "input1", "input2", "input3")
                 if stats[f"{name}_pairs_{row['task']}"]}
     assert row["by_input"] == expected and sum(expected.values()) == row["pairs"]
   assert "Pairs per input" in data_stats.markdown(rows, [])
+  # Given the run's --dump list, extracted text is named by its file (or glob), in order.
+  names = {"input1": "AA-wiki_*.bz2", "input2": "nolinks.json", "input3": "docs.jsonl.gz"}
+  named = data_stats.table1(out, vocab, inputs=mixed_inputs.split(","))
+  assert [r["by_input"] for r in named] == [
+      {names.get(k, k): v for k, v in r["by_input"].items()} for r in rows]
+  assert "| task | AA-wiki_*.bz2 | docs.jsonl.gz | mediawiki | nolinks.json |" in \
+      data_stats.markdown(named, [])

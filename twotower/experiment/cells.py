@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from twotower import contracts
 from twotower.experiment import plan
@@ -34,12 +34,18 @@ class Context:
     return self.dirs[cell.deps[role]]
 
 
+def _pair_inputs(params: Mapping[str, Any]) -> list[str]:
+  """A pairs cell's inputs in the order it runs them: the dump, then the corpus (its page
+  ids move into a range of their own by this position: pipelines.textdocs); the SQuAD
+  articles (a dump: ids kept) come last."""
+  corpus = params.get("corpus")
+  return params["dump"].split(",") + (corpus.split(",") if corpus else [])
+
+
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import pairs, squad_dump
   p = cell.params
-  # Inputs in this order: the dump, the corpus (its page ids move into a range of their own
-  # by this position: pipelines.textdocs), the SQuAD articles (a dump: ids kept).
-  dump = p["dump"] + (f",{p['corpus']}" if p.get("corpus") else "")
+  dump = ",".join(_pair_inputs(p))
   if p["squad_text"]:
     dump += "," + squad_dump.squad_articles_dump(
         p["squad_text"], os.path.join(out, "squad-articles.xml"))
@@ -78,11 +84,18 @@ def _heldout(cell: Cell, ctx: Context, out: str) -> dict:
 def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import data_stats
   vocab = _vocab_file(cell, ctx)
-  out_stats = {"table1": data_stats.table1(ctx.dep(cell, "pairs"), vocab),
+
+  def table1(role: str) -> list[dict]:
+    # Extracted text named by its file (a record restored without its parameters: by position).
+    params = ctx.done(cell.deps[role]).get("params")
+    inputs = _pair_inputs(params) if params else ()
+    return data_stats.table1(ctx.dep(cell, role), vocab, inputs=inputs)
+
+  out_stats = {"table1": table1("pairs"),
                "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab,
                                            cell.params["doc_text"])}
   if "control_pairs" in cell.deps:  # the control row's pre-training text
-    out_stats["table1_control"] = data_stats.table1(ctx.dep(cell, "control_pairs"), vocab)
+    out_stats["table1_control"] = table1("control_pairs")
   return out_stats
 
 
