@@ -163,17 +163,23 @@ class BowMlpTower(keras.layers.Layer):
   """Baseline tower: unigram embeddings, masked average pooling, 2-layer tanh MLP to d.
 
   Call: {"token_ids", "padding_mask"} [batch, length] -> float32 [batch, embedding_dim].
-  [CLS]/[SEP] are ordinary unigrams here; padding never enters the average.
+  [CLS]/[SEP] are ordinary unigrams here; padding never enters the average. `layer_norm`
+  normalizes the average before the MLP (`ModelConfig.bow_layer_norm`): the average of a
+  hundred embeddings of scale 0.02 is about 0.002 a dimension, so without it the scores start
+  near 0 and the softmax near uniform.
   """
 
   def __init__(self, vocab_size: int, hidden_dim: int, embedding_dim: int, dropout: float = 0.1,
-               **kwargs):
+               layer_norm: bool = False, **kwargs):
     super().__init__(**kwargs)
     self.vocab_size, self.hidden_dim = int(vocab_size), int(hidden_dim)
     self.embedding_dim, self.dropout = int(embedding_dim), float(dropout)
+    self.layer_norm = bool(layer_norm)
     self.token_embedding = keras.layers.Embedding(
         self.vocab_size, self.hidden_dim, embeddings_initializer=_init(),
         dtype=self.dtype_policy, name="token_embedding")
+    self.pooled_norm = keras.layers.LayerNormalization(
+        epsilon=1e-12, dtype=self.dtype_policy, name="pooled_layer_norm") if layer_norm else None
     self.hidden = keras.layers.Dense(self.hidden_dim, activation="tanh",
                                      dtype=self.dtype_policy, name="hidden")
     self.dropout_layer = keras.layers.Dropout(self.dropout, name="dropout")
@@ -183,6 +189,8 @@ class BowMlpTower(keras.layers.Layer):
   def build(self, input_shape):
     batch, length = input_shape["token_ids"]
     self.token_embedding.build((batch, length))
+    if self.pooled_norm is not None:
+      self.pooled_norm.build((batch, self.hidden_dim))
     self.hidden.build((batch, self.hidden_dim))
     self.projection.build((batch, self.hidden_dim))
     self.built = True
@@ -191,19 +199,22 @@ class BowMlpTower(keras.layers.Layer):
     x = self.token_embedding(inputs["token_ids"])
     mask = ops.cast(inputs["padding_mask"], x.dtype)[..., None]
     pooled = ops.sum(x * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1.0)
+    if self.pooled_norm is not None:
+      pooled = self.pooled_norm(pooled)
     h = self.dropout_layer(self.hidden(pooled), training=training)
     return ops.cast(self.projection(h), "float32")
 
   def get_config(self):
     return {**super().get_config(), "vocab_size": self.vocab_size,
             "hidden_dim": self.hidden_dim, "embedding_dim": self.embedding_dim,
-            "dropout": self.dropout}
+            "dropout": self.dropout, "layer_norm": self.layer_norm}
 
 
 def build_tower(model_config, vocab_size: int, max_length: int, name: str) -> keras.layers.Layer:
   """One tower from a `ModelConfig`; `max_length` is the longest input it will see."""
   c = model_config
   if c.encoder == "bow_mlp":
-    return BowMlpTower(vocab_size, c.hidden_dim, c.embedding_dim, c.dropout, name=name)
+    return BowMlpTower(vocab_size, c.hidden_dim, c.embedding_dim, c.dropout,
+                       layer_norm=c.bow_layer_norm, name=name)
   return TransformerTower(vocab_size, max_length, c.num_layers, c.hidden_dim, c.num_heads,
                           c.intermediate_dim, c.embedding_dim, c.dropout, name=name)

@@ -198,6 +198,12 @@ def test_bow_mlp_rows_share_towers_like_the_transformer_rows_unless_labelled():
   assert model("pretrain/bow-mlp-ict+bfs+wlp/base/s0")["shared_towers"] is True
   assert model("finetune/squad/bow-mlp-separate/base/r5/s0")["shared_towers"] is False
   assert "separate" in spec.systems["bow-mlp-separate"].encoder
+  # The layer norm on the pooled average too, but on the row labelled as without it.
+  for name in ("finetune/squad/bow-mlp/base/r5/s0", "pretrain/bow-mlp-ict+bfs+wlp/base/s0",
+               "finetune/squad/bow-mlp-separate/base/r5/s0"):
+    assert model(name)["bow_layer_norm"] is True, name
+  assert "bow_layer_norm" not in model("finetune/squad/bow-mlp-raw/base/r5/s0")
+  assert "no layer norm" in spec.systems["bow-mlp-raw"].encoder
 
 
 def test_a_narrowed_run_makes_the_whole_grids_cells():
