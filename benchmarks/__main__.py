@@ -74,6 +74,9 @@ BENCHMARKS = {
     "serve_equivalence": Benchmark(
         "a bundle's answers vs the batch path (embed + search, bm25, fuse)",
         required="--bundle DIR --model RUN --reqa DIR"),
+    "moco_spread": Benchmark(
+        "MoCo queues vs in-batch negatives from random weights: embedding spread, accuracy",
+        required="--pairs DIR (crop pairs, e.g. a grid's pairs/wiki+crop-*) --vocab FILE"),
 }
 
 
