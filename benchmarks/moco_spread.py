@@ -27,7 +27,6 @@ accuracy 0.432, 0.324, 0.129.
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import logging
 import os
@@ -40,6 +39,7 @@ import tensorflow as tf
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower.model import config as config_lib
+from twotower.model import curves
 from twotower.model import train
 from twotower.model.tokenizer import Tokenizer, read_vocab
 from twotower.model.two_tower import build_two_tower
@@ -52,17 +52,14 @@ def run_name(queue: int, momentum: float) -> str:
 
 def last_step(run_dir: str) -> int:
   """The last step of a run's history.csv (0 if none)."""
-  path = os.path.join(run_dir, "history.csv")
-  if not os.path.exists(path):
+  if not os.path.exists(contracts.history_path(run_dir)):
     return 0
-  with open(path, encoding="utf-8") as f:
-    rows = list(csv.DictReader(f))
-  return int(float(rows[-1]["step"])) if rows else 0
+  steps = curves.load(run_dir).history.get("step", [])
+  return int(steps[-1]) if steps else 0
 
 
 def held_out_accuracy(run_dir: str) -> float:
-  with open(os.path.join(run_dir, "history.csv"), encoding="utf-8") as f:
-    return float(list(csv.DictReader(f))[-1]["val_in_batch_accuracy"])
+  return curves.load(run_dir).history["val_in_batch_accuracy"][-1]
 
 
 def pretrain(preset: str, pairs: str, vocab: str, run_dir: str, steps: int, queue: int,

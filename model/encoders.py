@@ -174,7 +174,6 @@ class BowMlpTower(keras.layers.Layer):
     super().__init__(**kwargs)
     self.vocab_size, self.hidden_dim = int(vocab_size), int(hidden_dim)
     self.embedding_dim, self.dropout = int(embedding_dim), float(dropout)
-    self.layer_norm = bool(layer_norm)
     self.token_embedding = keras.layers.Embedding(
         self.vocab_size, self.hidden_dim, embeddings_initializer=_init(),
         dtype=self.dtype_policy, name="token_embedding")
@@ -207,7 +206,7 @@ class BowMlpTower(keras.layers.Layer):
   def get_config(self):
     return {**super().get_config(), "vocab_size": self.vocab_size,
             "hidden_dim": self.hidden_dim, "embedding_dim": self.embedding_dim,
-            "dropout": self.dropout, "layer_norm": self.layer_norm}
+            "dropout": self.dropout, "layer_norm": self.pooled_norm is not None}
 
 
 def build_tower(model_config, vocab_size: int, max_length: int, name: str) -> keras.layers.Layer:

@@ -115,15 +115,17 @@ def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None) -
   return need
 
 
+def ran_here(work: str, cell: Cell) -> Optional[dict]:
+  """The done record of a cell that ran in this work dir; None when the cell is not done or
+  its record was restored (no outputs here, its time taken elsewhere)."""
+  record = read_done(cell_dir(work, cell))
+  return None if record is None or record.get(RESTORED) else record
+
+
 def measured_seconds(plan: Plan, work: str, current: Mapping[str, str]) -> dict[str, float]:
-  """{cell: wall seconds} of the finished cells that ran in this work dir (a restored
-  record's time was taken elsewhere)."""
-  out = {}
-  for cell in plan:
-    record = read_done(cell_dir(work, cell)) if current[cell.name] == "done" else None
-    if record and not record.get(RESTORED) and "seconds" in record:
-      out[cell.name] = float(record["seconds"])
-  return out
+  """{cell: wall seconds} of the finished cells that ran in this work dir."""
+  records = {c.name: ran_here(work, c) for c in plan if current[c.name] == "done"}
+  return {name: float(r["seconds"]) for name, r in records.items() if r and "seconds" in r}
 
 
 def _now() -> str:

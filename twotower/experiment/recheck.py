@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import os
 import random
-from typing import Optional, Sequence
+from typing import Sequence
 
 from twotower import contracts
 from twotower import io as tio
@@ -46,11 +46,6 @@ class Recheck:
   max_abs_diff: float
 
 
-def _original(work: str, cell: Cell) -> Optional[dict]:
-  record = execute.read_done(execute.cell_dir(work, cell))
-  return None if record is None or record.get(execute.RESTORED) else record
-
-
 def remade_cells(plan: Plan, cell: Cell) -> list[Cell]:
   """The cells re-made to check `cell`: its trainer when that is a fine-tuning, then it."""
   model = plan[cell.deps["model"]]
@@ -59,7 +54,7 @@ def remade_cells(plan: Plan, cell: Cell) -> list[Cell]:
 
 def candidates(plan: Plan, work: str) -> list[Cell]:
   """Evaluation cells that ran here, with every cell they and their re-made trainer read."""
-  ran_here = {c.name for c in plan if _original(work, c)}  # each done.json read once
+  ran_here = {c.name for c in plan if execute.ran_here(work, c)}  # each done.json read once
   out = []
   for cell in plan.of_kind("eval"):
     chain = remade_cells(plan, cell)
@@ -131,7 +126,7 @@ def recheck(plan: Plan, work: str, scratch: str, n: int, seed: int = 0,
                          "empty --recheck_dir")
     sub = _link_inputs(plan, work, cell_scratch, chain)
     execute.run_cells(sub, cell_scratch, progress=progress, stop_on_failure=True)
-    recorded = _original(work, cell)
+    recorded = execute.ran_here(work, cell)
     remade = execute.read_done(execute.cell_dir(cell_scratch, cell))
     before, after = _metrics(recorded), _metrics(remade)
     diffs = [abs(a[k] - b[k]) for a, b in zip(before, after) for k in a]
