@@ -146,20 +146,47 @@ def test_pretraining_runs_are_checked_against_chance():
   records = [{"cell": f"pretrain/{name}/base/s0", "kind": "pretrain",
               "history": {"step": [640], "in_batch_accuracy": [0.98],
                           "val_in_batch_accuracy": [accuracy]}}
-             for name, accuracy in (("ict", 0.5), ("bfs", 1 / batch), ("wlp", 0.0))]
+             for name, accuracy in (("ict", 0.5), ("bfs", 1 / batch), ("wlp", 0.18))]
   records.append({"cell": "pretrain/mlm/base/s0", "kind": "pretrain",
                   "history": {"step": [640], "mlm_accuracy": [0.07]}})
   records.append({"cell": "pretrain/ict/base/s1", "kind": "pretrain"})  # restored, no history
   checks = {c.cell: c for c in readings.pretrain_checks(spec, records)}
   assert set(checks) == {"pretrain/ict/base/s0", "pretrain/bfs/base/s0", "pretrain/wlp/base/s0"}
   bfs = checks["pretrain/bfs/base/s0"]
-  # Chance 1 / batch; the margin is two binomial standard errors at chance over the held-out
-  # examples of a point (eval steps x batch): 2 sqrt(p (1 - p) / n).
-  assert bfs.batch == batch and bfs.heldout_examples == examples
+  # Without the pair cell's record: chance 1 / batch; the margin is two binomial standard
+  # errors at chance over the held-out examples of a point (eval steps x batch).
+  assert bfs.batch == batch and bfs.eval_examples == examples and bfs.heldout_pairs is None
   p = 1 / batch
   assert bfs.margin == pytest.approx(2 * (p * (1 - p) / examples) ** 0.5)
+  # 0.18 over 64 documents is far above chance...
   assert [checks[f"pretrain/{n}/base/s0"].above_chance for n in ("ict", "bfs", "wlp")] == \
-      [True, False, False]
+      [True, False, True]
+
+  # ...but WLP with 11 held-out pairs ranks each query among 11 documents (a cycled held-out
+  # set's repeats are masked as accidental hits), over 11 distinct examples.
+  pairs = {"cell": "pairs/wiki", "kind": "pairs",
+           "stats": {"pairs_ict_heldout": 5730, "pairs_bfs_heldout": 4395,
+                     "pairs_wlp_heldout": 11}}
+  checks = {c.cell: c for c in readings.pretrain_checks(spec, records + [pairs])}
+  wlp, ict = checks["pretrain/wlp/base/s0"], checks["pretrain/ict/base/s0"]
+  assert wlp.heldout_pairs == 11 and wlp.chance == pytest.approx(1 / 11)
+  assert wlp.margin == pytest.approx(2 * ((1 / 11) * (10 / 11) / 11) ** 0.5)
+  assert not wlp.above_chance
+  assert ict.heldout_pairs == 5730 and ict.chance == 1 / batch and ict.above_chance
+  assert ict.margin == pytest.approx(2 * (p * (1 - p) / examples) ** 0.5)
+  # The control row read the other pair set (the QA file's articles in): its counts.
+  control = {"cell": "pretrain/ict+bfs+wlp-pooled+squad/base/s0", "kind": "pretrain",
+             "history": {"step": [640], "in_batch_accuracy": [0.5],
+                         "val_in_batch_accuracy": [0.5]}}
+  squad_pairs = {"cell": "pairs/wiki+squad", "kind": "pairs",
+                 "stats": {"pairs_ict_heldout": 6000, "pairs_bfs_heldout": 4400,
+                           "pairs_wlp_heldout": 15}}
+  checks = {c.cell: c for c in readings.pretrain_checks(
+      spec, records + [pairs, control, squad_pairs])}
+  assert checks[control["cell"]].heldout_pairs == 6000 + 4400 + 15
+  assert checks["pretrain/wlp/base/s0"].heldout_pairs == 11
+  text = "\n".join(readings._pretrain_section(list(checks.values()), 0))
+  assert "| `pretrain/wlp/base/s0` | Transformer, WLP | 640 | 64 | 11 | 0.0909 |" in text
 
 
 # ---------------------------------------------------------------------------------------------

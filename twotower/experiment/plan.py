@@ -151,6 +151,22 @@ def eval_splits(ratio: int) -> list[str]:
   return [contracts.validation_split(ratio), contracts.scored_split(ratio)]
 
 
+def pairs_name(spec: GridSpec, squad_text: bool, have_squad: bool,
+               extra: Optional[Mapping[str, Any]] = None) -> str:
+  """The name of the pair cell whose text holds the QA file's articles or not (`squad_text`,
+  where a SQuAD file is given: `have_squad`) and whose pair settings add `extra` to the
+  grid's."""
+  # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
+  # without the QA file's articles) is a second pair set beside it.
+  squad_text = squad_text and have_squad  # (NQ's articles are not text here)
+  other = squad_text != (spec.data.pretrain_text_from_squad and have_squad)
+  # A row's own pair settings (a task the grid's set lacks): named by the tasks they add.
+  added = [t for t in PairConfig(**{**spec.data.pairs, **(extra or {})}).tasks
+           if t not in PairConfig(**spec.data.pairs).tasks]
+  return ("pairs/wiki" + ("+squad" if squad_text else "-squad") * other
+          + "".join(f"+{t}" for t in added))
+
+
 def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   """Every cell the grid's tables need, in order, and the entries that read their results."""
   if not inputs.datasets():
@@ -166,14 +182,7 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
               "heldout_percent": data.heldout_percent}
     if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
       params["corpus"] = inputs.corpus
-    # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
-    # without the QA file's articles) is a second pair set beside it.
-    other = squad_text != (data.pretrain_text_from_squad and bool(inputs.squad))
-    # A row's own pair settings (a task the grid's set lacks): named by the tasks they add.
-    added = [t for t in PairConfig(**params["pairs"]).tasks
-             if t not in PairConfig(**data.pairs).tasks]
-    return p.add("pairs", "pairs/wiki" + ("+squad" if squad_text else "-squad") * other
-                 + "".join(f"+{t}" for t in added), params)
+    return p.add("pairs", pairs_name(spec, squad_text, bool(inputs.squad), extra), params)
 
   pairs = pairs_cell(data.pretrain_text_from_squad)
   # One vocabulary for every row, the control row's included: rows differ in pre-training

@@ -17,7 +17,8 @@ the seeds of each row:
     difference has no spread to be measured against, whatever its size.
 
 A second section checks each pre-training run's held-out in-batch accuracy at its last step
-against chance (1 / batch), so "does not generalise at this scale" is computed too.
+against chance (1 / the documents a held-out query is ranked among: the batch, or the run's
+held-out pairs where fewer), so "does not generalise at this scale" is computed too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.experiment import grid as grid_lib
+from twotower.experiment import plan as plan_lib
 from twotower.experiment.grid import Claim, GridSpec, RowRef
 
 READING_FILE = "reading.md"
@@ -179,23 +181,36 @@ def _side(spec: GridSpec, values, claim_table: str, dataset: str, ratio: int, me
 
 @dataclasses.dataclass(frozen=True)
 class PretrainCheck:
-  """One pre-training run's last held-out in-batch accuracy against chance (1 / batch)."""
+  """One pre-training run's last held-out in-batch accuracy against chance."""
   cell: str
   label: str
   steps: int
   batch: int
-  heldout_examples: int       # eval_steps x batch: the examples each held-out point averages
+  eval_examples: int          # eval_steps x batch: the examples each held-out point averages
   heldout_accuracy: float
   train_accuracy: float
+  heldout_pairs: Optional[int] = None  # the run's tasks' held-out pairs (None: not recorded)
+
+  @property
+  def distinct(self) -> int:
+    """The distinct held-out pairs a held-out point can hold: a held-out set smaller than
+    the batch or than the point is cycled, and a document repeated in a batch is masked as an
+    accidental hit, not counted as a negative."""
+    return self.batch if self.heldout_pairs is None else max(1, min(self.batch,
+                                                                    self.heldout_pairs))
 
   @property
   def chance(self) -> float:
-    return 1.0 / self.batch
+    """1 / the documents each query is ranked among: the batch, or fewer held-out pairs."""
+    return 1.0 / self.distinct
 
   @property
   def margin(self) -> float:
-    """Two binomial standard errors of an accuracy at chance over the held-out examples."""
-    return 2 * math.sqrt(self.chance * (1 - self.chance) / self.heldout_examples)
+    """Two binomial standard errors of an accuracy at chance over the distinct held-out
+    examples of one point (its examples, or the held-out pairs where fewer)."""
+    n = self.eval_examples if self.heldout_pairs is None else max(
+        1, min(self.eval_examples, self.heldout_pairs))
+    return 2 * math.sqrt(self.chance * (1 - self.chance) / n)
 
   @property
   def above_chance(self) -> bool:
@@ -208,7 +223,13 @@ _PRETRAIN_CELL = re.compile(r"^pretrain/(?P<system>[^/]+)/(?P<variant>[^/]+)/s(?
 def pretrain_checks(spec: GridSpec, records: Iterable[Mapping]) -> list[PretrainCheck]:
   """A check per pre-training record (cells.json values) whose history logs the held-out
   in-batch accuracy (MLM logs none; a record restored from an older file may hold no
-  history); rows the grid no longer has are left out."""
+  history); rows the grid no longer has are left out. The held-out pair counts come from
+  the record of the pair cell the run read (its `stats`), where cells.json holds it."""
+  records = list(records)
+  pair_stats = {r.get("cell"): r.get("stats") or {} for r in records if r.get("kind") == "pairs"}
+  # Whether the grid ran with a SQuAD file (the names of the control row's pair cells say
+  # so; without a control row, every row's is pairs/wiki either way).
+  have_squad = any("squad" in str(cell) for cell in pair_stats)
   out = []
   for record in records:
     match = _PRETRAIN_CELL.match(str(record.get("cell", "")))
@@ -220,11 +241,15 @@ def pretrain_checks(spec: GridSpec, records: Iterable[Mapping]) -> list[Pretrain
     if system is None or variant is None:
       continue
     cfg = grid_lib.pretrain_config(spec, system, variant, int(match["seed"]))
+    stats = pair_stats.get(plan_lib.pairs_name(
+        spec, spec.squad_text_in_pretraining(system), have_squad, spec.pairs_of(system)), {})
+    counts = [stats.get(f"pairs_{task}_heldout") for task in cfg.data.tasks]
     out.append(PretrainCheck(
         record["cell"], _label(spec, RowRef(system.name, variant.name), ""),
         int(history["step"][-1]), cfg.data.batch_size, cfg.trainer.eval_steps *
         cfg.data.batch_size, float(history["val_in_batch_accuracy"][-1]),
-        float(history["in_batch_accuracy"][-1])))
+        float(history["in_batch_accuracy"][-1]),
+        sum(int(n or 0) for n in counts) if stats else None))
   return sorted(out, key=lambda c: c.cell)
 
 
@@ -276,22 +301,26 @@ def _claim_section(claim: Claim, comparisons: Sequence[Comparison]) -> list[str]
 def _pretrain_section(checks: Sequence[PretrainCheck], without_history: int) -> list[str]:
   lines = ["## Pre-training: does each task generalise?", "",
            "Held-out in-batch accuracy at the last logged step of each pre-training run, "
-           "against chance (1 / batch). A run is **above chance** when its accuracy is at "
-           "least chance + 2 binomial standard errors of an accuracy at chance over the "
-           "held-out examples of that point (eval steps × batch; a held-out set smaller "
-           "than that is cycled, so the margin is, if anything, too small). Otherwise the "
-           "task **does not generalise at this scale**: the towers learn the training pairs "
-           "(training accuracy beside it) without learning what they share with held-out "
-           "ones. A mixture's held-out pairs are its tasks' together; MLM logs no in-batch "
-           "accuracy and is not listed."
+           "against chance: 1 / the documents each held-out query is ranked among, the batch, "
+           "or the run's held-out pairs where there are fewer (a smaller held-out set is "
+           "cycled, and a document repeated in a batch is masked as an accidental hit, not "
+           "counted as a negative). A run is **above chance** when its accuracy is at least "
+           "chance + 2 binomial standard errors of an accuracy at chance over the distinct "
+           "held-out examples of that point (eval steps × batch, or the held-out pairs where "
+           "fewer). Otherwise the task **does not generalise at this scale**: the towers "
+           "learn the training pairs (training accuracy beside it) without learning what "
+           "they share with held-out ones. A mixture's held-out pairs are its tasks' "
+           "together; MLM logs no in-batch accuracy and is not listed."
            + (f" {without_history} pre-training record(s) hold no history (restored from "
               "an earlier records file) and are not listed." if without_history else ""), "",
-           "| run | row | steps | batch | chance | margin | held-out accuracy | "
-           "training accuracy | verdict |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+           "| run | row | steps | batch | held-out pairs | chance | margin | "
+           "held-out accuracy | training accuracy | verdict |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
   for c in checks:
-    lines.append(f"| `{c.cell}` | {c.label} | {c.steps} | {c.batch} | {c.chance:.4f} | "
-                 f"{c.margin:.4f} | {c.heldout_accuracy:.4f} | {c.train_accuracy:.4f} | "
+    pairs = "–" if c.heldout_pairs is None else f"{c.heldout_pairs:,}"
+    lines.append(f"| `{c.cell}` | {c.label} | {c.steps} | {c.batch} | {pairs} | "
+                 f"{c.chance:.4f} | {c.margin:.4f} | {c.heldout_accuracy:.4f} | "
+                 f"{c.train_accuracy:.4f} | "
                  f"**{'above chance' if c.above_chance else 'does not generalise at this scale'}"
                  f"** |")
   return lines + [""]
@@ -301,7 +330,7 @@ def markdown(spec: GridSpec, results: Mapping, pretrain_records: Iterable[Mappin
              ) -> str:
   """reading.md: the rule, a summary line per claim, each claim's comparisons, and the
   pre-training check. Every number in it is computed from `results` (results.json) and the
-  pre-training records (cells.json)."""
+  pre-training and pair records (cells.json)."""
   comparisons = compare(spec, results)
   lines = [f"# Reading of the `{spec.name}` grid against its claims", "",
            "Generated by `twotower experiment` (`twotower/experiment/readings.py`) from "

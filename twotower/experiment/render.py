@@ -193,7 +193,9 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   results.json, summary.md, reading.md; returns the README's sections and the summaries."""
   stats = [(c.params["dataset"], execute.read_done(execute.cell_dir(work, c)))
            for c in plan.of_kind("datastats")]
-  pretrain = [execute.read_done(execute.cell_dir(work, c)) for c in plan.of_kind("pretrain")]
+  # The reading's pre-training check reads the pre-training records and their pair cells'.
+  pretrain = [execute.read_done(execute.cell_dir(work, c))
+              for c in plan.of_kind("pretrain") + plan.of_kind("pairs")]
   return write_results(spec, entries, collect(plan, work), [(n, d) for n, d in stats if d],
                        [d for d in pretrain if d], results_dir)
 
@@ -248,7 +250,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
-  """(entries, result records, datastats records, pre-training records) as a results folder
+  """(entries, result records, datastats records, pre-training and pair records) as a results folder
   keeps them (results.json, cells.json): what `write_results` needs, without the work
   directory. Only the cells that have a result are entries."""
   results = tio.read_json(os.path.join(results_dir, "results.json"))
@@ -259,7 +261,7 @@ def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
   values = {(e["cell"], e["split"]): e["record"] for e in results["per_seed"]}
   # A datastats cell is named datastats/<dataset>.
   stats = [(r["cell"].split("/", 1)[1], r) for r in records if r.get("kind") == "datastats"]
-  return entries, values, stats, [r for r in records if r.get("kind") == "pretrain"]
+  return entries, values, stats, [r for r in records if r.get("kind") in ("pretrain", "pairs")]
 
 
 def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
