@@ -499,6 +499,8 @@ def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_gr
     retriever.close()
   readme = (results / "README.md").read_text()
   assert "twotower experiment --grid tiny" in readme
+  # Zero-shot fine-tunes nothing; the 80 % ratio the grid's steps.
+  assert re.search(r"fine-tuning steps per ratio: zero-shot: none, 80 %: \d+\.", readme)
   assert f"{TINY_CELLS} of {TINY_CELLS} cells done, 0 failed, 0 blocked, 0 to do" in readme
   # What a row costs to pre-train, from its cell's record: ICT's one seed, its steps.
   cost = readme.split("## Pre-training cost per row")[1].split("\n## ")[0]
