@@ -326,7 +326,7 @@ def _pretrain_section(checks: Sequence[PretrainCheck], without_history: int) -> 
   return lines + [""]
 
 
-def markdown(spec: GridSpec, results: Mapping, pretrain_records: Iterable[Mapping] = ()
+def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] = ()
              ) -> str:
   """reading.md: the rule, a summary line per claim, each claim's comparisons, and the
   pre-training check. Every number in it is computed from `results` (results.json) and the
@@ -343,20 +343,20 @@ def markdown(spec: GridSpec, results: Mapping, pretrain_records: Iterable[Mappin
     these = [c for c in comparisons if c.claim == claim.id]
     if these:
       lines += _claim_section(claim, these)
-  pretrain_records = list(pretrain_records)
-  checks = pretrain_checks(spec, pretrain_records)
+  cell_records = list(cell_records)
+  checks = pretrain_checks(spec, cell_records)
   if checks:
-    without_history = sum(1 for r in pretrain_records
+    without_history = sum(1 for r in cell_records
                           if r.get("kind") == "pretrain" and not r.get("history"))
     lines += _pretrain_section(checks, without_history)
   return "\n".join(lines).rstrip() + "\n"
 
 
-def write(spec: GridSpec, results: Mapping, pretrain_records: Iterable[Mapping],
+def write(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping],
           results_dir: str) -> Optional[str]:
   """Writes `<results_dir>/reading.md` where the grid has readings; returns its text."""
   if not spec.readings:
     return None
-  text = markdown(spec, results, pretrain_records)
+  text = markdown(spec, results, cell_records)
   tio.write_text(os.path.join(results_dir, READING_FILE), text)
   return text

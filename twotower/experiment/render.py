@@ -202,7 +202,7 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
 
 def write_results(spec: GridSpec, entries: Sequence[Entry],
                   values: Mapping[tuple[str, str], dict], stats: Sequence[tuple[str, dict]],
-                  pretrain_records: Sequence[Mapping], results_dir: str) -> Written:
+                  cell_records: Sequence[Mapping], results_dir: str) -> Written:
   """What `write_tables` writes, from the result records (`collect`), the datastats records
   [(dataset, record)] and the pre-training records."""
   aggs = aggregate(entries, values)
@@ -245,7 +245,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
              "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
                           for e in entries if (e.cell, e.split) in values]}
   tio.write_json(os.path.join(results_dir, "results.json"), results)
-  readings.write(spec, results, pretrain_records, results_dir)
+  readings.write(spec, results, cell_records, results_dir)
   return Written(sections, summary, tables1_2, tuple(readings.compare(spec, results)))
 
 
