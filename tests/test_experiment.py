@@ -137,6 +137,17 @@ def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
   # Zero-shot trains on nothing: no hard negatives of a ratio 0, no fine-tuning cell.
   assert 0 not in the_plan["hardneg/squad/k1"].params["ratios"]
   assert not [c for c in the_plan.of_kind("finetune") if c.params["ratio"] == 0]
+  # The README's summary: a zero-shot cell a row cannot have reads "–", never "todo" (which
+  # would never become a number); one not run yet reads "todo".
+  values = {(e.cell, e.split): {"metrics": {"R@10": 0.8, "R@100": 0.9}, "questions": 1,
+                                "candidates": 1} for e in entries if e.system == "bm25"}
+  summary = render.summary_markdown(spec, render.aggregate(entries, values))
+  row = lambda label: next(line for line in summary.splitlines()
+                           if line.startswith(f"| {label} |")).split(" | ")[1]
+  assert row("Transformer, No pre-training") == row("Transformer, MLM") == "–"
+  assert row("Transformer, ICT") == "todo" and row("BM25") == "80.00 / 90.00"
+  assert not {e.system for e in zero} & {
+      name for name, s in spec.systems.items() if s.kind != "bm25" and not plan.has_zero_shot(s)}
 
 
 def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabulary():

@@ -167,6 +167,14 @@ def pairs_name(spec: GridSpec, squad_text: bool, have_squad: bool,
           + "".join(f"+{t}" for t in added))
 
 
+def has_zero_shot(system: System) -> bool:
+  """Whether a dense row has a zero-shot entry: towers of its own, pre-trained on a pair
+  task. Not a row without pre-training, MLM's encoder (it learned no embedding to rank by), a
+  hybrid, or a row that reuses another row's pre-training (that row's entry is its)."""
+  return (system.kind == "dense" and system.pretrained and not system.pretrained_as
+          and system.tasks != ("mlm",))
+
+
 def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   """Every cell the grid's tables need, in order, and the entries that read their results."""
   if not inputs.datasets():
@@ -235,11 +243,9 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
                  {"reqa": reqa})
 
   def zero_shot(system: System, variant: Variant, reqa: str, seed: int) -> Optional[str]:
-    """The eval cell of `system`'s pre-trained towers, not fine-tuned; None for a row with
-    no towers of its own to evaluate before fine-tuning (no pre-training, MLM's encoder, a
-    hybrid, or a row that reuses another row's pre-training: that row's entry is its)."""
-    if (system.kind != "dense" or not system.pretrained or system.pretrained_as
-        or system.tasks == ("mlm",)):
+    """The eval cell of `system`'s pre-trained towers, not fine-tuned; None where
+    `has_zero_shot` says the row has none."""
+    if not has_zero_shot(system):
       return None
     model = pretrain(system, variant, seed)
     ratio = contracts.ZERO_SHOT_RATIO

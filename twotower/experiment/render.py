@@ -20,7 +20,7 @@ from twotower import io as tio
 from twotower.eval import report
 from twotower.experiment import execute, readings
 from twotower.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
-from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds
+from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds, has_zero_shot
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
@@ -126,7 +126,8 @@ def markdown_table(spec: GridSpec, table: Table, aggs: Sequence[Aggregate]) -> s
 
 def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
   """R@10 / R@100 of every row of the recall tables (3, beyond) per ratio: the short table a
-  project README quotes. Cells not run yet read "todo"."""
+  project README quotes. Cells not run yet read "todo"; a zero-shot cell a row cannot have
+  (has_zero_shot), "–"."""
   lines = []
   for table in spec.tables:
     if table.layout != "recall":
@@ -142,8 +143,13 @@ def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
         cells = []
         for ratio in table.ratios:
           agg = by.get((row.system, row.variant, ratio))
-          cells.append(f"{cell_text(agg, 'R@10')} / {cell_text(agg, 'R@100')}" if agg
-                       else "todo")
+          if agg:
+            cells.append(f"{cell_text(agg, 'R@10')} / {cell_text(agg, 'R@100')}")
+          elif (ratio == contracts.ZERO_SHOT_RATIO and system.kind != "bm25"
+                and not has_zero_shot(system)):
+            cells.append("–")
+          else:
+            cells.append("todo")
         label = system.encoder if system.pretraining in ("", "-") else \
             f"{system.encoder}, {system.pretraining}"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
