@@ -169,8 +169,9 @@ def pairs_name(spec: GridSpec, squad_text: bool, have_squad: bool,
 
 def has_zero_shot(system: System) -> bool:
   """Whether a dense row has a zero-shot entry: towers of its own, pre-trained on a pair
-  task. Not a row without pre-training, MLM's encoder (it learned no embedding to rank by), a
-  hybrid, or a row that reuses another row's pre-training (that row's entry is its)."""
+  task. Not a row without pre-training, MLM (its pre-training trains no query or document
+  embedding), a hybrid, or a row that reuses another row's pre-training (that row's entry is
+  its)."""
   return (system.kind == "dense" and system.pretrained and not system.pretrained_as
           and system.tasks != ("mlm",))
 
