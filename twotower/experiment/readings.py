@@ -208,9 +208,8 @@ class PretrainCheck:
   def margin(self) -> float:
     """Two binomial standard errors of an accuracy at chance over the distinct held-out
     examples of one point (its examples, or the held-out pairs where fewer)."""
-    n = self.eval_examples if self.heldout_pairs is None else max(
-        1, min(self.eval_examples, self.heldout_pairs))
-    return 2 * math.sqrt(self.chance * (1 - self.chance) / n)
+    n = min(self.eval_examples, self.heldout_pairs or self.eval_examples)
+    return 2 * math.sqrt(self.chance * (1 - self.chance) / max(1, n))
 
   @property
   def above_chance(self) -> bool:
