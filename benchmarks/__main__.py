@@ -46,6 +46,9 @@ BENCHMARKS = {
     "pipeline_vs_floor": Benchmark(
         "the whole `pairs` pipeline vs stream + parse + strip_code; peak memory",
         needs=SLICE, needs_flag="--dump"),
+    "hostile_dump": Benchmark(
+        "`pairs` peak memory on a whitespace-bomb dump vs on the slice",
+        quick=("--whitespace_gb", "0.2"), needs=SLICE, needs_flag="--dump"),
     "bm25_speed": Benchmark(
         "Pyserini search one query at a time vs batched multi-threaded",
         quick=("--queries", "300", "--repeats", "1"), needs=SQUAD, needs_flag="--squad"),
@@ -74,6 +77,15 @@ BENCHMARKS = {
     "serve_equivalence": Benchmark(
         "a bundle's answers vs the batch path (embed + search, bm25, fuse)",
         required="--bundle DIR --model RUN --reqa DIR"),
+    "export_equality": Benchmark(
+        "`twotower export-hf` vs the SavedModel: token ids, embeddings, Recall@k",
+        required="--run RUN (a trained run; --reqa DIR adds Recall@k)"),
+    "serve_onnx": Benchmark(
+        "`twotower serve` with the ONNX query tower vs TensorFlow: cold start, RSS, p50, q/s",
+        required="--bundle DIR (a `twotower bundle ... --onnx` output)"),
+    "bundle_verify": Benchmark(
+        "a bundle's load-time check: --verify size vs sha256, next to importing TensorFlow",
+        required="BUNDLE [BUNDLE ...] (`twotower bundle` outputs, e.g. runs/demo/bundle)"),
     "moco_spread": Benchmark(
         "MoCo queues vs in-batch negatives from random weights: embedding spread, accuracy",
         required="--pairs DIR (crop pairs, e.g. a grid's pairs/wiki+crop-*) --vocab FILE"),

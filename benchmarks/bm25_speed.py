@@ -63,9 +63,11 @@ def main() -> None:
     docs = list(lucene.candidate_documents(reqa_dir, args.doc_text))
     (split,) = evaluate.load_splits(reqa_dir, [contracts.ALL_QUESTIONS])
     queries = [(q.question_id, q.question) for q in split.questions[:args.queries]]
-    index = f"{tmp}/index"
-    t_index, _ = _median_time(lambda: lucene.build_index(docs, index, args.threads),
-                              args.repeats)
+    builds = iter(range(args.repeats))  # build_index takes a new folder each time
+    t_index, _ = _median_time(
+        lambda: lucene.build_index(docs, f"{tmp}/index-{next(builds)}", args.threads),
+        args.repeats)
+    index = f"{tmp}/index-0"
 
     def search(threads: int):
       return lucene.search(index, queries, lucene.DEFAULT_K1, lucene.DEFAULT_B, 100, threads,

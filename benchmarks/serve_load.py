@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import statistics
 import tempfile
@@ -173,7 +174,11 @@ def bench_bundle(bundle: str, args: argparse.Namespace) -> None:
   queries = [q for _, q in _questions(manifest, 2000)]
   concurrency = [int(c) for c in args.concurrency.split(",")]
   swap_copy = None
-  serve_args = ["--threads", str(args.threads)] + (["--allow_swap"] if args.swap else [])
+  # Swaps: a token for this run, and any folder as the swap root (the copy is a temp dir).
+  token = secrets.token_urlsafe(32)
+  os.environ["TWOTOWER_ADMIN_TOKEN"] = token  # read by the server subprocess
+  serve_args = ["--threads", str(args.threads)] + (
+      ["--allow_swap", "--swap_root", "/", "--show_paths"] if args.swap else [])
   log = os.path.join(tempfile.gettempdir(), f"serve-load-{os.getpid()}.log")
   t0 = time.perf_counter()
   with server_lib.serve_subprocess(bundle, serve_args, log=log) as (base, process):
@@ -195,7 +200,8 @@ def bench_bundle(bundle: str, args: argparse.Namespace) -> None:
       async def swap_twice(http: httpx.AsyncClient):
         for target in (os.path.join(swap_copy, "b"), bundle):
           await asyncio.sleep(args.seconds / 3)
-          r = await http.post("/v1/admin/swap", json={"bundle": target}, timeout=300)
+          r = await http.post("/v1/admin/swap", json={"bundle": target}, timeout=300,
+                              headers={"authorization": f"Bearer {token}"})
           assert r.status_code == 200, r.text
 
       swap_row = asyncio.run(_load(base, "hybrid", 4, queries, args.warmup, args.seconds,

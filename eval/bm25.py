@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import shutil
 import sys
 import time
 
@@ -76,32 +75,33 @@ def run(config: Bm25Config) -> Bm25Result:
                             "threads": config.threads, "out": config.out})
   # The settings that decide the run and metrics (threads and batches change the speed only).
   settings = outputs.settings_of(config, skip=("threads", "batch_size", "keep_index"))
-  outputs.claim(out, "bm25", settings, overwrite=config.overwrite,
-                markers=(contracts.BM25_RUN_FILE, contracts.METRICS_FILE))
-  inputs = [contracts.candidates_path(config.reqa)]
-  outputs.write_manifest(out, "bm25", settings, inputs, files=[])  # a failed run re-runs here
-  started = time.perf_counter()
-  n = lucene.build_index(lucene.candidate_documents(config.reqa, config.doc_text),
-                         f"{out}/index", config.threads)
-  logger.info("indexed %d candidates in %.1f s", n, time.perf_counter() - started)
-  splits = evaluate_lib.load_splits(config.reqa, config.splits)
-  queries: dict[str, str] = {}
-  for split in splits:
-    for q in split.questions:
-      queries.setdefault(q.question_id, q.question)
-  started = time.perf_counter()
-  ranked = lucene.search(f"{out}/index", sorted(queries.items()), config.k1, config.b,
-                         config.hits, config.threads, config.batch_size)
-  elapsed = time.perf_counter() - started
-  logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(ranked),
-              elapsed, len(ranked) / max(elapsed, 1e-9), config.threads)
+  # Written beside --out and moved into place at the end (outputs.staged): a failed run
+  # leaves the folder as it was; the ReQA folder is an input, never the output.
+  with outputs.staged(out, "bm25", settings, inputs=[config.reqa],
+                      overwrite=config.overwrite,
+                      markers=(contracts.BM25_RUN_FILE, contracts.METRICS_FILE)) as work:
+    started = time.perf_counter()
+    n = lucene.build_index(lucene.candidate_documents(config.reqa, config.doc_text),
+                           f"{work}/index", config.threads)
+    logger.info("indexed %d candidates in %.1f s", n, time.perf_counter() - started)
+    splits = evaluate_lib.load_splits(config.reqa, config.splits)
+    queries: dict[str, str] = {}
+    for split in splits:
+      for q in split.questions:
+        queries.setdefault(q.question_id, q.question)
+    started = time.perf_counter()
+    ranked = lucene.search(f"{work}/index", sorted(queries.items()), config.k1, config.b,
+                           config.hits, config.threads, config.batch_size)
+    elapsed = time.perf_counter() - started
+    logger.info("searched %d questions in %.1f s (%.0f queries/s, %d threads)", len(ranked),
+                elapsed, len(ranked) / max(elapsed, 1e-9), config.threads)
+    runs_lib.write_run(contracts.bm25_run_path(work), ranked, tag=system)
+    records = evaluate_lib.evaluate(runs_lib.ids_only(ranked), system, splits, config.golds)
+    report.write_report(records, work, stem="metrics",
+                        title=f"BM25 (k1={config.k1}, b={config.b})")
+    if not config.keep_index:
+      outputs.discard(f"{work}/index")  # rebuildable; large for big pools
   run_file = contracts.bm25_run_path(out)
-  runs_lib.write_run(run_file, ranked, tag=system)
-  records = evaluate_lib.evaluate(runs_lib.ids_only(ranked), system, splits, config.golds)
-  report.write_report(records, out, stem="metrics", title=f"BM25 (k1={config.k1}, b={config.b})")
-  if not config.keep_index:
-    shutil.rmtree(f"{out}/index", ignore_errors=True)  # rebuildable; large for big pools
-  outputs.write_manifest(out, "bm25", settings, inputs)
   return Bm25Result(out, run_file, records, outputs.files_of(out))
 
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
+
 from twotower import contracts
 from twotower import outputs
 from twotower import texts
@@ -72,8 +71,7 @@ def run(config: DenseConfig) -> DenseResult:
   splits = evaluate_lib.load_splits(config.reqa, config.splits)
   records = evaluate_lib.evaluate_run_file(run_file, config.system, splits, config.golds)
   if not config.keep_embeddings:
-    os.remove(index_path)
-    os.remove(outputs.file_manifest_path(index_path))
-    shutil.rmtree(candidates, ignore_errors=True)
+    outputs.remove(index_path)  # the files their manifests list: nothing else in `work`
+    outputs.remove(candidates)
   return DenseResult(run_file, records)
 

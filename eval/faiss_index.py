@@ -343,6 +343,29 @@ def save_index(index: faiss.Index, path: str) -> None:
     f.write(faiss.serialize_index(index).tobytes())
 
 
+def index_ids(index: faiss.Index) -> np.ndarray:
+  """int64 ids an index holds, read from the index itself (IDMap's map, IVF's inverted lists,
+  shards' union): what its searches can return, whatever the manifest says."""
+  index = faiss.downcast_index(index)
+  if isinstance(index, faiss.IndexShards):
+    parts = [index_ids(index.at(s)) for s in range(index.count())]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+  if isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+    return faiss.vector_to_array(index.id_map).astype(np.int64, copy=False)
+  ivf = faiss.try_extract_index_ivf(index)
+  if ivf is None:
+    raise ValueError(f"cannot list the ids of a {type(index).__name__} (built without ids)")
+  lists = ivf.invlists
+  parts = []
+  for list_no in range(ivf.nlist):
+    size = lists.list_size(list_no)
+    if size:
+      pointer = lists.get_ids(list_no)
+      parts.append(faiss.rev_swig_ptr(pointer, size).astype(np.int64, copy=True))
+      lists.release_ids(list_no, pointer)
+  return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
 def shard_paths(path: str, num_shards: int) -> list[str]:
   """`index.faiss` -> `index-00000-of-00004.faiss`, ... (one path when num_shards is 1)."""
   if num_shards <= 1:

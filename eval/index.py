@@ -8,6 +8,11 @@ embedding shards, streamed, and write it atomically; optionally as several index
   twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq_rerank
       # + run/index.vectors.npy (and index.ids.npy): `twotower search` re-ranks exactly
 
+Beside each index file, `<file>.vectors.json` (twotower.fingerprints) records the model of the
+vectors (from the embeddings' own record) and the ids the index holds (read back from it);
+shards of two models are refused, naming both, and `twotower search` checks its queries'
+model against it.
+
 `run(IndexConfig) -> IndexResult` is the typed entry point (twotower.commands.index parses the
 flags).
 """
@@ -20,7 +25,10 @@ import os
 import sys
 import time
 
+import numpy as np
+
 from twotower import contracts
+from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
 from twotower.contracts import codecs
@@ -68,6 +76,7 @@ def run(job: IndexConfig) -> IndexResult:
   files = embedding_files(job.embeddings)
   for path in files:  # a candidates or questions file given as embeddings: named, not KeyError
     codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, "embeddings")
+  model = fingerprints.one_model(fingerprints.embedding_records(files))
   if faiss_index.count_vectors(files)[0] == 0:
     # An empty index searches fine and finds nothing: every recall 0, no error anywhere.
     raise ValueError(f"{job.embeddings}: {len(files)} embedding shard(s) hold 0 vectors; "
@@ -88,10 +97,12 @@ def run(job: IndexConfig) -> IndexResult:
     if store_vectors and not tio.is_local(job.out):
       raise ValueError(f"{job.out}: re-rank vectors are memory-mapped at search time, so the "
                        "index must be written to a local path")
+    ids = []  # each index file's ids, read back from it
     if job.num_index_shards <= 1:
       index = faiss_index.build_index(files, job.index, job.block_rows, progress=True)
       faiss_index.save_index(index, paths[0])
       written.append(paths[0])
+      ids.append(faiss_index.index_ids(index))
       total = index.ntotal
     else:
       total = 0
@@ -99,8 +110,14 @@ def run(job: IndexConfig) -> IndexResult:
           files, job.index, job.num_index_shards, job.block_rows, progress=True)):
         faiss_index.save_index(shard, path)
         written.append(path)
+        ids.append(faiss_index.index_ids(shard))
         total += shard.ntotal
         del shard
+    # One record per index file, each of the whole index (its shards search together).
+    covered = fingerprints.ids_record(np.concatenate(ids))
+    for path in paths:
+      fingerprints.write_record(fingerprints.record_path(path), model, covered, d)
+      written.append(fingerprints.record_path(path))
     if store_vectors:
       # Each index file gets the vectors of the ids it holds: a shard re-ranks its own short
       # list, and the shards' exact lists merge exactly.

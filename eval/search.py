@@ -11,6 +11,10 @@ An index built with its vectors beside it (`twotower index --type ivfpq_rerank` 
 `--store_vectors`) is re-ranked by default (eval.rerank.DEFAULT_RERANK); `--rerank 0` turns
 that off. Search goes through eval.searcher.load_searcher, as a query service would.
 
+Query embeddings of another model than the index's (their `vectors.json` against the
+index's `<file>.vectors.json`, twotower.fingerprints) are refused, naming both models; so are
+`--reference` embeddings of another model.
+
 `run(SearchConfig) -> SearchResult` is the typed entry point (twotower.commands.search parses
 the flags).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -26,7 +31,9 @@ import numpy as np
 
 from twotower import checks
 from twotower import contracts
+from twotower import fingerprints
 from twotower import io as tio
+from twotower import outputs
 from twotower.eval import faiss_index
 from twotower.eval import runs
 from twotower.eval import searcher as searcher_lib
@@ -74,6 +81,7 @@ class SearchConfig:
   tag: str = "twotower"             # TREC run tag
   reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
   report: Optional[str] = None      # where that report goes (default OUT.report.json)
+  overwrite: bool = False           # replace an --out of other settings (outputs.owned_files)
 
   def __post_init__(self):
     checks.positive(self, "k", "batch_size")
@@ -87,8 +95,25 @@ class SearchResult:
   report: Optional[dict] = None     # with `reference`: recall vs flat, queries/s
 
 
+def check_models(job: SearchConfig) -> None:
+  """Raises ValueError when the index, the queries (and the reference) are vectors of two
+  models, naming both; sources without a record are warned about, not refused."""
+  paths = tio.match_files(job.index) if any(c in job.index for c in "*?,") else [job.index]
+  records = [(p, fingerprints.read_record(fingerprints.record_path(p))) for p in paths]
+  records += fingerprints.embedding_records(faiss_index.embedding_files(job.queries))
+  if job.reference:
+    records += fingerprints.embedding_records(faiss_index.embedding_files(job.reference))
+  fingerprints.one_model(records)
+
+
 def run(job: SearchConfig) -> SearchResult:
   import faiss  # pylint: disable=import-outside-toplevel
+  check_models(job)
+  # --out is this stage's file (outputs.owned_files); judged before the search, so that a
+  # refused --out costs nothing.
+  settings = outputs.settings_of(job, skip=("batch_size", "threads", "mmap", "report"))
+  inputs = [job.index, job.queries, *([job.reference] if job.reference else [])]
+  outputs.check_file(job.out, "search", settings, overwrite=job.overwrite, inputs=inputs)
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
   index = searcher_lib.load_searcher(job.index, mmap=job.mmap, rerank=job.rerank)
@@ -102,7 +127,6 @@ def run(job: SearchConfig) -> SearchResult:
   scores, ids, seconds = faiss_index.search(index, queries, job.k, job.batch_size,
                                             progress=True, nprobe=job.nprobe,
                                             ef_search=job.ef_search)
-  runs.write_run(job.out, to_run(qids, scores, ids), tag=job.tag)
   logger.info("search: %d queries in %.2f s (%.0f queries/s) -> %s", len(qids), seconds,
               len(qids) / max(seconds, 1e-9), job.out)
   report = None
@@ -111,7 +135,16 @@ def run(job: SearchConfig) -> SearchResult:
                              faiss_index.embedding_files(job.reference), job.k)
     report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
                    "rerank": index.rerank, "k": job.k})
-    tio.write_json(job.report or f"{job.out}.report.json", report)
+  report_path = job.report or f"{job.out}.report.json"
+  with outputs.owned_files(job.out, "search", settings, overwrite=job.overwrite,
+                           inputs=inputs) as written:
+    runs.write_run(job.out, to_run(qids, scores, ids), tag=job.tag)
+    written.append(job.out)
+    if report is not None:
+      tio.write_json(report_path, report)
+      if os.path.dirname(os.path.abspath(report_path)) == \
+          os.path.dirname(os.path.abspath(job.out)):
+        written.append(report_path)  # beside the run: the run's (a manifest lists names)
   return SearchResult(job.out, len(qids), seconds, report)
 
 

@@ -31,8 +31,18 @@ def read_vocab(path: str) -> list[str]:
   """Tokens of a WordPiece vocabulary file, one per line, checked for the special tokens."""
   if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
     raise FileNotFoundError(f"{path}: no such vocabulary file (`twotower vocab` writes one)")
-  with tf.io.gfile.GFile(path, "r") as f:
-    tokens = [line.rstrip("\n").rstrip("\r") for line in f]
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  if b"\0" in data[:4096]:
+    raise ValueError(f"{path}: a binary file, not a vocabulary (one UTF-8 token per line, "
+                     "as `twotower vocab` writes)")
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}); a vocabulary is one UTF-8 "
+                     "token per line, as `twotower vocab` writes") from None
+  tokens = [line.rstrip("\r") for line in text.split("\n")]
   while tokens and not tokens[-1]:
     tokens.pop()
   if not tokens or tokens[0] != PAD:

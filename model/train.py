@@ -316,8 +316,13 @@ def claim_run_dir(job: TrainRunConfig, text: str) -> None:
   path = contracts.run_config_path(job.out)
   legacy = run_settings(io.read_text(path)) if io.is_local(path) and os.path.exists(path) \
       else None
-  outputs.claim(job.out, job.STAGE, settings, overwrite=job.overwrite, legacy=legacy)
-  outputs.write_manifest(job.out, job.STAGE, settings, inputs=[job.vocab])
+  # --init is read where the run writes its checkpoints: never the run dir or inside it.
+  # The vocabulary may sit in it: kept, as every file the run did not write (outputs).
+  if job.init and job.init.lower() != "none":
+    outputs.check_inputs(job.out, [job.init], inside=False)
+  resumed = outputs.claim(job.out, job.STAGE, settings, overwrite=job.overwrite,
+                          legacy=legacy, inputs=[job.vocab])
+  outputs.start(job.out, job.STAGE, settings, inputs=[job.vocab], resumed=resumed)
 
 
 def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,

@@ -6,6 +6,8 @@ with an exported SavedModel and writes `embeddings/*.parquet` shards.
     --RunInference-->  (id, float32[d])     KeyedModelHandler(SavedModelHandler), BatchElements
     --ToTables-->      pyarrow Tables       contracts.embedding_schema(d, id_type), columnar
     --WriteToParquetBatched-> OUT/embeddings-SSSSS-of-NNNNN.parquet, OUT/stats.json
+  then OUT/vectors.json: the model's fingerprint and the id set (twotower.fingerprints), read
+  back from the written shards; `index`, `search` and `bundle` refuse vectors of two models
 
 Why a handler of our own: Beam's stock TensorFlow handler (`TFModelHandlerTensor`) loads
 through `keras.models.load_model`, which under Keras 3 rejects SavedModels, and it imports
@@ -35,6 +37,7 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
 from twotower import contracts
+from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
 from twotower import texts
@@ -330,7 +333,8 @@ def check(config: EmbedConfig) -> None:
 
 
 def run(config: EmbedConfig) -> outputs.StageResult:
-  """Runs the job; writes embeddings-*.parquet and stats.json under `config.out`."""
+  """Runs the job; writes embeddings-*.parquet, stats.json and vectors.json under
+  `config.out`."""
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
   inputs = tio.match_files(spec.pattern)  # a clear error now rather than an empty job
@@ -340,6 +344,7 @@ def run(config: EmbedConfig) -> outputs.StageResult:
     codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, config.kind,
                         spec.columns)
   dim = embedding_dim(config.model, spec.signature)
+  model = fingerprints.model_record(config.model)
   tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
                                       "pattern": spec.pattern, "dim": dim})
   # Written beside --out, then moved into place: an index never reads two runs' shards.
@@ -352,6 +357,17 @@ def run(config: EmbedConfig) -> outputs.StageResult:
     staged = dataclasses.replace(config, out=out)
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
                              stats_dir=out, finish=finish_stats)
+    try:
+      shards = tio.match_files(contracts.embeddings_pattern(out))
+    except FileNotFoundError:  # nothing embedded: no shard
+      shards = []
+    fingerprints.write_record(fingerprints.folder_record_path(out), model,
+                              fingerprints.ids_record(fingerprints.file_ids(shards)), dim)
+    if not stats.get(C.EMBED_ROWS_EMBEDDED, 0):  # an empty output would "succeed" downstream
+      raise ValueError(f"{config.path}: no row to embed ({stats.get(C.EMBED_ROWS_READ, 0)} "
+                       f"read, {stats.get(C.EMBED_ROWS_SKIPPED_EMPTY, 0)} empty, "
+                       f"{stats.get(C.EMBED_ROWS_SKIPPED_BAD_ID, 0)} with a bad id); "
+                       f"{config.out} is left as it was")
   return outputs.StageResult.of(config.out, stats)
 
 
@@ -361,7 +377,8 @@ def summary_table(stats: dict, config: EmbedConfig) -> str:
           f"{stats.get(C.EMBED_ROWS_READ, 0)} rows embedded (skipped: empty "
           f"{stats.get(C.EMBED_ROWS_SKIPPED_EMPTY, 0)}, bad id "
           f"{stats.get(C.EMBED_ROWS_SKIPPED_BAD_ID, 0)})\nwritten to "
-          f"{contracts.embeddings_pattern(config.out)}, {contracts.STATS_FILE}")
+          f"{contracts.embeddings_pattern(config.out)}, {contracts.STATS_FILE}, "
+          f"{fingerprints.RECORD_FILE}")
 
 
 if __name__ == "__main__":

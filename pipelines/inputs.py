@@ -1,8 +1,21 @@
 """Which files a `--dump` comma list names, and in which format: MediaWiki XML dumps,
 WikiExtractor output (text or `--json`) or JSONL documents, sniffed from the first bytes of
 each file (pipelines.textdocs reads the text formats; pipelines.wikidump the dumps). Also the
-id space of each input: a text input's page ids move into a range of their own, so that
-several inputs in one run cannot collide.
+id space of each input, so that several inputs in one run cannot collide:
+
+* a dump belongs to the wiki its `<siteinfo>` names (`<dbname>`: enwiki, ltgwiki). The dumps
+  of the first wiki of the list (and dumps that name none) keep their page ids (space 0): a
+  run over one wiki (enwiki comes as 27 files; the grid adds the SQuAD articles as an enwiki
+  dump, pipelines.squad_dump) writes the wiki's own ids, as it always did;
+* every other wiki moves into a range of its own, that of the first glob naming it: ids of
+  the glob at position k become (k + 1) * TEXT_ID_STRIDE + id (space k + 1);
+* a text input (WikiExtractor, JSONL) too, by its own position, at position 0 as well.
+
+Titles resolve per wiki (pipelines.links): the links of a second wiki's pages reach only
+its own pages. Extracted text carries no wiki name: it is read as text of the first wiki,
+whose titles (and every text input's) its links resolve against, as before.
+Two id spaces may not meet in one glob (a glob of two other wikis, or of text and another
+wiki's dump): that is refused, naming the glob.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ MEDIAWIKI, WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, JSONL = FORMATS
 #: Width of each text input's page-id range (ids of input i: (i + 1) * stride + id). 1e10 is
 #: far above any wiki's page ids, and (index + 1) * 1e10 << 20 fits passage_uid's int64 for
 #: up to 800 inputs.
-TEXT_ID_STRIDE = 10_000_000_000
+TEXT_ID_STRIDE = wikidump.PAGE_ID_LIMIT
 #: Bytes of a file read to decide its format.
 SNIFF_BYTES = 1 << 16
 
@@ -42,15 +55,31 @@ class InputFile:
   format: str
   index: int     # position of the glob that matched it in the comma list, from 0
   pattern: str   # that glob
+  wiki: str = ""  # a dump's <dbname> ("" for text, or a dump that names none)
+  id_offset: int = -1  # added to its page ids (module docstring); -1: by position
 
-  @property
-  def id_offset(self) -> int:
-    return 0 if self.format == MEDIAWIKI else (self.index + 1) * TEXT_ID_STRIDE
+  def __post_init__(self):
+    if self.id_offset < 0:  # alone (tests, callers outside match_inputs): by position
+      offset = 0 if self.format == MEDIAWIKI else (self.index + 1) * TEXT_ID_STRIDE
+      object.__setattr__(self, "id_offset", offset)
+
+
+def own_title_spaces(files: list[InputFile]) -> frozenset[int]:
+  """The id spaces whose titles resolve apart: those of wikis other than the first."""
+  return frozenset(id_space(f.id_offset) for f in files
+                   if f.format == MEDIAWIKI and f.id_offset)
+
+
+def id_space(page_id: int) -> int:
+  """The id space of a page id: 0 for the first wiki's dumps, k + 1 for the input at k."""
+  return page_id // TEXT_ID_STRIDE
 
 
 def input_of(page_id: int) -> Optional[int]:
-  """The comma-list position of the text input a page id comes from; None for dump pages."""
-  space = page_id // TEXT_ID_STRIDE
+  """The comma-list position of the input a page id comes from (for another wiki's dumps:
+  the first glob naming the wiki); None for the pages of the first wiki's dumps (they keep
+  the dump's ids)."""
+  space = id_space(page_id)
   return space - 1 if space > 0 else None
 
 
@@ -147,5 +176,29 @@ def match_inputs(pattern: str) -> list[InputFile]:
         raise ValueError(f"{path} is matched by two inputs, {seen[path]!r} and {entry!r}: it "
                          "would be read twice")
       seen[path] = entry
-      files.append(InputFile(path, sniff_format(path), index, entry))
-  return files
+      fmt = sniff_format(path)
+      wiki = wikidump.read_siteinfo(path).dbname if fmt == MEDIAWIKI else ""
+      files.append(InputFile(path, fmt, index, entry, wiki))
+  return _with_id_offsets(files)
+
+
+def _with_id_offsets(files: list[InputFile]) -> list[InputFile]:
+  """Each file with its id offset (module docstring); a ValueError naming the glob where two
+  id spaces would meet."""
+  first_wiki = next((f.wiki for f in files if f.format == MEDIAWIKI and f.wiki), "")
+  first_glob: dict[str, int] = {}
+  placed, owners = [], {}
+  for f in files:
+    if f.format != MEDIAWIKI:
+      offset, owner = (f.index + 1) * TEXT_ID_STRIDE, "extracted text"
+    elif f.wiki in ("", first_wiki):
+      offset, owner = 0, f"the {first_wiki or 'first'} dump"
+    else:
+      offset = (first_glob.setdefault(f.wiki, f.index) + 1) * TEXT_ID_STRIDE
+      owner = f"the {f.wiki} dump"
+    if owners.setdefault(offset, owner) != owner:
+      raise ValueError(f"{f.pattern!r} holds {owners[offset]} and {owner} (or two wikis): "
+                       "each needs an id range of its own; give them as separate inputs of "
+                       "--dump")
+    placed.append(dataclasses.replace(f, id_offset=offset))
+  return placed

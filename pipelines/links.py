@@ -13,9 +13,17 @@ hop, each a join of the chains still open against article titles and redirect so
 chain that comes back to a title it passed is a loop; one still open after `max_hops` rounds
 is too deep. Links to either are counted and dropped.
 
+Titles resolve within their wiki: every join key is (title space, title). A page's title
+space is its id space (pipelines.inputs.id_space) when that is one of `own_title_spaces`
+(the wikis after the first of a run), else 0 (the first wiki, and extracted text, which
+resolves against it as before). So with `--dump enwiki,ltgwiki` an English link never
+reaches a Latgalian page, and an English and a Latgalian article of one title are both
+kept. Redirects come as (source, target) of space 0 or as (id space, source, target).
+
 Accounting (stats.json):
   pages: every article ends as `pages_kept` or `pages_skipped_duplicate_title` (two articles
-    with one normalised title: the smallest page id wins, the others are logged).
+    of one input with one normalised title: the smallest page id wins, the others are
+    logged).
   links: links_total = links_resolved + links_unresolved + links_redirect_loop, where
     links_unresolved includes links_redirect_too_deep and links_redirect_dangling (a redirect
     to a missing page); links_via_redirect and links_self
@@ -33,6 +41,7 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower.contracts import counters as C
+from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import shuffle as shuffle_lib
 
 logger = logging.getLogger(__name__)
@@ -53,8 +62,20 @@ class _Chain(NamedTuple):
   path: tuple[str, ...]
 
 
+def _title_key(page_id: int, title: str, own: frozenset[int]) -> tuple[int, str]:
+  """The join key of a title seen on page `page_id`: (its title space, the title)."""
+  space = inputs_lib.id_space(page_id)
+  return (space if space in own else 0), title
+
+
+def _scoped_redirect(redirect: tuple) -> tuple[tuple[int, str], tuple[int, str]]:
+  """(source, target) of the first id space, or (space, source, target) -> their keys."""
+  space, source, target = (0, *redirect) if len(redirect) == 2 else redirect
+  return (space, source), (space, target)
+
+
 class _DedupeTitles(beam.DoFn):
-  """(title, [Page, ...]) -> kept Page (main) and (title, page_id) (tagged "ids")."""
+  """(title key, [Page, ...]) -> kept Page (main) and (title key, page_id) (tagged "ids")."""
 
   def __init__(self):
     self.kept = tio.counter(C.PAGES_KEPT)
@@ -66,7 +87,7 @@ class _DedupeTitles(beam.DoFn):
     winner = pages[0]
     if len(pages) > 1:
       self.duplicate.inc(len(pages) - 1)
-      logger.warning("duplicate title %r: keeping page %d, skipping %s (%s)", title,
+      logger.warning("duplicate title %r: keeping page %d, skipping %s (%s)", title[1],
                      winner.page_id, [p.page_id for p in pages[1:]],
                      ", ".join(sorted({p.source for p in pages})))
     self.kept.inc()
@@ -98,7 +119,7 @@ def _follow(element, max_hops: int, last_round: bool):
 
 
 class _ResolveLinksFn(beam.DoFn):
-  """(title, {"links": [linking_id], "table": [Resolution]}) -> (target_id, (linking_id,
+  """(title key, {"links": [linking_id], "table": [Resolution]}) -> (target_id, (linking_id,
   title)) for each resolved link."""
 
   def __init__(self):
@@ -131,7 +152,7 @@ class _ResolveLinksFn(beam.DoFn):
       if linking_id == best.page_id:
         self.counters[C.LINKS_SELF].inc()
         continue
-      yield best.page_id, (linking_id, title)
+      yield best.page_id, (linking_id, title[1])
 
 
 class _DedupeInlinks(beam.DoFn):
@@ -148,7 +169,8 @@ class _DedupeInlinks(beam.DoFn):
 
 
 class ResolveLinks(beam.PTransform):
-  """{"articles": PCollection[Page], "redirects": PCollection[(source, target)]} ->
+  """{"articles": PCollection[Page], "redirects": PCollection[(source, target) or (id space,
+  source, target)]} ->
   {"pages": PCollection[Page] (unique titles), "inlinks": PCollection[(target_id,
   (linking_id, link_titles))] (one per linked page pair, self-links dropped)}.
 
@@ -157,25 +179,30 @@ class ResolveLinks(beam.PTransform):
   """
 
   def __init__(self, max_hops: int = DEFAULT_MAX_HOPS,
-               shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
+               shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
+               own_title_spaces: frozenset[int] = frozenset()):
     super().__init__()
     if max_hops < 1:
       raise ValueError(f"max_hops must be >= 1, got {max_hops}")
     self.max_hops = max_hops
     self.shuffle = shuffle
+    self.own = frozenset(own_title_spaces)
 
   def expand(self, inputs):
     articles, redirects = inputs["articles"], inputs["redirects"]
+    own = self.own
 
     # (title, Page) -> kept Page, tagged "ids": (title, page_id)
     deduped = (articles
-               | "KeyByTitle" >> beam.Map(lambda page: (page.title, page))
+               | "KeyByTitle" >> beam.Map(lambda page: (
+                   _title_key(page.page_id, page.title, own), page))
                | "GroupByTitle" >> shuffle_lib.GroupByKey(self.shuffle)
                | "DedupeTitles" >> beam.ParDo(_DedupeTitles()).with_outputs("ids", main="pages"))
     pages, ids = deduped.pages, deduped.ids
 
     # (source, target): one target per source (the smallest, should a dump disagree)
     redirect_next = (redirects
+                     | "ScopeRedirects" >> beam.Map(_scoped_redirect)
                      | "GroupRedirects" >> shuffle_lib.GroupByKey(self.shuffle)
                      | "OneTargetPerSource" >> beam.MapTuple(lambda s, ts: (s, min(ts))))
 
@@ -197,9 +224,10 @@ class ResolveLinks(beam.PTransform):
         lambda t, i: (t, Resolution(i, 0)))}
     table.update({f"table:{hop}": chains for hop, chains in enumerate(done, 1)})
 
-    # (target_title, linking_id)
+    # (target title key, linking_id)
     links = pages | "Links" >> beam.FlatMap(
-        lambda page: ((target, page.page_id) for target in page.links))
+        lambda page: ((_title_key(page.page_id, target, own), page.page_id)
+                      for target in page.links))
     # (target_id, (linking_id, link_title))
     resolved = ({"links": links, **table}
                 | "JoinLinks" >> shuffle_lib.CoGroupByKey(self.shuffle)

@@ -11,12 +11,18 @@ pairs.
     every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
 
 Inputs (pipelines.textdocs): `--dump` is a comma list of globs; each file's format is read
-from its first bytes. Dumps keep their page ids; a text input's ids move into a range of its
-own by its position in the list, so ids cannot collide. With more than one glob, stats.json
-also counts per input: `input<k>_pages_read` (k = position), and for text inputs
-`input<k>_pages_kept`, `input<k>_pairs_<task>[_heldout]`; dumps together as `mediawiki_...`
-(a pair counts for its query page's input). An input that gives no page, or a run that keeps
-no article, is a ValueError after the run; --out is then left as it was.
+from its first bytes. The first wiki's dumps keep their page ids; another wiki's dumps and
+every text input move into a range of their own by their position in the list
+(pipelines.inputs), so ids cannot collide, and a wiki's links resolve within that wiki only
+(pipelines.links): `--dump enwiki...,ltgwiki...` never links an English page to a Latgalian
+one (text links resolve with the first wiki's titles, as before). Within an input a repeated
+page id is counted (`pages_skipped_duplicate_id`) and skipped, the first kept
+(pipelines.unique_ids). With more than one glob, stats.json also counts per input:
+`input<k>_pages_read` (k = position), and for the inputs in a range of their own
+`input<k>_pages_kept`, `input<k>_links_total`, `input<k>_pairs_<task>[_heldout]`; the first
+wiki's dumps as `mediawiki_...` (a pair counts for its query page's input). An input that
+gives no page, or a run that keeps no article, is a ValueError after the run; --out is then
+left as it was.
 
 A page is held out when a stable hash of its id falls under `--heldout_percent`; a pair goes
 to `heldout` when *either* of its pages is held out (a WLP pair joins two pages; ICT, BFS and
@@ -53,6 +59,7 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
 from twotower.pipelines import passages as passages_lib
@@ -114,6 +121,20 @@ class _CountKeptPerInput(beam.DoFn):
     if name not in self.counters:
       self.counters[name] = tio.counter(name)
     self.counters[name].inc()
+    return ()
+
+
+class _CountLinksPerInput(beam.DoFn):
+  """Page of a dump in a range of its own -> nothing; counts `input<k>_links_total`."""
+
+  def __init__(self):
+    self.counters: dict = {}
+
+  def process(self, page):
+    name = textdocs.per_input_counter(page.page_id, C.LINKS_TOTAL)
+    if name not in self.counters:
+      self.counters[name] = tio.counter(name)
+    self.counters[name].inc(len(page.links))
     return ()
 
 
@@ -245,18 +266,33 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
   files = textdocs.match_inputs(config.dump)
-  dumps = {f.path: f.index for f in files if f.format == textdocs.MEDIAWIKI}
   texts = [f for f in files if f.format != textdocs.MEDIAWIKI]
   per_input = is_multi_input(config.dump)
   articles, redirects = [], []
-  if dumps:
-    # RawPage (one glob of dumps only: the files it matches, read as they always were)
-    raw = pipeline | "ReadDump" >> wikidump.ReadDumpPages(
-        config.dump, shuffle, input_index=dumps if (per_input or texts) else None)
+  own_titles = inputs_lib.own_title_spaces(files)
+  wikis = sorted({f.id_offset for f in files if f.format == textdocs.MEDIAWIKI})
+  for offset in wikis:
+    # Each wiki's dumps are read on their own, in its id range (the first wiki, with no
+    # suffix on its stage names, as a run over one wiki always was).
+    space = inputs_lib.id_space(offset)
+    suffix = str(space) if offset else ""
+    dumps = {f.path: f.index for f in files
+             if f.format == textdocs.MEDIAWIKI and f.id_offset == offset}
+    # RawPage, one per page id
+    raw = pipeline | f"ReadDump{suffix}" >> wikidump.ReadDumpPages(
+        config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
+        id_offset=offset)
     # .articles: Page; .redirects: (source_title, target_title)
-    parsed = raw | "ParsePages" >> wikitext.ParsePages()
+    parsed = raw | f"ParsePages{suffix}" >> wikitext.ParsePages()
     articles.append(parsed.articles)
-    redirects.append(parsed.redirects)
+    if offset:
+      # (id space, source, target): this wiki's redirects resolve this wiki's links only
+      redirects.append(parsed.redirects | f"ScopeRedirects{suffix}" >> beam.MapTuple(
+          lambda source, target, space=space: (space, source, target)))
+      if per_input:  # its links before resolution, as text inputs count theirs
+        _ = parsed.articles | f"CountLinks{suffix}" >> beam.ParDo(_CountLinksPerInput())
+    else:
+      redirects.append(parsed.redirects)
   if texts:
     # Page: documents of WikiExtractor output and JSONL files, ids in their input's range
     articles.append(pipeline | "ReadText" >> textdocs.ReadTextPages(texts, per_input, shuffle))
@@ -264,8 +300,11 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
     articles = [tuple(articles) | "AllArticles" >> beam.Flatten()]
   if not redirects:  # text has no redirects
     redirects = [pipeline | "NoRedirects" >> beam.Create([])]
+  if len(redirects) > 1:
+    redirects = [tuple(redirects) | "AllRedirects" >> beam.Flatten()]
   resolved = ({"articles": articles[0], "redirects": redirects[0]}
-              | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle))
+              | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle,
+                                                         own_titles))
   # (page_id, tuple[Passage])
   passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(config.passages)
   if per_input:

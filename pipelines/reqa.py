@@ -253,6 +253,34 @@ def _dedupe_candidate(element) -> Candidate:
   return candidate
 
 
+#: Joins a question id shared by different questions to the number that tells them apart.
+RENAMED_ID_SEPARATOR = "#"
+
+
+def _rename_shared_ids(element) -> Iterator[QaRecord]:
+  """(question_id, [QaRecord]) -> the records, each different question text under the id
+  after the first (by question_key, then text) renamed "<id>#<n>", counted and logged; the
+  records of one text keep one id (_split_group then keeps one of them, as before)."""
+  qid, records = element
+  records = list(records)
+  by_key: dict[str, list[QaRecord]] = {}
+  for record in records:
+    by_key.setdefault(question_key(record.question), []).append(record)
+  if len(by_key) == 1:
+    yield from records
+    return
+  keys = sorted(by_key, key=lambda k: (k, min(r.question for r in by_key[k])))
+  yield from by_key[keys[0]]
+  for n, key in enumerate(keys[1:], 1):
+    new_id = f"{qid}{RENAMED_ID_SEPARATOR}{n}"
+    _inc(C.QUESTIONS_RENAMED_DUPLICATE_ID)
+    logger.warning("question id %r is shared by different questions: %r keeps it, %r is "
+                   "renamed %r", qid, by_key[keys[0]][0].question, by_key[key][0].question,
+                   new_id)
+    for record in by_key[key]:
+      yield dataclasses.replace(record, question_id=new_id)
+
+
 def _split_group(element, policy: SplitPolicy):
   """(question_key, [QaRecord]) -> (split, QaRecord) for `all` and each ratio's side."""
   _, records = element
@@ -326,8 +354,11 @@ class BuildReqa(beam.PTransform):
     candidates = (keyed
                   | "GroupById" >> beam.GroupByKey()
                   | "Dedupe" >> beam.Map(_dedupe_candidate))
-    # (split, QaRecord)
+    # (split, QaRecord): ids made unique across texts first, then grouped by text
     questions = (records.questions
+                 | "KeyByQuestionId" >> beam.Map(lambda r: (r.question_id, r))
+                 | "GroupByQuestionId" >> beam.GroupByKey()
+                 | "RenameSharedIds" >> beam.FlatMap(_rename_shared_ids)
                  | "KeyByText" >> beam.Map(lambda r: (question_key(r.question), r))
                  | "GroupByText" >> beam.GroupByKey()
                  | "AssignSplits" >> beam.FlatMap(_split_group, policy=config.split_policy))
@@ -377,6 +408,7 @@ def finish_stats(counters: dict[str, int], config: ReqaConfig) -> dict:
   stats = dict(counters)
   for name in contracts.reqa_split_names(config.ratios):
     stats.setdefault(C.questions_in(name), 0)
+  stats.setdefault(C.QUESTIONS_RENAMED_DUPLICATE_ID, 0)
   if config.has_extra:
     stats.setdefault(C.CANDIDATES_EXTRA, 0)
     stats.setdefault(C.CANDIDATES_EXTRA_SKIPPED_REQA_PASSAGE, 0)

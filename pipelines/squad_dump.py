@@ -3,7 +3,9 @@ dump (pre-training on the QA articles' text, as the paper's Wikipedia corpus con
 
 Only the unlabelled text is written: one page per article, its paragraphs as wikitext
 paragraphs; no questions or answers. Page ids start at SQUAD_PAGE_ID_BASE, far above those of
-a real Wikipedia slice, so the two can be read together (`--dump slice.xml.bz2,squad.xml`).
+a real Wikipedia slice, so the two can be read together (`--dump slice.xml.bz2,squad.xml`):
+its siteinfo names no wiki (no `<dbname>`), so `pairs` reads it as part of the run's first
+wiki: one id and title space with the slice (pipelines.inputs).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def squad_articles_dump(squad_path: str, out_path: str) -> str:
         f"  </page>\n")
   xml = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" '
          'xml:lang="en">\n  <siteinfo>\n    <sitename>SQuAD articles</sitename>\n'
-         '    <dbname>squadwiki</dbname>\n    <case>first-letter</case>\n    <namespaces>\n'
+         '    <case>first-letter</case>\n    <namespaces>\n'
          '      <namespace key="0" case="first-letter" />\n    </namespaces>\n  </siteinfo>\n'
          + "".join(pages) + "</mediawiki>\n")
   tio.write_text(out_path, xml)

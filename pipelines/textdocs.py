@@ -22,17 +22,19 @@ bytes (`sniff_format`), so one run can mix a dump and a corpus:
 Anything else (another XML root, a JSON line that is not an object with `text`, an empty file)
 is a ValueError naming the file, raised when the pipeline is built.
 
-Page ids. A dump keeps its ids: several dumps of one run are one wiki's id space (enwiki comes
-as 27 files), as before. A text file's ids are shifted into a range of their own by the position
-of its glob in the comma list (`index`, from 0): `page_id = (index + 1) * TEXT_ID_STRIDE + id`.
+Page ids. The first wiki's dumps keep their ids: they are one wiki's id space (enwiki comes
+as 27 files), as before; another wiki's dumps move into a range of their own as text does,
+and their links resolve within that wiki only (pipelines.inputs). A text file's ids are
+shifted into a range of their own by the position of its glob in the comma list (`index`, from 0): `page_id = (index + 1) * TEXT_ID_STRIDE + id`.
 So `--dump slice.xml.bz2,wiki_*.txt.bz2` gives the corpus ids 2e10 + id, which no dump id
 (< 1e10) and no other input can reach; an id outside [0, TEXT_ID_STRIDE) is a bad record. Pair
 sampling and the held-out split are seeded by page id, so ids depend on the order of the
 comma list and nothing else: the same command writes the same pairs.
 
 Bad records are counted and skipped (`pages_skipped_<reason>`: malformed, missing_id, bad_id,
-missing_title, bad_title, no_text, invalid_utf8, empty, too_large); text outside any `<doc>`
-is counted as `text_stray_lines`; a file cut mid-document (or a damaged compressed tail) keeps
+missing_title, bad_title, no_text, invalid_utf8, empty, too_large, and duplicate_id: an id
+already read in the same input, the first by file and line kept, pipelines.unique_ids);
+text outside any `<doc>` is counted as `text_stray_lines`; a file cut mid-document (or a damaged compressed tail) keeps
 every complete document and counts `text_files_truncated`. So for every input
 `pages_read = pages_kept + sum(pages_skipped_<reason>)` (text has no redirects).
 """
@@ -52,7 +54,7 @@ from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, Section, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import shuffle as shuffle_lib
-from twotower.pipelines import titles, wikidump, wikitext
+from twotower.pipelines import titles, unique_ids, wikidump, wikitext
 # Input matching and ids live in pipelines.inputs; re-exported for the pair pipeline's callers.
 from twotower.pipelines.inputs import (  # noqa: F401
     DOC_OPEN, FORMATS, JSONL, MEDIAWIKI, SNIFF_BYTES, TEXT_ID_STRIDE, WIKIEXTRACTOR,
@@ -365,18 +367,21 @@ def iter_text_pages(file: InputFile, counts: Optional[collections.Counter] = Non
 
 
 class _ReadTextFileFn(beam.DoFn):
-  """InputFile -> Page of every good document; counters per file (and per input)."""
+  """(file rank, InputFile) -> (page_id, ((file rank, position), Page)) of every good
+  document (the place pipelines.unique_ids keeps the first by); counters per file (and per
+  input)."""
 
   def __init__(self, per_input: bool):
     self.per_input = per_input
 
-  def process(self, file: InputFile) -> Iterator[Page]:
+  def process(self, ranked) -> Iterator:
+    rank, file = ranked
     counts: collections.Counter = collections.Counter()
     links = 0
     try:
-      for page in iter_text_pages(file, counts):
+      for position, page in enumerate(iter_text_pages(file, counts)):
         links += len(page.links)
-        yield page
+        yield page.page_id, ((rank, position), page)
     finally:
       if self.per_input:
         counts[C.per_input(file.index, C.PAGES_READ)] = counts[C.PAGES_READ]
@@ -389,8 +394,9 @@ class _ReadTextFileFn(beam.DoFn):
 
 class ReadTextPages(beam.PTransform):
   """PBegin -> PCollection[Page]: every good document of the given text files (InputFile of
-  `match_inputs`), with ids in their input's range, re-spread over workers (one big file is
-  read by one worker; its pages are then split into sentences by all of them).
+  `match_inputs`), with ids in their input's range, one per id (pipelines.unique_ids; the
+  grouping also re-spreads them over workers: one big file is read by one worker; its pages
+  are then split into sentences by all of them).
 
   Counters: text_files_read, text_files_truncated, text_stray_lines, pages_read,
   pages_skipped_<reason>, and with `per_input` input<k>_pages_read and input<k>_links_total
@@ -411,9 +417,10 @@ class ReadTextPages(beam.PTransform):
                 ", ".join(f"{f.path} ({f.format})" for f in self.files))
     return (
         pbegin
-        # InputFile: one text file
-        | "CreateTextFiles" >> beam.Create(self.files)
+        # (file rank, InputFile): one text file
+        | "CreateTextFiles" >> beam.Create(list(enumerate(self.files)))
         | "SpreadTextFiles" >> beam.Reshuffle()
-        # Page: every good document, ids shifted into the input's range
+        # (page_id, (place, Page)): every good document, ids shifted into the input's range
         | "ReadDocuments" >> beam.ParDo(_ReadTextFileFn(self.per_input))
-        | "SpreadDocuments" >> shuffle_lib.Reshuffle(self.shuffle))
+        # Page: the first document of each id (a repeated id is counted and skipped)
+        | "OnePagePerId" >> unique_ids.KeepFirstPerId(self.shuffle))

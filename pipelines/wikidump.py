@@ -24,6 +24,23 @@ Damage never loses the rest:
   a `<revision><text>` element is counted (`pages_skipped_missing_id`, `..._bad_id`,
   `..._missing_ns`, `..._missing_title`, `..._no_text`) with a log line naming file and page.
 
+Hostile input is bounded while it is read, so memory stays flat whatever the XML holds:
+
+* a run of whitespace longer than MAX_WHITESPACE_RUN characters (between tags or inside
+  one's text) keeps its first MAX_WHITESPACE_RUN (`dump_whitespace_capped` runs): 1.5 GB of
+  whitespace between two tags (a 2 MB .gz) is read as 64 KB of it;
+* a run of text between two tags longer than MAX_TEXT_RUN characters (no page's wikitext is
+  that long: ParsePages skips pages over 5 MB) is cut there (`dump_text_capped`), and the
+  page holding it is skipped (`pages_skipped_too_large`);
+* XML nested deeper than MAX_XML_DEPTH elements, or a page of more than MAX_PAGE_ELEMENTS
+  elements, is skipped (`pages_skipped_too_deep`, `pages_skipped_too_large`) and the reader
+  goes on at the next `<page>`, as after malformed XML.
+
+Page ids: `iter_dump_pages(..., id_offset=k)` adds k to every id (pipelines.inputs gives each
+input of a `--dump` list its own range); ids outside [0, inputs.TEXT_ID_STRIDE) are bad ids.
+ReadDumpPages keeps one page per id: a repeated id in the files of one input is counted
+(`pages_skipped_duplicate_id`) and skipped, the first by (file, position in it) kept.
+
 `pages_read` counts every complete `<page>` element, in every namespace, including those the
 reader skips; so `pages_read = pages_kept + pages_redirect + sum(pages_skipped_*)` once
 pipelines.wikitext and pipelines.pairs have counted theirs.
@@ -40,6 +57,7 @@ import codecs
 import collections
 import gzip
 import logging
+import itertools
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -54,11 +72,32 @@ from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import shuffle as shuffle_lib
+from twotower.pipelines import unique_ids
 
 logger = logging.getLogger(__name__)
 
 #: Characters of decompressed XML fed to the parser at a time.
 CHUNK_BYTES = 1 << 20
+#: Characters fed to the parser before its events are read: what a skipped (too deep) page
+#: can take with it at most, see _iter_stream.
+FEED_CHARS = 1 << 16
+#: Longest run of whitespace kept; the rest of a longer run is dropped while reading.
+MAX_WHITESPACE_RUN = 1 << 16
+#: Longest run of text between two tags kept (characters); longer: the page is too large.
+MAX_TEXT_RUN = 8 << 20
+#: Deepest element nesting a dump needs is 5 (mediawiki/page/revision/contributor/username).
+MAX_XML_DEPTH = 32
+#: Elements of one page (a pages-meta-history page has about 10 per revision).
+MAX_PAGE_ELEMENTS = 200_000
+#: Page ids a dump may hold: [0, PAGE_ID_LIMIT); pipelines.inputs gives every input of a
+#: `--dump` list a range of this width (inputs.TEXT_ID_STRIDE).
+PAGE_ID_LIMIT = 10_000_000_000
+#: Put where a text run was cut: a noncharacter (as DAMAGE_MARK), so the page is known cut.
+CUT_MARK = "\U0010ffff"
+_WHITESPACE = " \t\r\n"
+#: A run of whitespace longer than MAX_WHITESPACE_RUN, matched from its first character only
+#: (the look-behind), so that the scan stays linear.
+_LONG_WHITESPACE = re.compile(r"(?<![ \t\r\n])[ \t\r\n]{%d,}" % (MAX_WHITESPACE_RUN + 1))
 
 _DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, ValueError)
 #: Characters XML 1.0 forbids; expat stops at them, so they become U+FFFD first.
@@ -118,6 +157,73 @@ def _text_chunks(stream: BinaryIO, path: str, state: dict) -> Iterator[str]:
       return
 
 
+class _RunCaps:
+  """Decoded text chunks -> the same text with every whitespace run cut to
+  MAX_WHITESPACE_RUN characters and every run of text between tags cut to MAX_TEXT_RUN
+  (CUT_MARK put where it was cut); runs that span chunks are followed across them."""
+
+  def __init__(self, counts: collections.Counter):
+    self.counts = counts
+    self.space = 0       # length of the whitespace run the last chunk ended in
+    self.space_cut = False  # that run was already cut (and counted)
+    self.text = 0        # characters since the last "<"
+    self.text_cut = False
+
+  def __call__(self, chunk: str) -> str:
+    return self._cap_text(self._cap_whitespace(chunk))
+
+  def _cap_whitespace(self, chunk: str) -> str:
+    rest = chunk.lstrip(_WHITESPACE)
+    lead = len(chunk) - len(rest)
+    if self.space and lead:  # The run the last chunk ended in goes on.
+      keep = max(0, min(lead, MAX_WHITESPACE_RUN - self.space))
+      if keep < lead:
+        if not self.space_cut:
+          self.counts[C.DUMP_WHITESPACE_CAPPED] += 1
+        self.space_cut = True
+        chunk = chunk[:keep] + rest
+      if not rest:
+        self.space += keep
+        return chunk
+    elif not rest:  # A chunk of whitespace that starts a run.
+      self.space_cut = False
+      if lead > MAX_WHITESPACE_RUN:
+        self.counts[C.DUMP_WHITESPACE_CAPPED] += 1
+        self.space_cut = True
+        chunk = chunk[:MAX_WHITESPACE_RUN]
+      self.space = len(chunk)
+      return chunk
+    if len(chunk) > MAX_WHITESPACE_RUN:
+      chunk, cut = _LONG_WHITESPACE.subn(lambda m: m.group()[:MAX_WHITESPACE_RUN], chunk)
+      if cut:
+        self.counts[C.DUMP_WHITESPACE_CAPPED] += cut
+    tail = len(chunk) - len(chunk.rstrip(_WHITESPACE))
+    self.space_cut = tail >= MAX_WHITESPACE_RUN
+    self.space = tail
+    return chunk
+
+  def _cap_text(self, chunk: str) -> str:
+    # No run inside one chunk can pass the cap (MAX_TEXT_RUN > CHUNK_BYTES): only the run
+    # that goes on from the last chunk into this one's head can.
+    first = chunk.find("<")
+    head = len(chunk) if first < 0 else first
+    if self.text + head > MAX_TEXT_RUN:
+      keep = max(0, MAX_TEXT_RUN - self.text)
+      if not self.text_cut:
+        self.counts[C.DUMP_TEXT_CAPPED] += 1
+        chunk = chunk[:keep] + CUT_MARK + chunk[head:]
+        self.text_cut = True
+      else:
+        chunk = chunk[head:]
+      self.text = MAX_TEXT_RUN
+    else:
+      self.text += head
+    if first >= 0:
+      self.text = len(chunk) - chunk.rfind("<") - 1
+      self.text_cut = False
+    return chunk
+
+
 def _local(tag: str) -> str:
   return tag.rpartition("}")[2]
 
@@ -145,7 +251,8 @@ class _Skip(Exception):
   """A page that cannot become a RawPage: args = (reason, detail)."""
 
 
-def _page_from_element(elem: ET.Element, path: str, site: SiteInfo) -> RawPage:
+def _page_from_element(elem: ET.Element, path: str, site: SiteInfo,
+                       id_offset: int = 0) -> RawPage:
   title = ns = page_id = redirect = None
   text = None
   for child in elem:
@@ -169,6 +276,9 @@ def _page_from_element(elem: ET.Element, path: str, site: SiteInfo) -> RawPage:
     page_id = int(page_id.strip())
   except ValueError:
     raise _Skip(C.PageSkip.BAD_ID, f"id={page_id!r} title={title!r}") from None
+  if not 0 <= page_id < PAGE_ID_LIMIT:  # it would reach into another input's range
+    raise _Skip(C.PageSkip.BAD_ID,
+                f"id={page_id} is not in [0, {PAGE_ID_LIMIT}) title={title!r}")
   if ns is None:
     raise _Skip(C.PageSkip.MISSING_NS, f"id={page_id} title={title!r}")
   try:
@@ -179,7 +289,10 @@ def _page_from_element(elem: ET.Element, path: str, site: SiteInfo) -> RawPage:
     raise _Skip(C.PageSkip.MISSING_TITLE, f"id={page_id}")
   if text is None:
     raise _Skip(C.PageSkip.NO_TEXT, f"id={page_id} title={title!r}")
-  return RawPage(page_id=page_id, title=title, namespace=namespace, text=text,
+  if CUT_MARK in text or CUT_MARK in title:
+    raise _Skip(C.PageSkip.TOO_LARGE, f"id={page_id} title={title!r}: a run of more than "
+                                      f"{MAX_TEXT_RUN} characters between two tags")
+  return RawPage(page_id=id_offset + page_id, title=title, namespace=namespace, text=text,
                  redirect_title=redirect, source=path, site=site)
 
 
@@ -203,14 +316,16 @@ def read_siteinfo(path: str) -> SiteInfo:
   return SiteInfo()
 
 
-def iter_dump_pages(path: str,
-                    counts: Optional[collections.Counter] = None) -> Iterator[RawPage]:
+def iter_dump_pages(path: str, counts: Optional[collections.Counter] = None,
+                    id_offset: int = 0) -> Iterator[RawPage]:
   """Streams the RawPages of one dump file; never raises on damaged input.
 
   Args:
     path: a dump file on any Beam filesystem (`.xml`, `.xml.bz2`, `.xml.gz`).
     counts: incremented per counter name (`pages_read`, `dump_files_read`,
-      `dump_files_truncated`, `dump_xml_errors`, `pages_skipped_<reason>`), if given.
+      `dump_files_truncated`, `dump_xml_errors`, `dump_whitespace_capped`,
+      `dump_text_capped`, `pages_skipped_<reason>`), if given.
+    id_offset: added to every page id (the input's range, pipelines.inputs).
 
   Yields:
     RawPage of every complete, well-formed `<page>` in file order, every namespace.
@@ -224,11 +339,26 @@ def iter_dump_pages(path: str,
     logger.error("%s: cannot open: %s", path, e)
     return
   with stream:
-    yield from _iter_stream(stream, path, counts)
+    yield from _iter_stream(stream, path, counts, id_offset)
 
 
-def _iter_stream(stream: BinaryIO, path: str,
-                 counts: collections.Counter) -> Iterator[RawPage]:
+def _pieces(stream: BinaryIO, path: str, state: dict,
+            counts: collections.Counter) -> Iterator[str]:
+  """The decoded text, hostile runs capped (_RunCaps), in pieces of FEED_CHARS."""
+  caps = _RunCaps(counts)
+  for chunk in _text_chunks(stream, path, state):
+    chunk = caps(chunk)
+    for start in range(0, len(chunk), FEED_CHARS):
+      yield chunk[start:start + FEED_CHARS]
+
+
+class _TooBig(Exception):
+  """A page nested too deep or with too many elements: args = (reason, detail, page starts
+  seen in the piece up to it)."""
+
+
+def _iter_stream(stream: BinaryIO, path: str, counts: collections.Counter,
+                 id_offset: int = 0) -> Iterator[RawPage]:
   state: dict = {}
   site: Optional[SiteInfo] = None
   last_good = "none (cut before the first page)"
@@ -239,8 +369,10 @@ def _iter_stream(stream: BinaryIO, path: str,
   searching = False        # After an XML error: looking for the next "<page>".
   carry = ""               # Tail kept while searching, in case "<page>" spans chunks.
   lines_fed = 0            # Newlines fed to the current parser before `data`.
+  depth = 0                # Open elements of the current parser (the root is 1).
+  elements = 0             # Elements of the page being read.
 
-  for data in _text_chunks(stream, path, state):
+  for data in _pieces(stream, path, state, counts):
     while data:
       if searching:
         data, carry = carry + data, ""
@@ -251,17 +383,30 @@ def _iter_stream(stream: BinaryIO, path: str,
         data, searching = data[match.start():], False
         parser = ET.XMLPullParser(events=("start", "end"))
         parser.feed(root_open or "<mediawiki>")
-        root, lines_fed = None, 0
+        root, lines_fed, depth, elements = None, 0, 0, 0
       try:
         parser.feed(data)  # Errors surface from read_events, after the good events.
+        page_starts = 0
         for event, elem in parser.read_events():
           if event == "start":
+            depth += 1
+            elements += 1
+            if depth == 2:
+              elements = 1
+              page_starts += _local(elem.tag) == "page"
+            if depth > MAX_XML_DEPTH:
+              raise _TooBig(C.PageSkip.TOO_DEEP, f"elements nested deeper than {MAX_XML_DEPTH}",
+                            page_starts)
+            if elements > MAX_PAGE_ELEMENTS:
+              raise _TooBig(C.PageSkip.TOO_LARGE, f"more than {MAX_PAGE_ELEMENTS} elements",
+                            page_starts)
             if root is None:
               root = elem
               name = _local(elem.tag)
               uri = elem.tag[:-len(name)]
               root_open = root_open or (f'<{name} xmlns="{uri[1:-1]}">' if uri else f"<{name}>")
             continue
+          depth -= 1
           name = _local(elem.tag)
           if name == "page":
             counts[C.PAGES_READ] += 1
@@ -269,7 +414,7 @@ def _iter_stream(stream: BinaryIO, path: str,
               logger.warning("%s: <page> before <siteinfo>; using the default siteinfo", path)
               site = SiteInfo()
             try:
-              page = _page_from_element(elem, path, site)
+              page = _page_from_element(elem, path, site, id_offset)
             except _Skip as skip:
               reason, detail = skip.args
               counts[C.pages_skipped(reason)] += 1
@@ -290,6 +435,18 @@ def _iter_stream(stream: BinaryIO, path: str,
             ended = True
         lines_fed += data.count("\n")
         data = ""
+      except _TooBig as too_big:
+        # The page is read (counted) and skipped; the reader goes on at the first "<page"
+        # after the ones this piece opened before it (or in the next piece), with a fresh
+        # parser: the tree built so far is dropped.
+        reason, detail, page_starts = too_big.args
+        counts[C.PAGES_READ] += 1
+        counts[C.pages_skipped(reason)] += 1
+        logger.warning("%s: skipping the page after %s (%s): %s", path, last_good, reason,
+                       detail)
+        following = next(itertools.islice(_PAGE_LINE.finditer(data), page_starts, None), None)
+        data, carry = (data[following.start():], "") if following else ("", data[-8:])
+        searching = True
       except ET.ParseError as e:
         # Malformed XML mid-file: drop the broken page, go on from the next "<page>".
         counts[C.DUMP_XML_ERRORS] += 1
@@ -317,22 +474,31 @@ def _nth_newline(text: str, n: int) -> int:
 
 
 class _ReadDumpFileFn(beam.DoFn):
-  """path -> RawPage of every complete page of that dump file; counters per file, and per
-  input (`input<k>_pages_read`) for the files of `input_index` (path -> comma-list position)."""
+  """path -> (page_id, ((file rank, position), RawPage)) of every complete page of that dump
+  file (the place that pipelines.unique_ids keeps the first by); counters per file, and per
+  input (`input<k>_pages_read`) for the files of `input_index` (path -> comma-list position).
+  `id_offsets` (path -> offset) shifts the ids into their input's range, `ranks` (path ->
+  rank) orders the files of an input."""
 
-  def __init__(self, input_index: Optional[dict[str, int]] = None):
+  def __init__(self, input_index: Optional[dict[str, int]] = None,
+               id_offsets: Optional[dict[str, int]] = None,
+               ranks: Optional[dict[str, int]] = None):
     self.input_index = input_index or {}
+    self.id_offsets = id_offsets or {}
+    self.ranks = ranks or {}
 
-  def process(self, path: str) -> Iterator[RawPage]:
+  def process(self, path: str) -> Iterator:
     counts: collections.Counter = collections.Counter()
     pages_read = tio.counter(C.PAGES_READ)
     reported = 0
+    rank = self.ranks.get(path, 0)
     try:
-      for page in iter_dump_pages(path, counts):
+      for position, page in enumerate(iter_dump_pages(path, counts,
+                                                      self.id_offsets.get(path, 0))):
         # pages_read is reported as it goes (progress); the rest once per file.
         pages_read.inc(counts[C.PAGES_READ] - reported)
         reported = counts[C.PAGES_READ]
-        yield page
+        yield page.page_id, ((rank, position), page)
     finally:
       if path in self.input_index:
         counts[C.per_input(self.input_index[path], C.PAGES_READ)] = counts[C.PAGES_READ]
@@ -347,33 +513,40 @@ class ReadDumpPages(beam.PTransform):
 
   The glob (comma-separated globs allowed) is expanded at pipeline construction with
   FileSystems (twotower.io.match_files), so a missing dump fails before anything runs. Files
-  are spread over workers, read as streams, and the pages re-spread (Reshuffle, through
-  `shuffle`: files on the local runner, pipelines.shuffle) so that the expensive parse of
-  one big file is not tied to the worker that read it (as TFDS does).
+  are spread over workers, read as streams, and the pages grouped by id (through `shuffle`:
+  files on the local runner, pipelines.shuffle), which keeps one page per id
+  (pipelines.unique_ids) and re-spreads them, so that the expensive parse of one big file is
+  not tied to the worker that read it (as TFDS does).
 
   Counters: dump_files_read, dump_files_truncated, dump_xml_errors, pages_read,
-  pages_skipped_<reason> (see the module docstring).
+  dump_whitespace_capped, dump_text_capped, pages_skipped_<reason> (see the module
+  docstring).
   """
 
   def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
-               input_index: Optional[dict[str, int]] = None):
+               input_index: Optional[dict[str, int]] = None, id_offset: int = 0):
     """`input_index` (path -> position in the --dump comma list; pipelines.textdocs): read
     exactly these files, and count `input<k>_pages_read` per input; `file_pattern` then only
-    names them in log lines."""
+    names them in log lines. `id_offset` is added to every page id (the input's range,
+    pipelines.inputs)."""
     super().__init__()
     self.file_pattern = file_pattern
     self.shuffle = shuffle
     self.input_index = dict(input_index or {})
+    self.id_offset = id_offset
 
   def expand(self, pbegin):
     paths = (sorted(self.input_index, key=lambda path: (os.path.basename(path), path))
              if self.input_index else tio.match_files(self.file_pattern))
     logger.info("ReadDumpPages: %d file(s) match %s", len(paths), self.file_pattern)
+    ranks = {path: rank for rank, path in enumerate(paths)}
+    offsets = {path: self.id_offset for path in paths}
     return (
         pbegin
         # str: one dump file path per element.
         | "CreateDumpPaths" >> beam.Create(paths)
         | "SpreadDumpFiles" >> beam.Reshuffle()
-        # RawPage: every complete page of every file, all namespaces.
-        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn(self.input_index))
-        | "SpreadPages" >> shuffle_lib.Reshuffle(self.shuffle))
+        # (page_id, ((file rank, position), RawPage)): every complete page, all namespaces.
+        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn(self.input_index, offsets, ranks))
+        # RawPage: the first page of each id
+        | "OnePagePerId" >> unique_ids.KeepFirstPerId(self.shuffle))

@@ -42,6 +42,13 @@ What is kept and dropped:
   interwiki targets are not links; nor are links inside `<nowiki>`, `<pre>`, `<math>`
   (the tokenizer does not parse those).
 
+Nesting bombs: mwparserfromhell's tokenizer stops nesting at a fixed depth and leaves the rest
+as text, so 10,000 nested `{{` would come out as kilobytes of braces. A template or link
+nested deeper than MAX_NESTING (`{{`/`[[` inside each other) is dropped whole before
+tokenizing, from its outermost `{{` or `[[` to where it closes (if it never does, to the end
+of the paragraph where it went too deep), counted `markup_too_deep` per span; and runs of
+MARKUP_RUN or more markup tokens in a row (`<b><b><b>...`, `-{-{-{...`) that survive cleaning are cut from the text.
+
 Beam: `ParsePages` routes every RawPage to exactly one of: the `articles` output, the
 `redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter.
 """
@@ -108,6 +115,46 @@ _RESIDUE_LINK = re.compile(r"\[\[([^\[\]|\n]*)(?:\|((?:[^\[\]\n]|\[\[[^\[\]\n]*\
 _RESIDUE_TAG = re.compile(r"</?[A-Za-z][^<>\n]*>")
 
 
+#: Deepest nesting of `{{...}}` / `[[...]]` kept (real pages nest a few levels).
+MAX_NESTING = 24
+_NESTING = re.compile(r"\{\{|\}\}|\[\[|\]\]")
+#: Runs of this many markup tokens in a row are residue of a nesting bomb, not text.
+MARKUP_RUN = 8
+_MARKUP_RUN = re.compile(r"(?:(?:\{\{|\}\}|\[\[|\]\]|-\{|\}-|</?[A-Za-z][^<>\n]{0,200}>)\s*)"
+                         r"{%d,}" % MARKUP_RUN)
+
+
+def drop_deep_nesting(text: str) -> tuple[str, int]:
+  """(text without the templates and links nested deeper than MAX_NESTING, how many such
+  outermost spans were dropped); linear in the text."""
+  if text.count("{{") + text.count("[[") <= MAX_NESTING:
+    return text, 0
+  spans: list[tuple[int, int]] = []
+  depth, start, deep, deep_at = 0, 0, False, 0
+  for match in _NESTING.finditer(text):
+    if match.group() in ("{{", "[["):
+      if depth == 0:
+        start, deep = match.start(), False
+      depth += 1
+      if depth > MAX_NESTING and not deep:
+        deep, deep_at = True, match.end()
+    elif depth:
+      depth -= 1
+      if depth == 0 and deep:
+        spans.append((start, match.end()))
+  if depth and deep:  # never closed: to the end of the paragraph where it went too deep
+    blank = _PARAGRAPH_BREAK.search(text, deep_at)
+    spans.append((start, blank.start() if blank else len(text)))
+  if not spans:
+    return text, 0
+  kept, end = [], 0
+  for span_start, span_end in spans:
+    kept.append(text[end:span_start])
+    end = span_end
+  kept.append(text[end:])
+  return "".join(kept), len(spans)
+
+
 class ParseError(ValueError):
   """The tokenizer failed on a page."""
 
@@ -116,6 +163,8 @@ def _clean(text: str) -> str:
   """Inline cleanup: quote markup, magic words, item marks, whitespace."""
   if "''" in text:
     text = _QUOTES.sub("", text)
+  if ("{{" in text or "[[" in text or "<" in text or "-{" in text) and _MARKUP_RUN.search(text):
+    text = _MARKUP_RUN.sub(" ", text)
   if "__" in text:
     text = _MAGIC.sub("", text)
   return _SPACE.sub(" ", text.replace(_ITEM, " ")).strip()
@@ -217,6 +266,7 @@ def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]
   The section text still holds list-item marks; `_paragraphs` cuts it. Raises ParseError
   when the tokenizer fails.
   """
+  text, _ = drop_deep_nesting(text)
   if "<!--" in text:
     text = _COMMENT.sub("", text)
   if "<ref" in text or "<REF" in text or "<Ref" in text:
@@ -427,11 +477,11 @@ class _ParsePageFn(beam.DoFn):
     self._counters: dict = {}
     self._sites: dict[SiteInfo, SiteInfo] = {}
 
-  def _count(self, name: str) -> None:
+  def _count(self, name: str, value: int = 1) -> None:
     counter = self._counters.get(name)
     if counter is None:
       counter = self._counters[name] = tio.counter(name)
-    counter.inc()
+    counter.inc(value)
 
   def _skip(self, reason: str, raw: RawPage, detail: str = "") -> None:
     self._count(C.pages_skipped(reason))
@@ -445,6 +495,13 @@ class _ParsePageFn(beam.DoFn):
     site = self._sites.setdefault(raw.site, raw.site)
     if site is not raw.site:
       raw = dataclasses.replace(raw, site=site)
+    if raw.namespace == ARTICLE_NAMESPACE and raw.redirect_title is None:
+      text, dropped = drop_deep_nesting(raw.text)  # (clean_wikitext's own call is then a no-op)
+      if dropped:
+        self._count(C.MARKUP_TOO_DEEP, dropped)
+        logger.warning("%s: page id=%d title=%r: %d template(s) or link(s) nested deeper than "
+                       "%d dropped", raw.source, raw.page_id, raw.title, dropped, MAX_NESTING)
+        raw = dataclasses.replace(raw, text=text)
     kind, value = route_page(raw, self._config)
     if kind == "article":
       yield value

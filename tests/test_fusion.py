@@ -146,7 +146,7 @@ def test_the_fused_run_is_scored_as_written(tmp_path):
   assert by_split["validation-5"]["metrics"]["R@1"] == 1.0
   assert by_split["test-5"]["metrics"]["R@1"] == 0.0
   assert fusion.run(fusion.FuseConfig(runs=(str(tmp_path / "a.trec"), str(tmp_path / "b.trec")),
-                                      out=out, weight=0.7)).records == []
+                                      out=out, weight=0.7, tag="hybrid")).records == []
 
 
 def test_the_default_objective_is_the_mean_recall_so_early_precision_counts(tmp_path):

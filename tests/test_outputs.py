@@ -21,7 +21,8 @@ def run_cli(capsys, *args):
 
 def test_claim_rules(tmp_path):
   """The rules on plain folders: empty is free, the same settings are this run's, others and
-  unrecorded files are refused naming what differs, --overwrite empties."""
+  unrecorded files are refused naming what differs, --overwrite removes what the old run's
+  manifest lists (here: only the manifest)."""
   out = str(tmp_path / "out")
   assert outputs.claim(out, "s", {"a": 1}) is False  # absent
   os.makedirs(out)
@@ -66,7 +67,8 @@ def test_pairs_refuses_other_settings_and_never_mixes_shards(tmp_path, capsys):
   assert code == 1
   assert err[-1] == (f"twotower pairs: error: {out}: holds a `twotower pairs` run with other "
                      f"settings (dump: {str(dump)!r} -> {str(other)!r}; num_shards: 2 -> 1); "
-                     "give another --out, or --overwrite to empty it")
+                     "give another --out, or --overwrite to replace it (files it did not "
+                     "write are kept)")
   assert run_cli(capsys, "pairs", "--dump", other, "--out", out, "--heldout_percent", "0",
                  "--num_shards", "1", "--overwrite")[0] == 0
   shards = sorted(os.listdir(out / "passages"))
@@ -81,9 +83,13 @@ def test_reqa_same_settings_replaces_other_settings_refused(tmp_path, capsys):
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
   out = tmp_path / "reqa"
   assert run_cli(capsys, "reqa", "--squad", squad, "--out", out, "--num_shards", "2")[0] == 0
-  (out / "finetune" / "stale-00000-of-00001.tfrecord").write_bytes(b"")
+  (out / "finetune" / "stale-00000-of-00001.tfrecord").write_bytes(b"theirs")
   assert run_cli(capsys, "reqa", "--squad", squad, "--out", out, "--num_shards", "2")[0] == 0
-  assert not (out / "finetune" / "stale-00000-of-00001.tfrecord").exists()  # replaced whole
+  # Replaced, but a file no run of the stage wrote is kept (not the stage's to remove) and
+  # listed nowhere (no reader takes it).
+  assert (out / "finetune" / "stale-00000-of-00001.tfrecord").read_bytes() == b"theirs"
+  manifest = json.loads((out / contracts.MANIFEST_FILE).read_text())
+  assert "finetune/stale-00000-of-00001.tfrecord" not in manifest["files"]
   code, err = run_cli(capsys, "reqa", "--squad", squad, "--out", out, "--num_shards", "1")
   assert code == 1 and "other settings (num_shards: 2 -> 1)" in err[-1]
   assert sorted(p for p in os.listdir(tmp_path) if p != "squad.json") == ["reqa"]  # no temp
@@ -128,11 +134,18 @@ def test_bm25_refuses_other_settings_and_keeps_no_lock_after_a_failure(tmp_path,
   out = tmp_path / "bm25"
   args = ["bm25", "--reqa", tmp_path / "reqa", "--out", out, "--split", "all"]
   assert run_cli(capsys, *args)[0] == 0
-  assert run_cli(capsys, *args)[0] == 0  # the same settings: replaced in place
+  (out / "my_notes.txt").write_bytes(b"mine")
+  assert run_cli(capsys, *args)[0] == 0  # the same settings: replaced, the user's file kept
+  assert (out / "my_notes.txt").read_bytes() == b"mine"
+  assert "my_notes.txt" not in json.loads((out / contracts.MANIFEST_FILE).read_text())["files"]
   code, err = run_cli(capsys, *args, "--k1", "1.2")
   assert code == 1 and "other settings (k1: 0.9 -> 1.2)" in err[-1]
-  # A failure while indexing (candidates.parquet is not one): no half index, no write.lock.
+  # A failure while indexing (candidates.parquet is not one): the run is built beside the
+  # folder (outputs.staged), so the folder is left as it was, and no half index anywhere.
+  before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
   (tmp_path / "reqa" / contracts.CANDIDATES_FILE).write_bytes(b"not parquet")
   code, err = run_cli(capsys, *args, "--overwrite")
   assert code == 1 and "Traceback" not in "\n".join(err)
-  assert not (out / "index").exists()
+  assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+  assert sorted(os.listdir(tmp_path)) == ["bm25", "reqa", "squad.json"]  # no temp folder
+  assert (out / "my_notes.txt").read_bytes() == b"mine"

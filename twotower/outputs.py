@@ -1,26 +1,45 @@
-"""A stage owns its output folder: a manifest (`<out>/_twotower.json`,
-contracts.MANIFEST_FILE) says which stage wrote the folder, with which settings, from which
-inputs, and which files it holds.
+"""A stage owns its output: a manifest (`<out>/_twotower.json`, contracts.MANIFEST_FILE, in
+a folder; `<main>.twotower.json` beside a file) says which stage wrote it, with which
+settings, from which inputs, and which files it holds. An output is a stage's only if its
+own manifest says so.
 
     claim(out, stage, settings)        before writing: refuse a folder of another run
-    staged(out, stage, settings)       Beam stages: write beside it, then move into place
-    write_manifest(out, ...)           training: the manifest of a folder written in place
+    staged(out, stage, settings)       Beam stages (and bm25): write beside it, then move it
+                                       into place
+    start(out, stage, settings)        training, after claim: the manifest of a run begun in
+                                       place; write_manifest at its end
     owned_files(main, stage, ...)      stages whose output is files, not a folder (vocab,
-                                       index, hardneg): the same rules, the manifest beside
-                                       the main file (`<main>.twotower.json`)
+                                       index, hardneg, search, fuse, query): the same rules,
+                                       the manifest beside the main file
+    check_file(main, stage, ...)       owned_files' checks alone, before a stage's work
+    atomic_text(path)                  a streamed file output, renamed into place at its end
+    check_inputs(out, inputs)          refuse an output that is also one of its inputs
+    replace_folder(final, new, owned)  put a folder built beside another in its place
+    remove(out)                        drop an output a caller no longer needs (its files)
+    discard(path)                      drop what the running stage wrote and does not keep
 
 Rules, one for every stage:
-  * an absent or empty folder is the stage's;
+  * an absent or empty folder is the stage's; so is one that holds only its inputs;
+  * an output that is one of the stage's inputs (the same path; for a file output, a folder
+    that holds one) is refused, --overwrite or not;
   * a folder whose manifest has the same stage and settings is this run's: training resumes
-    in it, a Beam stage replaces it whole;
-  * anything else (other settings, another stage, files without a manifest) is refused with
-    an error naming what differs, unless `overwrite`, which empties the folder first.
+    in it, a Beam stage replaces it;
+  * other settings of the same stage, or files no stage recorded, are refused with an error
+    naming what differs, unless `overwrite`; another stage's output is refused even then
+    (--overwrite replaces only this stage's output: removing another's is the user's call);
+  * a stage removes only the files its own manifest lists: never an input, never a file it
+    did not write (a `my_notes.txt` in the folder survives a replace and an --overwrite;
+    where the new run writes a file at its path, the run is refused and changes nothing).
 
 Beam stages write into `<out>.tmp-<id>/` beside the folder and rename it into place when the
 job has finished, so a reader never sees half a run or two runs mixed (shards of an older run
 with another shard count), and an interrupted or failed job leaves nothing (Beam's
 `beam-temp-*` folders go with the temporary one). Object stores (gs://) have no rename: there
 the stage writes in place, after the same claim.
+
+A folder of a version before manifests (its markers, or a training run's config.yaml, say
+which stage wrote it) is taken whole as that stage's, as that version took it; its inputs
+are kept.
 """
 
 from __future__ import annotations
@@ -31,8 +50,9 @@ import fnmatch
 import logging
 import os
 import shutil
+import tempfile
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence, TextIO
 
 from twotower import io as tio
 from twotower.contracts import layout
@@ -102,87 +122,67 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
           for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
 
 
-def _entries(out: str) -> list[str]:
-  return sorted(os.listdir(out)) if os.path.isdir(out) else []
+# ------------------------------------------------------------------------------------------
+# Inputs: never an output, never removed.
+# ------------------------------------------------------------------------------------------
 
 
-def empty(out: str, keep: Sequence[str] = ()) -> None:
-  """Removes everything in `out` but the entries `keep` (the folder itself stays)."""
-  for name in _entries(out):
-    if name in keep:
+def _real(path: str) -> str:
+  return os.path.realpath(os.path.abspath(path))
+
+
+def _within(path: str, folder: str) -> bool:
+  """Local `path` is `folder` or lies under it (symbolic links resolved)."""
+  rel = os.path.relpath(_real(path), _real(folder))
+  return rel == "." or not (rel == ".." or rel.startswith(".." + os.sep))
+
+
+def check_inputs(out: str, inputs: Sequence[str], *, file: bool = False,
+                 inside: bool = True) -> None:
+  """Refuses an output that is also one of its inputs: the same path (a run would read
+  what it is replacing: `query --jsonl q.jsonl --out q.jsonl` emptied the queries), or, for
+  a file output (`file`) or where the stage writes all over its folder (`inside=False`:
+  training's --init), an input inside it. `--overwrite` changes nothing here.
+
+  Raises:
+    ValueError: naming the output and the input.
+  """
+  for path in inputs:
+    if not path:
       continue
-    path = os.path.join(out, name)
-    if os.path.isdir(path) and not os.path.islink(path):
-      shutil.rmtree(path)
+    if not (tio.is_local(out) and tio.is_local(path)):
+      same, holds = path.rstrip("/") == out.rstrip("/"), False
     else:
-      os.remove(path)
+      same = _real(path) == _real(out)
+      holds = (file or not inside) and _within(path, out)
+    if same or holds:
+      raise ValueError(f"{out}: the output {'is' if same else 'holds'} an input of this run "
+                       f"({path}); give another --out")
 
 
-def inside(out: str, paths: Sequence[str]) -> set[str]:
-  """The entries of `out` that hold one of `paths` (inputs a caller put in the folder)."""
+def _input_paths(out: str, inputs: Sequence[str]) -> set[str]:
+  """The inputs inside local folder `out`, relative to it (each with its own manifest
+  beside it, `<input>.twotower.json`): kept wherever the stage's output goes."""
   found = set()
-  for path in paths:
-    if tio.is_local(path):
-      rel = os.path.relpath(os.path.abspath(path), os.path.abspath(out))
-      if not rel.startswith(".."):
-        found.add(rel.split(os.sep)[0])
+  for path in inputs:
+    if path and tio.is_local(path) and _within(path, out) and _real(path) != _real(out):
+      rel = os.path.relpath(_real(path), _real(out)).replace(os.sep, "/")
+      found.update({rel, rel + layout.FILE_MANIFEST_SUFFIX})
   return found
 
 
-def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool = False,
-          legacy: Mapping[str, Any] | None = None, markers: Sequence[str] = (),
-          inputs: Sequence[str] = (), empty_on_overwrite: bool = True) -> bool:
-  """Checks that `out` may take this run; returns True when it already holds this run (same
-  stage and settings: resume or replace), False when it is absent or empty.
+def _under(rel: str, paths: Collection[str]) -> bool:
+  """`rel` is one of `paths` or lies in a folder that is."""
+  return any(rel == p or rel.startswith(p + "/") for p in paths)
 
-  `legacy`: the settings of a folder written before manifests existed, read from the stage's
-  own record of them (a training run's config.yaml); None where there is none.
-  `markers`: files that together mark this stage's output of a version before manifests
-  (reqa: candidates.parquet and stats.json): such a folder is taken as this run's, with a
-  warning (its settings are unknown). `inputs`: input files inside `out` (the experiment
-  writes a dump there): neither foreign nor removed.
-  `empty_on_overwrite`: False where the run replaces the folder whole at its end (`staged`):
-  the old output stays readable until then, and stays if the run fails.
 
-  Raises:
-    ValueError: the folder holds another run (names each differing setting), another stage's
-      output, or files without a manifest; unless `overwrite`, which empties it.
-  """
-  mine: set[str] = set()
-  if not tio.is_local(out):
-    manifest = read_manifest(out)
-    entries = [layout.MANIFEST_FILE] if manifest else []
-  else:
-    if os.path.exists(out) and not os.path.isdir(out):
-      raise ValueError(f"{out}: is a file; --out is a folder")
-    mine = inside(out, inputs)
-    entries = [e for e in _entries(out) if e not in mine]
-    manifest = read_manifest(out) if entries else None
-  if not entries:
-    return False
-  if manifest is None and legacy is not None:
-    manifest = {"stage": stage, "settings": legacy}
-  if (manifest is None and markers and tio.is_local(out)
-      and all(os.path.exists(os.path.join(out, m)) for m in markers)):
-    logger.warning("%s: output of `twotower %s` without a manifest (an older version): its "
-                   "settings are unknown; replacing it", out, stage)
-    return True
-  if manifest is None:
-    problem = (f"holds {len(entries)} files or folders ({', '.join(entries[:3])}"
-               f"{', ...' if len(entries) > 3 else ''}) that no twotower stage recorded")
-  elif manifest["stage"] != stage:
-    problem = f"holds the output of `twotower {manifest['stage']}`"
-  else:
-    diff = differences(manifest.get("settings", {}), settings)
-    if not diff:
-      return True
-    problem = f"holds a `twotower {stage}` run with other settings ({'; '.join(diff)})"
-  if not overwrite:
-    raise ValueError(f"{out}: {problem}; give another --out, or --overwrite to empty it")
-  logger.warning("--overwrite: replacing %s (it %s)", out, problem)
-  if tio.is_local(out) and empty_on_overwrite:
-    empty(out, keep=mine)
-  return False
+# ------------------------------------------------------------------------------------------
+# Folders.
+# ------------------------------------------------------------------------------------------
+
+
+def _entries(out: str) -> list[str]:
+  return sorted(os.listdir(out)) if os.path.isdir(out) else []
 
 
 def files_under(out: str) -> list[str]:
@@ -196,13 +196,165 @@ def files_under(out: str) -> list[str]:
   return sorted(found)
 
 
+def _owned(out: str, stage: str, inputs: Sequence[str] = (), *,
+           legacy: bool = False) -> set[str]:
+  """The files of local folder `out` that are `stage`'s to remove: those its manifest lists
+  (and the manifest), never an input. `legacy`: a folder of a version before manifests
+  that the caller has recognised as `stage`'s: all its files."""
+  keep = _input_paths(out, inputs)
+  manifest = read_manifest(out)
+  if manifest is not None and manifest["stage"] == stage and manifest.get("pending"):
+    # A run begun in place (`start`) and killed: what it wrote is not listed yet; all but
+    # the files it found there are its.
+    kept = set(manifest.get("kept", []))
+    listed = {f for f in files_under(out) if f not in kept} | {layout.MANIFEST_FILE}
+  elif manifest is not None and manifest["stage"] == stage:
+    listed = set(manifest.get("files", [])) | {layout.MANIFEST_FILE}
+  elif manifest is None and legacy:
+    listed = set(files_under(out))
+  else:
+    return set()
+  return {f for f in listed if not _under(f, keep)}
+
+
+def _remove_files(out: str, names: Collection[str]) -> None:
+  """Removes files `names` (relative to `out`), then the folders under `out` they leave
+  empty; nothing else."""
+  parents = set()
+  for name in sorted(names):
+    path = os.path.join(out, name)
+    if os.path.isdir(path) and not os.path.islink(path):  # a listed folder (older manifests)
+      continue
+    if os.path.lexists(path):
+      os.remove(path)
+      parents.add(os.path.dirname(path))
+  _prune(out, parents)
+
+
+def _prune(out: str, folders: Collection[str]) -> None:
+  """Removes each of `folders` (under `out`, not `out` itself) that is empty, then its
+  parents that become so."""
+  top = os.path.abspath(out)
+  for folder in sorted(folders, key=len, reverse=True):
+    folder = os.path.abspath(folder)
+    while folder != top and folder.startswith(top + os.sep) and os.path.isdir(folder) \
+        and not os.listdir(folder):
+      os.rmdir(folder)
+      folder = os.path.dirname(folder)
+
+
+def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool = False,
+          legacy: Mapping[str, Any] | None = None, markers: Sequence[str] = (),
+          inputs: Sequence[str] = (), empty_on_overwrite: bool = True) -> bool:
+  """Checks that `out` may take this run; returns True when it already holds this run (same
+  stage and settings: resume or replace), False otherwise.
+
+  `legacy`: the settings of a folder written before manifests existed, read from the stage's
+  own record of them (a training run's config.yaml); None where there is none.
+  `markers`: files that together mark this stage's output of a version before manifests
+  (reqa: candidates.parquet and stats.json): such a folder is taken as this run's, with a
+  warning (its settings are unknown). `inputs`: the run's inputs (files or folders): an
+  output that is one is refused (check_inputs); those inside `out` (the experiment writes a
+  dump there) are neither foreign nor removed.
+  `empty_on_overwrite`: False where the run replaces the folder at its end (`staged`): the
+  old output stays readable until then, and stays if the run fails. True (in place): with
+  `overwrite`, the files the old run's manifest lists are removed now.
+
+  Raises:
+    ValueError: the folder is an input, holds another run (names each differing setting)
+      or files without a manifest (both: unless `overwrite`), or another stage's output.
+  """
+  check_inputs(out, inputs)
+  if not tio.is_local(out):
+    manifest = read_manifest(out)
+    entries = [layout.MANIFEST_FILE] if manifest else []
+  else:
+    if os.path.exists(out) and not os.path.isdir(out):
+      raise ValueError(f"{out}: is a file; --out is a folder")
+    keep = _input_paths(out, inputs)
+    entries = [e for e in _entries(out) if not _under(e, keep)]
+    manifest = read_manifest(out) if entries else None
+  if not entries:
+    return False
+  taken_whole = False
+  if manifest is None and legacy is not None:
+    manifest, taken_whole = {"stage": stage, "settings": legacy}, True
+  if (manifest is None and markers and tio.is_local(out)
+      and all(os.path.exists(os.path.join(out, m)) for m in markers)):
+    logger.warning("%s: output of `twotower %s` without a manifest (an older version): its "
+                   "settings are unknown; replacing it", out, stage)
+    return True
+  if manifest is not None and manifest["stage"] != stage:
+    raise ValueError(f"{out}: holds the output of `twotower {manifest['stage']}`; give "
+                     f"another --out (--overwrite replaces only a `twotower {stage}` output; "
+                     "remove that one yourself if you mean to)")
+  if manifest is None:
+    problem = (f"holds {len(entries)} files or folders ({', '.join(entries[:3])}"
+               f"{', ...' if len(entries) > 3 else ''}) that no twotower stage recorded")
+    if not overwrite:
+      raise ValueError(f"{out}: {problem}; give another --out, or --overwrite to write "
+                       "beside them (they are kept)")
+    logger.warning("--overwrite: writing into %s, which %s: they are kept", out, problem)
+    return False
+  diff = differences(manifest.get("settings", {}), settings)
+  if not diff:
+    return True
+  problem = f"holds a `twotower {stage}` run with other settings ({'; '.join(diff)})"
+  if not overwrite:
+    raise ValueError(f"{out}: {problem}; give another --out, or --overwrite to replace it "
+                     "(files it did not write are kept)")
+  logger.warning("--overwrite: replacing %s (it %s); files it did not write are kept", out,
+                 problem)
+  if tio.is_local(out) and empty_on_overwrite:
+    _remove_files(out, _owned(out, stage, inputs, legacy=taken_whole))
+  return False
+
+
+def start(out: str, stage: str, settings: Mapping[str, Any], inputs: Sequence[str] = (), *,
+          resumed: bool = False) -> dict:
+  """For a stage that writes its folder in place (training), after `claim`: records the run
+  before anything is written, so that a killed run resumes. The files already in the folder
+  that are not this run's (the user's, its inputs) are recorded as `kept`: the manifest at
+  the run's end (write_manifest) never lists them, so no later run removes them. `resumed`:
+  claim said the folder holds this run (a run dir of an older version: all its files)."""
+  current = read_manifest(out) if tio.is_local(out) else None
+  if not tio.is_local(out):
+    files, kept = [], []
+  elif resumed and current is not None and current.get("pending"):
+    # The same run, killed before its end: what it wrote since is its own (listed at the
+    # end), what it found there stays kept.
+    files, kept = list(current.get("files", [])), list(current.get("kept", []))
+  elif resumed and current is not None:
+    # A finished run resumed: any file it does not list is not its own (the user's).
+    files = list(current.get("files", []))
+    kept = sorted(set(current.get("kept", [])) |
+                  {f for f in files_under(out) if f not in set(files)})
+  elif resumed:
+    keep = _input_paths(out, inputs)
+    files = [f for f in files_under(out) if not _under(f, keep)]
+    kept = [f for f in files_under(out) if _under(f, keep)]
+  else:
+    files, kept = [], files_under(out)
+  return write_manifest(out, stage, settings, inputs, files=files, kept=kept, pending=True)
+
+
 def write_manifest(out: str, stage: str, settings: Mapping[str, Any],
-                   inputs: Sequence[str] = (), files: Sequence[str] | None = None) -> dict:
-  """Writes `<out>/_twotower.json` (atomically); `files` default to what `out` holds."""
+                   inputs: Sequence[str] = (), files: Sequence[str] | None = None, *,
+                   kept: Sequence[str] | None = None, pending: bool = False) -> dict:
+  """Writes `<out>/_twotower.json` (atomically); `files` default to what `out` holds but
+  the files `kept` (by default those the manifest there, of this stage, keeps: `start`).
+  `pending`: the run has begun, not finished (`start`)."""
+  if kept is None:
+    current = read_manifest(out) if tio.is_local(out) else None
+    kept = current.get("kept", []) if current and current["stage"] == stage else []
+  if files is None:
+    files = [f for f in files_under(out) if f not in set(kept)] if tio.is_local(out) else []
   manifest = {"version": MANIFEST_VERSION, "stage": stage, "settings": _plain(settings),
-              "inputs": list(inputs),
-              "files": list(files) if files is not None else
-                       (files_under(out) if tio.is_local(out) else [])}
+              "inputs": list(inputs), "files": list(files)}
+  if kept:
+    manifest["kept"] = sorted(kept)
+  if pending:
+    manifest["pending"] = True
   tio.write_json(manifest_path(out), manifest)
   return manifest
 
@@ -264,14 +416,15 @@ def matching(out: str, pattern: str, main: str | None = None) -> list[str]:
 @contextlib.contextmanager
 def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequence[str] = (),
            overwrite: bool = False, markers: Sequence[str] = ()) -> Iterator[str]:
-  """Yields the folder a Beam stage writes into: `<out>.tmp-<id>` beside `out`. When the
-  block ends, the manifest is written into it and it replaces `out` whole; when it raises
-  (or is interrupted), it is removed and `out` is left as it was.
+  """Yields the folder a stage writes into: `<out>.tmp-<id>` beside `out`. When the block
+  ends, the manifest is written into it and it replaces `out` (replace_folder: of the old
+  folder only the files its manifest listed go); when it raises (or is interrupted), it is
+  removed and `out` is left as it was.
 
   Inputs inside `out` (the experiment writes the pair pipeline's dump into its folder) are
   read from there while the job runs, then moved into the new folder: never removed."""
-  claim(out, stage, settings, overwrite=overwrite, markers=markers, inputs=inputs,
-        empty_on_overwrite=not tio.is_local(out))
+  resumed = claim(out, stage, settings, overwrite=overwrite, markers=markers, inputs=inputs,
+                  empty_on_overwrite=not tio.is_local(out))
   if not tio.is_local(out):
     yield out
     write_manifest(out, stage, settings, inputs)
@@ -281,53 +434,133 @@ def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequenc
   os.makedirs(tmp)
   try:
     yield tmp
-    write_manifest(tmp, stage, settings, inputs)
-    _swap(final, tmp, keep=inside(final, inputs) if os.path.isdir(final) else set())
+    write_manifest(tmp, stage, settings, inputs, kept=())
+    legacy = resumed and read_manifest(final) is None if os.path.isdir(final) else False
+    owned = _owned(final, stage, inputs, legacy=legacy) if os.path.isdir(final) else set()
+    replace_folder(final, tmp, owned)
   finally:
     if os.path.exists(tmp):
-      shutil.rmtree(tmp, ignore_errors=True)
+      shutil.rmtree(tmp, ignore_errors=True)  # this run's own, unfinished folder
 
 
-def _swap(final: str, tmp: str, keep: set[str]) -> None:
-  """Puts folder `tmp` in the place of `final`, moving `final`'s entries `keep` into it.
-  Renames only (one filesystem): a failure half-way puts `final` back as it was."""
+def _carried(final: str, new: str, owned: Collection[str], rel: str = "") -> list[str]:
+  """The paths (relative) under `final` that go into `new` when it takes final's place:
+  everything but the files `owned`, a folder whole where it holds none of them.
+
+  Raises:
+    ValueError: `new` has a file where `final` has one that is not `owned` (the new run
+      wrote where a file it does not own lies): nothing is moved.
+  """
+  carried = []
+  here = os.path.join(final, rel) if rel else final
+  for name in sorted(os.listdir(here)):
+    path = f"{rel}/{name}" if rel else name
+    source, target = os.path.join(final, path), os.path.join(new, path)
+    is_dir = os.path.isdir(source) and not os.path.islink(source)
+    if not is_dir and path in owned:
+      continue
+    if is_dir and not any(o.startswith(path + "/") for o in owned) and \
+        not os.path.lexists(target):
+      carried.append(path)
+    elif is_dir and (not os.path.lexists(target) or
+                     (os.path.isdir(target) and not os.path.islink(target))):
+      carried.extend(_carried(final, new, owned, path))
+    elif os.path.lexists(target):
+      raise ValueError(f"{source}: this run writes a file there, and it is not one an "
+                       "earlier run of this stage wrote (no manifest lists it); move it away "
+                       "and run again (nothing was changed)")
+    else:
+      carried.append(path)
+  return carried
+
+
+def replace_folder(final: str, new: str, owned: Collection[str]) -> None:
+  """Puts local folder `new` in the place of `final`. Of final's files only `owned` (paths
+  relative to it: what its manifest lists) are removed; every other file or folder (an
+  input, a file of the user's) is moved into `new` first. Renames only (one filesystem): a
+  failure half-way puts `final` back as it was."""
   if not os.path.exists(final):
-    os.rename(tmp, final)
+    os.rename(new, final)
     return
+  carried = _carried(final, new, set(owned))
   old = f"{final}.old-{uuid.uuid4().hex[:8]}"
   os.rename(final, old)
   moved = []
   try:
-    for name in sorted(keep):
-      os.rename(os.path.join(old, name), os.path.join(tmp, name))
-      moved.append(name)
-    os.rename(tmp, final)
+    for rel in carried:
+      target = os.path.join(new, rel)
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      os.rename(os.path.join(old, rel), target)
+      moved.append(rel)
+    os.rename(new, final)
   except BaseException:
-    for name in moved:  # the inputs go back first: `tmp` is removed after this
-      os.rename(os.path.join(tmp, name), os.path.join(old, name))
+    for rel in reversed(moved):  # they go back first: `new` is removed after this
+      os.rename(os.path.join(new, rel), os.path.join(old, rel))
     os.rename(old, final)
     raise
-  shutil.rmtree(old)
+  _remove_files(old, owned)
+  # Left: the folders that held the removed files (an empty one included: a SavedModel's
+  # assets/, carried as a folder of the new output too), or a file that appeared meanwhile.
+  for root, _, _ in sorted(os.walk(old), key=lambda entry: len(entry[0]), reverse=True):
+    if not os.listdir(root):
+      os.rmdir(root)
+  if os.path.isdir(old):  # appeared while the run ran: not ours to remove
+    logger.warning("%s: left in place (files that appeared while the run ran: %s)", old,
+                   ", ".join(files_under(old)[:3]))
+
+
+def remove(out: str) -> None:
+  """Removes an output a caller made and no longer needs (eval.dense's embeddings and
+  index): the files the manifest of folder `out`, or the one beside file `out`, lists, and
+  that manifest; nothing else (a folder is removed once empty)."""
+  if not tio.is_local(out):
+    raise ValueError(f"{out}: removing an output is local only")
+  if os.path.isdir(out):
+    manifest = read_manifest(out)
+    _remove_files(out, set((manifest or {}).get("files", [])) |
+                  ({layout.MANIFEST_FILE} if manifest else set()))
+    if not os.listdir(out):
+      os.rmdir(out)
+    return
+  files = listed_beside(out) or []
+  for path in files:
+    if os.path.lexists(path):
+      os.remove(path)
+  if os.path.exists(file_manifest_path(out)):
+    os.remove(file_manifest_path(out))
+
+
+def discard(path: str) -> None:
+  """Removes a file or folder the running stage wrote itself and does not keep (bm25's
+  Lucene index with keep_index off, inside its staged folder): nothing else may be given."""
+  if os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path)
+  elif os.path.lexists(path):
+    os.remove(path)
+
+
+# ------------------------------------------------------------------------------------------
+# Files.
+# ------------------------------------------------------------------------------------------
 
 
 def file_manifest_path(main: str) -> str:
   return f"{main}{layout.FILE_MANIFEST_SUFFIX}"
 
 
-@contextlib.contextmanager
-def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
-                overwrite: bool = False, inputs: Sequence[str] = (),
-                legacy: Mapping[str, Any] | None = None) -> Iterator[list[str]]:
-  """For a stage whose --out is a file (vocab, index) or a set of files in another stage's
-  folder (hardneg): the rules of `claim`, judged by the manifest beside `main`.
+def check_file(main: str, stage: str, settings: Mapping[str, Any], *,
+               overwrite: bool = False, inputs: Sequence[str] = (),
+               legacy: Mapping[str, Any] | None = None) -> dict | None:
+  """The checks of `owned_files`, alone: a stage calls it before its work (search, fuse,
+  query), so that a refused --out costs nothing; returns the manifest beside `main` (None:
+  none, or an unreadable one replaced with `overwrite`).
 
-  An existing `main` without a manifest (an older version's output, or a file of the
-  user's) is refused unless `legacy` (its settings, from the stage's own record) or
-  `overwrite`. The block appends the paths it writes (each written atomically) to the list
-  it is given; at its end the manifest lists them and the files of the run before that are
-  not among them are removed (a 4-shard index replaced by a 1-shard one). Before the block,
-  the manifest says "this run, files pending": an interrupted run is re-run with the same
-  settings, not refused."""
+  Raises:
+    ValueError: as owned_files.
+  """
+  check_inputs(main, inputs, file=True)
+  if tio.is_local(main) and os.path.isdir(main):
+    raise ValueError(f"{main}: is a folder; --out is a file")
   try:
     manifest = _read(file_manifest_path(main))
   except ValueError:
@@ -337,10 +570,11 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
   if manifest is None and legacy is not None:
     manifest = {"stage": stage, "settings": legacy}
   problem = None
+  if manifest is not None and manifest["stage"] != stage:
+    raise ValueError(f"{main}: is the output of `twotower {manifest['stage']}`; give another "
+                     f"--out (--overwrite replaces only a `twotower {stage}` output)")
   if manifest is None and _exists(main):
     problem = "exists, and no twotower stage recorded how it was made"
-  elif manifest is not None and manifest["stage"] != stage:
-    problem = f"is the output of `twotower {manifest['stage']}`"
   elif manifest is not None:
     diff = differences(manifest.get("settings", {}), settings)
     if diff:
@@ -349,6 +583,27 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
     raise ValueError(f"{main}: {problem}; give another --out, or --overwrite to replace it")
   if problem:
     logger.warning("--overwrite: replacing %s (it %s)", main, problem)
+  return manifest
+
+
+@contextlib.contextmanager
+def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
+                overwrite: bool = False, inputs: Sequence[str] = (),
+                legacy: Mapping[str, Any] | None = None) -> Iterator[list[str]]:
+  """For a stage whose --out is a file (vocab, index, search, fuse, query) or a set of files
+  in another stage's folder (hardneg): the rules of `claim`, judged by the manifest beside
+  `main`.
+
+  An output that is one of `inputs` (or a folder that holds one) is refused. An existing
+  `main` without a manifest (an older version's output, or a file of the user's) is refused
+  unless `legacy` (its settings, from the stage's own record) or `overwrite` (the user named
+  that file: it is replaced); another stage's output is refused. The block appends the paths
+  it writes (each written atomically) to the list it is given; at its end the manifest lists
+  them and the files of this stage's run before that are not among them are removed (a
+  4-shard index replaced by a 1-shard one). Before the block, the manifest says "this run,
+  files pending": an interrupted run is re-run with the same settings, not refused."""
+  manifest = check_file(main, stage, settings, overwrite=overwrite, inputs=inputs,
+                        legacy=legacy)
   before = [_beside(main, f) for f in (manifest or {}).get("files", [])]
   path = file_manifest_path(main)
   previous = tio.read_text(path) if _exists(path) else None
@@ -364,12 +619,32 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
       else:
         tio.write_text(path, previous)
       if made and not any(files for _, _, files in os.walk(made)):
-        shutil.rmtree(made)
+        shutil.rmtree(made)  # folders this run made, holding no file
     raise
   for stale in sorted(set(before) - set(written)):
     if _exists(stale):
       _remove(stale)
   _write_file_manifest(main, stage, settings, inputs, files=written)
+
+
+@contextlib.contextmanager
+def atomic_text(path: str) -> Iterator[TextIO]:
+  """A local text file written as a stream (`query --out`): into a temp file beside
+  `path`, renamed over it when the block ends; a failure (a bad line half-way) or an
+  interrupt leaves `path` as it was and no temp file."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      yield f
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600: the mode a plain open() gives
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 def _missing_root(path: str) -> str | None:
@@ -408,6 +683,5 @@ def _write_file_manifest(main: str, stage: str, settings: Mapping[str, Any],
 def settings_of(config: Any, skip: Sequence[str] = ()) -> dict:
   """A config dataclass's fields as manifest settings, without where the output goes, how
   the runner runs, and `skip` (fields that change speed, not what is written)."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
   ignored = {"out", "beam_args", "overwrite", *skip}
   return {k: _plain(v) for k, v in dataclasses.asdict(config).items() if k not in ignored}

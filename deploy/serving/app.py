@@ -10,15 +10,19 @@ API, version 1 (every path under /v1 stays stable; a change of meaning gets /v2)
   GET  /v1/info      the bundle's manifest, the service's limits and batching counts
   POST /v1/search    {"query": str} or {"queries": [str, ...]}, "k", "mode" (dense | bm25 |
                      hybrid), optional "nprobe" / "ef_search" for this request only
-  GET  /v1/search    ?q=...&k=...&mode=...   (one query)
-  POST /v1/admin/swap {"bundle": path}: load another bundle, then serve it from the next batch
-                     on; no request fails (only with --allow_swap)
+  GET  /v1/search    ?q=...&k=...&mode=...   (one query; the same checks as the POST)
+  POST /v1/admin/swap {"bundle": path under --swap_root}: load another bundle, then serve it
+                     from the next batch on; no request fails (only with --allow_swap, and
+                     with 'Authorization: Bearer TOKEN' and a JSON content type)
   GET  /             the search page (dense, BM25 and hybrid side by side); /?q=... runs
   GET  /docs         OpenAPI docs
 
 Bad input never reaches a 500: each case is a 4xx with `{"error": "..."}` saying what was
-wrong (see `check_search`). Every response carries `X-Request-ID` (the client's, or a new
-one), and every request is one log line: id, method, path, status, milliseconds.
+wrong (deploy.serving.schema: one pydantic model per endpoint), and the connection stays
+open for the next request. Bodies are capped as they are read, a request must arrive within
+--read_timeout seconds, and no absolute path leaves the server without --show_paths
+(deploy.serving.guard). Every response carries `X-Request-ID` (the client's, or a new one),
+and every request is one log line: id, method, path, status, milliseconds.
 
 The bundle is loaded in a background thread at start-up, so /v1/health answers at once and
 /v1/ready tells when search can start. Searches go through one MicroBatcher: concurrent
@@ -30,25 +34,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hmac
 import importlib.resources
-import json
+import ipaddress
 import logging
+import os
+import socket
 import threading
 import time
-import uuid
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import fastapi
 from fastapi import responses
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from twotower import lucene
 from twotower.deploy.serving import batcher as batcher_lib
+from twotower.deploy.serving import guard
 from twotower.deploy.serving import retriever as retriever_lib
-from twotower.deploy.serving.retriever import MODES, Retriever, SearchRequest
+from twotower.deploy.serving import schema
+from twotower.deploy.serving.retriever import Retriever
+from twotower.deploy.serving.schema import ApiError
 
 logger = logging.getLogger(__name__)
-access_logger = logging.getLogger("twotower.serve.access")
 
 API_VERSION = "v1"
+#: Where `twotower serve` reads the admin token when --admin_token is not given (an
+#: environment variable, unlike a flag, is not shown to other users by `ps`).
+TOKEN_ENV = "TWOTOWER_ADMIN_TOKEN"
+MIN_TOKEN_CHARS = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,92 +78,45 @@ class ServeConfig:
   max_k: int = 1000                  # largest k a request may ask
   max_queries: int = 64              # largest batch one request may send
   max_query_chars: int = 2000        # longest query
-  allow_swap: bool = False           # enable POST /v1/admin/swap
+  max_body_bytes: int = 2 * 1024 * 1024  # largest request body (64 queries of 2,000
+                                         # characters fit, even each escaped as \uXXXX)
+  read_timeout: float = 10.0         # seconds a request's headers and body may take to arrive
+  allow_swap: bool = False           # enable POST /v1/admin/swap (needs admin_token)
+  admin_token: str = dataclasses.field(default="", repr=False)  # Bearer token of /v1/admin
+  swap_root: str = ""                # bundles a swap may load ("": the bundle's parent folder)
+  show_paths: bool = False           # absolute paths in /v1/info and messages
   verify: str = "size"               # bundle check at load: none | size | sha256
+  encoder: str = "auto"              # query tower: auto (ONNX when the bundle carries it),
+                                     # onnx or tensorflow (deploy.serving.query_encoders)
+  modes: tuple[str, ...] = ("dense", "bm25", "hybrid")  # served; Lucene (JVM) only for
+                                                        # bm25 / hybrid
+
+  def __post_init__(self):
+    if self.allow_swap and len(self.admin_token) < MIN_TOKEN_CHARS:
+      raise ValueError(
+          f"--allow_swap needs an admin token of at least {MIN_TOKEN_CHARS} characters "
+          f"(--admin_token or the environment variable {TOKEN_ENV}; e.g. python -c "
+          "'import secrets; print(secrets.token_urlsafe(32))')")
+
+  @property
+  def limits(self) -> schema.Limits:
+    return schema.Limits(self.max_k, self.max_queries, self.max_query_chars)
+
+  @property
+  def swap_folder(self) -> str:
+    """The folder every swapped-in bundle must be under (resolved)."""
+    return os.path.realpath(self.swap_root or os.path.dirname(
+        os.path.abspath(self.bundle.rstrip("/"))))
 
 
-class ApiError(Exception):
-  """A request the service refuses: `status` and a message for `{"error": ...}`."""
-
-  def __init__(self, status: int, message: str):
-    super().__init__(message)
-    self.status = status
-    self.message = message
-
-
-# ---------------------------------------------------------------------------------------------
-# Request checks: every bad input is a 4xx that says what was wrong.
-# ---------------------------------------------------------------------------------------------
-
-_BODY_FIELDS = {"query", "queries", "k", "mode", "nprobe", "ef_search"}
-
-
-def _int_field(body: dict, name: str, default: Optional[int]) -> Optional[int]:
-  value = body.get(name, default)
-  if value is None:
-    return None
-  if isinstance(value, bool) or not isinstance(value, int):
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-      return int(value)
-    raise ApiError(400, f"'{name}' must be an integer, got {json.dumps(value)[:40]}")
-  return value
-
-
-def check_search(body: Any, config: ServeConfig) -> tuple[SearchRequest, bool]:
-  """A parsed JSON body (or query parameters) -> (SearchRequest, single query?)."""
-  if not isinstance(body, dict):
-    raise ApiError(400, "the body must be a JSON object such as {\"query\": \"...\"}")
-  unknown = sorted(set(body) - _BODY_FIELDS)
-  if unknown:
-    raise ApiError(400, f"unknown field(s) {unknown}; expected some of {sorted(_BODY_FIELDS)}")
-  if ("query" in body) == ("queries" in body):
-    raise ApiError(400, "give exactly one of 'query' (a string) or 'queries' (a list)")
-  single = "query" in body
-  queries = [body["query"]] if single else body["queries"]
-  if not isinstance(queries, list):
-    raise ApiError(400, "'queries' must be a list of strings")
-  if not queries:
-    raise ApiError(400, "'queries' is empty")
-  if len(queries) > config.max_queries:
-    raise ApiError(413, f"{len(queries)} queries in one request; the limit is "
-                        f"{config.max_queries}")
-  for i, q in enumerate(queries):
-    where = "'query'" if single else f"'queries'[{i}]"
-    if not isinstance(q, str):
-      raise ApiError(400, f"{where} must be a string")
-    if not q.strip():
-      raise ApiError(400, f"{where} is empty")
-    if len(q) > config.max_query_chars:
-      raise ApiError(413, f"{where} has {len(q)} characters; the limit is "
-                          f"{config.max_query_chars}")
-  k = _int_field(body, "k", 10)
-  if k < 1 or k > config.max_k:
-    raise ApiError(400, f"'k' must be between 1 and {config.max_k}, got {k}")
-  mode = body.get("mode", "dense")
-  if mode not in MODES:
-    raise ApiError(400, f"unknown 'mode' {json.dumps(mode)[:40]}; expected one of "
-                        f"{list(MODES)}")
-  nprobe, ef_search = _int_field(body, "nprobe", None), _int_field(body, "ef_search", None)
-  for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
-    if value is not None and value < 1:
-      raise ApiError(400, f"'{name}' must be >= 1, got {value}")
-  return SearchRequest(tuple(queries), k, mode, nprobe, ef_search), single
-
-
-async def _json_body(request: fastapi.Request) -> Any:
-  raw = await request.body()
-  if not raw:
-    raise ApiError(400, "empty body; send a JSON object such as {\"query\": \"...\"}")
+def is_loopback(host: str) -> bool:
+  """Whether `host` (a name or an address) resolves only to loopback addresses."""
   try:
-    text = raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise ApiError(400, f"the body is not UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})"
-                   ) from e
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ApiError(400, f"the body is not JSON: {e.msg} at line {e.lineno} column {e.colno}"
-                   ) from e
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+  except OSError:
+    return False
+  return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback
+                             for i in infos)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,8 +127,10 @@ async def _json_body(request: fastapi.Request) -> Any:
 class Service:
   """What the app serves from; lives on `app.state.service`."""
 
-  def __init__(self, config: ServeConfig):
+  def __init__(self, config: ServeConfig,
+               on_load_error: Optional[Callable[[str], None]] = None):
     self.config = config
+    self.on_load_error = on_load_error
     self.batcher: Optional[batcher_lib.MicroBatcher] = None
     self.error: Optional[str] = None
     self.started = time.perf_counter()
@@ -172,10 +141,24 @@ class Service:
   def ready(self) -> bool:
     return self.batcher is not None
 
+  def public(self, text: str) -> str:
+    """`text` as a client may see it: absolute paths cut (unless --show_paths)."""
+    return text if self.config.show_paths else guard.public_text(text)
+
+  def public_path(self, path: str) -> str:
+    """A bundle's path as a client sees it: relative to the swap root when under it."""
+    if self.config.show_paths:
+      return path
+    real, root = os.path.realpath(path), self.config.swap_folder
+    if os.path.commonpath([real, root]) == root and real != root:
+      return os.path.relpath(real, root)
+    return os.path.basename(path.rstrip("/"))
+
   def load(self) -> None:
     """Loads and warms up the bundle; runs in a thread at start-up."""
     try:
       retriever = Retriever.load(self.config.bundle, verify=self.config.verify,
+                                 encoder=self.config.encoder, modes=self.config.modes,
                                  threads=self.config.threads,
                                  faiss_threads=self.config.faiss_threads)
       # Warmed up in the batcher's own thread: the one that will search.
@@ -187,26 +170,58 @@ class Service:
         raise batcher.warm_error
     except Exception as e:  # pylint: disable=broad-except
       self.error = f"{type(e).__name__}: {e}"
-      logger.error("bundle %s did not load: %s", self.config.bundle, self.error)
+      if self.on_load_error is not None:  # the caller reports it
+        self.on_load_error(self.error)
+      else:
+        logger.error("bundle %s did not load: %s", self.config.bundle, self.error)
       return
     self.batcher = batcher
     self.ready_seconds = time.perf_counter() - self.started
     logger.info("ready in %.1f s: %s", self.ready_seconds, self.config.bundle)
 
-  def swap(self, path: str) -> dict:
-    """Loads `path` beside the serving bundle, then swaps it in between two batches."""
+  def resolve_swap(self, given: str) -> str:
+    """The bundle folder a swap names: relative to the swap root, or absolute; refused
+    (alike, whether or not it exists) when it resolves outside the root."""
+    root = self.config.swap_folder
+    target = os.path.realpath(os.path.join(root, given))
+    if os.path.commonpath([target, root]) != root or target == root:
+      raise ApiError(403, "'bundle' must be a bundle folder under the server's swap root "
+                          "(--swap_root)")
+    return target
+
+  def swap(self, given: str) -> dict:
+    """Loads the bundle `given` names beside the serving one, then swaps it in between two
+    batches. Any failure to load it is the bundle's: a 400, and the old bundle serves on."""
     if not self.ready:
       raise ApiError(503, "not ready: no bundle is served yet")
+    path = self.resolve_swap(given)
     with self._swap_lock:  # one swap at a time
       try:
-        new = Retriever.load(path, verify=self.config.verify)
+        new = Retriever.load(path, verify=self.config.verify, encoder=self.config.encoder,
+                             modes=self.config.modes)
+      except Exception as e:  # pylint: disable=broad-except
+        expected = isinstance(e, (ValueError, OSError))  # BundleError: the bundle's fault
+        logger.warning("swap to %s refused: %s", path, e, exc_info=not expected)
+        detail = str(e) if expected else f"it does not load ({type(e).__name__}: {e})"
+        raise ApiError(400, f"bundle {self.public_path(path)!r} refused: "
+                            f"{self._relative(detail)}") from e
+      try:
         new.warm_up()  # here; its first batch then finds the query tower traced
-      except (ValueError, OSError) as e:
-        raise ApiError(400, f"bundle {path} refused: {e}") from e
+      except Exception as e:  # pylint: disable=broad-except
+        logger.warning("swap to %s refused: warm-up failed", path, exc_info=True)
+        new.close()
+        raise ApiError(400, f"bundle {self.public_path(path)!r} refused: a warm-up query "
+                            f"failed ({type(e).__name__}: {self._relative(str(e))})") from e
       old = self.batcher.swap(new)
       old.close()
     logger.info("swapped bundle %s -> %s", old.path, new.path)
-    return {"bundle": new.path, "previous": old.path, "documents": new.size}
+    return {"bundle": self.public_path(new.path), "previous": self.public_path(old.path),
+            "documents": new.size}
+
+  def _relative(self, text: str) -> str:
+    """Paths under the swap root as relative ones (the rest cut by `public` later)."""
+    return text if self.config.show_paths else \
+        text.replace(self.config.swap_folder + os.sep, "")
 
   def close(self) -> None:
     if self.batcher is not None:
@@ -228,44 +243,48 @@ def _hits_json(hits: list) -> list[dict]:
   return [h.to_dict() for h in hits]
 
 
-class RequestLog:
-  """Pure ASGI middleware (no per-request task, unlike `@app.middleware("http")`): a request
-  id (the client's `X-Request-ID`, or a new one) on `request.state` and on the response, and
-  one log line per request: id, method, path, status, milliseconds."""
-
-  def __init__(self, app):
-    self.app = app
-
-  async def __call__(self, scope, receive, send):
-    if scope["type"] != "http":
-      await self.app(scope, receive, send)
-      return
-    given = dict(scope.get("headers") or ()).get(b"x-request-id", b"").decode("latin-1")
-    request_id = given or uuid.uuid4().hex[:12]
-    scope.setdefault("state", {})["request_id"] = request_id
-    status, t0 = [500], time.perf_counter()
-
-    async def send_with_id(message):
-      if message["type"] == "http.response.start":
-        status[0] = message["status"]
-        message = {**message, "headers": [*message.get("headers", ()),
-                                          (b"x-request-id", request_id.encode("latin-1"))]}
-      await send(message)
-
-    try:
-      await self.app(scope, receive, send_with_id)
-    finally:
-      access_logger.info("%s %s %s %d %.1f ms", request_id, scope["method"], scope["path"],
-                         status[0], (time.perf_counter() - t0) * 1000)
+def _redacted(value: Any) -> Any:
+  """A manifest with each absolute path cut to its last part."""
+  if isinstance(value, dict):
+    return {k: _redacted(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_redacted(v) for v in value]
+  if isinstance(value, str) and os.path.isabs(value):
+    return os.path.basename(value.rstrip("/")) or value
+  return value
 
 
-def create_app(config: ServeConfig, load_in_background: bool = True) -> fastapi.FastAPI:
+async def _bm25_warnings(search, single: bool) -> list[str]:
+  """What a BM25 side could not search: a query over Lucene's term limit is cut to the
+  prefix Lucene takes (lucene.bound_query, which the retriever applies too)."""
+  if search.mode not in ("bm25", "hybrid"):
+    return []
+  warnings = []
+  for i, q in enumerate(search.queries):
+    if len(q) <= lucene.MAX_QUERY_TERMS:  # fewer characters than terms: always within
+      continue
+    bounded = await asyncio.to_thread(lucene.bound_query, q)
+    if bounded != q:
+      where = "'query'" if single else f"'queries'[{i}]"
+      warnings.append(f"{where}: BM25 searched its first {len(bounded)} of {len(q)} "
+                      f"characters (Lucene takes at most {lucene.MAX_QUERY_TERMS} distinct "
+                      "terms)")
+  return warnings
+
+
+def _media_type(request: fastapi.Request) -> str:
+  return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def create_app(config: ServeConfig, load_in_background: bool = True,
+               on_load_error: Optional[Callable[[str], None]] = None) -> fastapi.FastAPI:
   """The app over `config.bundle` (loaded at start-up: in a background thread, or before
-  the app starts serving when `load_in_background` is False)."""
+  the app starts serving when `load_in_background` is False). A bundle that does not load
+  leaves /v1/ready a 503 with the reason, and calls `on_load_error(reason)`."""
 
   @contextlib.asynccontextmanager
   async def lifespan(app: fastapi.FastAPI):
-    service = Service(config)
+    service = Service(config, on_load_error)
     app.state.service = service
     if load_in_background:
       threading.Thread(target=service.load, name="bundle-loader", daemon=True).start()
@@ -279,35 +298,41 @@ def create_app(config: ServeConfig, load_in_background: bool = True) -> fastapi.
       description="Dense (two-tower + FAISS), BM25 (Lucene) and hybrid search over a "
                   "retriever bundle. See docs/guide/serve.md.")
 
-  app.add_middleware(RequestLog)
+  app.add_middleware(guard.Front, max_body_bytes=config.max_body_bytes)
 
-  @app.exception_handler(Exception)
-  async def internal_error(request: fastapi.Request, e: Exception):
-    request_id = getattr(request.state, "request_id", "")
-    logger.error("request %s failed", request_id, exc_info=e)
-    return responses.JSONResponse({"error": "internal error (a bug: see the server log, "
-                                            f"request {request_id})"}, 500)
+  def error_response(request: fastapi.Request, status: int, message: str,
+                     headers: Optional[dict] = None) -> responses.Response:
+    service: Optional[Service] = getattr(request.app.state, "service", None)
+    text = service.public(message) if service else guard.public_text(message)
+    return responses.Response(
+        guard.json_body({"error": text, "request_id": getattr(request.state, "request_id", "")}),
+        status, headers=headers, media_type="application/json")
 
   @app.exception_handler(ApiError)
   async def api_error(request: fastapi.Request, e: ApiError):
     headers = {"Retry-After": "1"} if e.status == 503 else None
-    return responses.JSONResponse(
-        {"error": e.message, "request_id": getattr(request.state, "request_id", "")},
-        e.status, headers=headers)
+    if e.status == 401:
+      headers = {"WWW-Authenticate": "Bearer"}
+    return error_response(request, e.status, e.message, headers)
 
   @app.exception_handler(fastapi.exceptions.RequestValidationError)
   async def validation_error(request: fastapi.Request, e):
     first = e.errors()[0] if e.errors() else {}
     where = ".".join(str(x) for x in first.get("loc", ()) if x not in ("query", "body"))
-    return responses.JSONResponse(
-        {"error": f"{where or 'request'}: {first.get('msg', 'invalid')}",
-         "request_id": getattr(request.state, "request_id", "")}, 400)
+    return error_response(request, 400, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+
+  @app.exception_handler(StarletteHTTPException)
+  async def http_error(request: fastapi.Request, e: StarletteHTTPException):
+    return error_response(request, e.status_code, str(e.detail), e.headers)
 
   def service_of(request: fastapi.Request) -> Service:
     service: Service = request.app.state.service
     if not service.ready:
       raise ApiError(503, f"not ready: {service.error or 'loading the bundle'}")
     return service
+
+  async def read_json(request: fastapi.Request) -> Any:
+    return schema.parse_json(await request.body())  # capped by guard.Front as it is read
 
   v1 = fastapi.APIRouter(prefix=f"/{API_VERSION}")
 
@@ -327,23 +352,31 @@ def create_app(config: ServeConfig, load_in_background: bool = True) -> fastapi.
     service = service_of(request)
     retriever = service.batcher.retriever
     manifest = {k: v for k, v in retriever.manifest.items() if k != "files"}
-    return {"api": API_VERSION, "bundle": retriever.path, "manifest": manifest,
+    return {"api": API_VERSION, "bundle": service.public_path(retriever.path),
+            "manifest": manifest if config.show_paths else _redacted(manifest),
             "limits": {"max_k": config.max_k, "max_queries": config.max_queries,
-                       "max_query_chars": config.max_query_chars},
+                       "max_query_chars": config.max_query_chars,
+                       "max_body_bytes": config.max_body_bytes},
             "batching": dataclasses.asdict(service.batcher.stats)}
 
-  async def _search(request: fastapi.Request, body: Any) -> dict:
+  async def _search(request: fastapi.Request, params: schema.SearchParams) -> dict:
     service = service_of(request)
-    search, single = check_search(body, config)
+    search, single = params.request(), params.single
     try:
       service.batcher.retriever.check(search)
     except ValueError as e:
       raise ApiError(400, str(e)) from e
+    warnings = await _bm25_warnings(search, single)
     t0 = time.perf_counter()
-    hits = await service.batcher.submit(search)
+    try:
+      hits = await service.batcher.submit(search)
+    except ValueError as e:  # what the retriever refuses of this request alone
+      raise ApiError(400, str(e)) from e
     took = round((time.perf_counter() - t0) * 1000, 2)
     head = {"api": API_VERSION, "request_id": request.state.request_id, "mode": search.mode,
             "k": search.k, "took_ms": took}
+    if warnings:
+      head["warnings"] = warnings
     # A JSONResponse as it is: FastAPI's jsonable_encoder pass over plain dicts costs more
     # than the search of a small bundle.
     if single:
@@ -352,34 +385,49 @@ def create_app(config: ServeConfig, load_in_background: bool = True) -> fastapi.
     return responses.JSONResponse({**head, "results": [{"query": q, "hits": _hits_json(h)}
                                                        for q, h in zip(search.queries, hits)]})
 
+  search_schema = schema.SearchParams.model_json_schema()
   _body_schema = {"requestBody": {"required": True, "content": {"application/json": {
-      "schema": {"type": "object", "properties": {
-          "query": {"type": "string"}, "queries": {"type": "array", "items": {"type": "string"}},
-          "k": {"type": "integer", "default": 10, "minimum": 1, "maximum": config.max_k},
-          "mode": {"type": "string", "enum": list(MODES), "default": "dense"},
-          "nprobe": {"type": "integer", "minimum": 1},
-          "ef_search": {"type": "integer", "minimum": 1}}},
+      "schema": search_schema,
       "example": {"query": "who founded the city?", "k": 10, "mode": "hybrid"}}}}}
+  _get_schema = {"parameters": [
+      {"name": name, "in": "query", "required": name == "q",
+       "schema": search_schema["properties"][field]}
+      for name, field in schema.GET_PARAMS.items()]}
 
   @v1.post("/search", openapi_extra=_body_schema)
   async def search_post(request: fastapi.Request):
-    return await _search(request, await _json_body(request))
+    params = schema.search_params(await read_json(request), config.limits)
+    return await _search(request, params)
 
-  @v1.get("/search")
-  async def search_get(request: fastapi.Request, q: str = "", k: int = 10,
-                       mode: str = "dense", nprobe: Optional[int] = None,
-                       ef_search: Optional[int] = None):
-    body = {"query": q, "k": k, "mode": mode}
-    body.update({n: v for n, v in (("nprobe", nprobe), ("ef_search", ef_search)) if v})
-    return await _search(request, body)
+  @v1.get("/search", openapi_extra=_get_schema)
+  async def search_get(request: fastapi.Request):
+    body = schema.get_params(request.query_params.multi_items())
+    params = schema.search_params(body, config.limits, names=schema.GET_PARAMS)
+    return await _search(request, params)
 
   if config.allow_swap:
-    @v1.post("/admin/swap")
+    token = config.admin_token.encode("utf-8")
+
+    def authorize(request: fastapi.Request) -> None:
+      given = request.headers.get("authorization", "")
+      if not given:
+        raise ApiError(401, "an admin request needs the header 'Authorization: Bearer "
+                            "<token>' (the server's --admin_token)")
+      scheme, _, value = given.partition(" ")
+      if scheme.lower() != "bearer" or not hmac.compare_digest(
+          value.strip().encode("utf-8", "surrogateescape"), token):
+        raise ApiError(403, "wrong admin token")
+
+    _swap_schema = {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": schema.SwapParams.model_json_schema(), "example": {"bundle": "b2"}}}}}
+
+    @v1.post("/admin/swap", openapi_extra=_swap_schema)
     async def swap(request: fastapi.Request):
-      body = await _json_body(request)
-      if not isinstance(body, dict) or not isinstance(body.get("bundle"), str):
-        raise ApiError(400, "send {\"bundle\": \"/path/to/bundle\"}")
-      return await asyncio.to_thread(request.app.state.service.swap, body["bundle"])
+      authorize(request)
+      if _media_type(request) != "application/json":
+        raise ApiError(415, "send the body as 'Content-Type: application/json'")
+      params = schema.validate(schema.SwapParams, await read_json(request), config.limits)
+      return await asyncio.to_thread(request.app.state.service.swap, params.bundle)
 
   app.include_router(v1)
 
@@ -390,16 +438,55 @@ def create_app(config: ServeConfig, load_in_background: bool = True) -> fastapi.
   return app
 
 
+def listen(host: str, port: int) -> socket.socket:
+  """A socket bound to host:port, or an OSError that says which address is taken."""
+  try:
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+  except socket.gaierror as e:
+    raise OSError(f"cannot listen on {host}:{port}: {e.strerror}") from e
+  sock = socket.socket(family, kind, proto)
+  sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  try:
+    sock.bind(address)
+  except OSError as e:
+    sock.close()
+    raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e} (another server "
+                  "there? pick another --port)") from e
+  return sock
+
+
+def uvicorn_config(app, config: ServeConfig):
+  """uvicorn's settings for `app`: its h11 protocol with a per-request deadline."""
+  import uvicorn  # pylint: disable=import-outside-toplevel
+  # log_config=None: uvicorn's lines go through the logging twotower set up, not handlers
+  # of its own on the sys.stderr of the moment.
+  return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                        log_config=None, access_log=False,
+                        http=guard.timed_protocol(config.read_timeout), timeout_keep_alive=5)
+
+
 def run(config: ServeConfig) -> None:
   """Serves until interrupted (uvicorn, one process)."""
   import uvicorn  # pylint: disable=import-outside-toplevel
   # Fail fast on a path that is no bundle; the parts load (and are checked) in the background.
   retriever_lib.read_manifest(config.bundle.rstrip("/"))
+  if not is_loopback(config.host):
+    logger.warning("serving on %s: other machines can reach this service", config.host)
+  sock = listen(config.host, config.port)
   retriever_lib.set_threads(config.threads, config.faiss_threads)
-  logger.info("serving %s on http://%s:%d/ (docs at /docs)", config.bundle, config.host,
-              config.port)
-  uvicorn.run(create_app(config), host=config.host, port=config.port, log_level="warning",
-              access_log=False)
+  logger.info("serving %s on http://%s:%d/ (docs at /docs)%s", config.bundle, config.host,
+              config.port, f"; swaps from {config.swap_folder}" if config.allow_swap else "")
+  failed: list[str] = []
+
+  def stop(error: str) -> None:  # a server with nothing to serve: exit 1, with the reason
+    failed.append(error)
+    server.should_exit = True
+
+  server = uvicorn.Server(uvicorn_config(create_app(config, on_load_error=stop), config))
+  server.run(sockets=[sock])
+  if failed:
+    raise RuntimeError(f"the bundle did not load: {failed[0]}")
 
 
 if __name__ == "__main__":

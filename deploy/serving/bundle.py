@@ -4,8 +4,10 @@
         --tune_split validation-5
     twotower bundle --model runs/ict --passages pairs/ --out bundles/wiki --weight 0.5
 
-    BUNDLE/manifest.json    versions, embedding dim, counts, model, index type, the hybrid's
-                            weight (and where it was tuned), every file's size and sha256
+    BUNDLE/manifest.json    versions, embedding dim, counts, model (path and fingerprint),
+                            index type, the hybrid's weight (and where it was tuned), the id
+                            set of the store, the index and Lucene (each read back from the
+                            part), every file's size and sha256
     BUNDLE/query_encoder/   the query tower: the export's SavedModel (tokenizer in the graph)
     BUNDLE/index.faiss      FAISS index of the documents' embeddings (ids = document ids)
     BUNDLE/store.sqlite     document id -> title, text, sentence, page id (deploy.serving.store)
@@ -14,7 +16,9 @@
 Documents are the candidates of a ReQA directory (`--reqa`: what the evaluation scores, so
 the bundle's answers can be checked against the batch path) or the passages of a pair
 pipeline output (`--passages`). Embeddings come from `--embeddings` (a `twotower embed`
-output of the same model and documents) or are made here with the same Beam job. The hybrid's
+output of the same model and documents: its `vectors.json` must name the bundle's model
+by fingerprint, and the index built from them must hold exactly the documents' ids) or are
+made here with the same Beam job. The hybrid's
 weight is given (`--weight`) or tuned on a validation split of the ReQA directory
 (`--tune_split`), with the bundle's own dense and BM25 searches and `eval.fusion.tune_weight`,
 the function `twotower fuse --weight auto` uses.
@@ -37,7 +41,10 @@ import sys
 import tempfile
 from typing import Iterator, Optional
 
+import numpy as np
+
 from twotower import contracts
+from twotower import fingerprints
 from twotower import io as tio
 from twotower import lucene
 from twotower import outputs
@@ -49,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "twotower-retriever-bundle"
 #: Bumped when the layout or the manifest's meaning changes; a reader refuses other versions.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the model's fingerprint and each part's id set
 #: Library versions recorded in the manifest (a difference at load is logged, not refused).
 RECORDED_PACKAGES = ("twotower", "tensorflow", "tensorflow-text", "faiss-cpu", "pyserini")
 #: Weight of BM25 in the hybrid when nothing tunes it (stated in the manifest as untuned).
@@ -74,6 +81,8 @@ class BundleConfig:
   tune_split: str = ""              # a validation split of `reqa` to tune the weight on
   tune_metric: str = contracts.MEAN_RECALL  # the mean of R@1..100 (eval.fusion)
   hybrid_depth: int = DEFAULT_HYBRID_DEPTH
+  onnx: bool = False                # also the query tower as ONNX (query_onnx/): a service
+                                    # that needs no TensorFlow (model.export_hf)
   overwrite: bool = False
   beam_args: tuple[str, ...] = ()
 
@@ -173,11 +182,62 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   files = index_stage.embedding_files(embeddings)
   n, d = faiss_index.count_vectors(files)
   index_stage.run(index_stage.IndexConfig(embeddings=embeddings, out=path, index=config.index))
-  # The bundle's own manifest records its files and their checksums: the index stage's
-  # record of the file (the temporary embeddings it came from) has no place in it.
-  os.remove(outputs.file_manifest_path(path))
+  # The ids the index holds, as the index stage read them back from it.
+  ids = fingerprints.read_record(fingerprints.record_path(path))["ids"]
+  # The bundle's own manifest records its files, their checksums, the model and the ids: the
+  # index stage's records of the file (the embeddings it came from) have no place in it.
+  for record in (outputs.file_manifest_path(path), fingerprints.record_path(path)):
+    os.remove(record)
   return {"factory": config.index.resolve(n, d).factory_string(), "vectors": int(n),
-          "dim": int(d), "metric": "inner_product"}
+          "dim": int(d), "metric": "inner_product", "ids": ids}
+
+
+def check_embeddings_model(embeddings: str, model: dict) -> None:
+  """Refuses `--embeddings` that are not the bundle's model's vectors (by fingerprint), or
+  whose model no record names (a bundle serves them: unknown is not good enough)."""
+  from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
+  for source, record in fingerprints.embedding_records(index_stage.embedding_files(embeddings)):
+    theirs = (record or {}).get("model")
+    if not theirs:
+      raise ValueError(f"{source}: no {fingerprints.RECORD_FILE} names the model of these "
+                       "vectors (made before twotower recorded models, or by another tool); "
+                       f"embed the documents again with `twotower embed --model "
+                       f"{model['path']}`")
+    if not fingerprints.same_model(theirs, model):
+      raise ValueError(f"{source}: vectors of model {fingerprints.describe(theirs)}, not of "
+                       f"the bundle's model {fingerprints.describe(model)}; embed the "
+                       "documents with the bundle's model")
+
+
+def lucene_ids(index_dir: str) -> np.ndarray:
+  """The collection ids a Lucene index holds, read from its stored `id` fields."""
+  from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
+  searcher = pyserini_env.import_lucene_searcher()(index_dir)
+  try:
+    return np.array([int(searcher.doc(i).docid()) for i in range(searcher.num_docs)],
+                    dtype=np.int64)
+  finally:
+    searcher.close()
+
+
+def check_same_ids(store_ids: np.ndarray, index: dict, bm25_ids: np.ndarray,
+                   embeddings_files: list[str], embeddings: str) -> tuple[dict, dict]:
+  """The id records of the store and Lucene, after checking that the index and Lucene hold
+  exactly the store's ids (equal sets, not only counts: ids shifted by 7 are refused)."""
+  store = fingerprints.ids_record(store_ids)
+  if index["ids"] != store:
+    vector_ids = fingerprints.file_ids(embeddings_files)
+    extra = np.setdiff1d(vector_ids, store_ids)
+    missing = np.setdiff1d(store_ids, vector_ids)
+    example = (f"id {extra[0]} has a vector but no document" if extra.size else
+               f"document {missing[0]} has no vector" if missing.size else "ids repeat")
+    raise ValueError(f"{embeddings}: vectors of other ids than the {store['count']} "
+                     f"documents' ({example}): embeddings of other documents?")
+  bm25 = fingerprints.ids_record(bm25_ids)
+  if bm25 != store:
+    raise ValueError(f"part 'lucene' holds other ids than the store ({bm25['count']} against "
+                     f"{store['count']} documents)")
+  return store, bm25
 
 
 def package_versions() -> dict[str, str]:
@@ -242,20 +302,48 @@ def write_manifest(bundle_dir: str, manifest: dict) -> None:
   tio.write_json(contracts.bundle_path(bundle_dir, contracts.BUNDLE_MANIFEST_FILE), manifest)
 
 
-def _claim_output(out: str, overwrite: bool) -> None:
-  if os.path.isdir(out) and os.listdir(out):
-    if not overwrite:
-      raise ValueError(f"{out}: not empty; a bundle is written into a new directory "
-                       "(--overwrite replaces it)")
-  elif os.path.exists(out) and not os.path.isdir(out):
+def _claim_output(out: str, overwrite: bool, inputs: list[str]) -> set[str]:
+  """Checks that `out` may take the bundle; returns the files of it that the bundle
+  replaces (twotower.outputs' rules): those the old bundle's manifest lists. No input lies
+  in `out`; with --overwrite, files no bundle manifest lists are kept (moved into the new
+  bundle's folder), and another stage's output is refused."""
+  outputs.check_inputs(out, inputs, inside=False)
+  if os.path.exists(out) and not os.path.isdir(out):
     raise ValueError(f"{out}: exists and is not a directory")
+  if not (os.path.isdir(out) and os.listdir(out)):
+    return set()
+  if not overwrite:
+    raise ValueError(f"{out}: not empty; a bundle is written into a new directory "
+                     "(--overwrite replaces the bundle there, keeping files it did not write)")
+  stage = outputs.read_manifest(out)
+  if stage is not None:
+    raise ValueError(f"{out}: holds the output of `twotower {stage['stage']}`; give another "
+                     "--out (--overwrite replaces only a bundle)")
+  try:
+    listed = tio.read_json(contracts.bundle_path(out, contracts.BUNDLE_MANIFEST_FILE))["files"]
+    owned = {*listed, contracts.BUNDLE_MANIFEST_FILE}
+  except (OSError, ValueError, KeyError, TypeError):
+    owned = set()
+  unlisted = [name for name in (*contracts.BUNDLE_PARTS, contracts.BUNDLE_MANIFEST_FILE)
+              if os.path.lexists(os.path.join(out, name)) and not any(
+                  f == name or f.startswith(name + "/") for f in owned)]
+  if unlisted:
+    raise ValueError(f"{out}: holds {', '.join(unlisted)}, which no bundle manifest there "
+                     "lists; give another --out, or move them away")
+  logger.warning("--overwrite: replacing the bundle in %s (files it did not write are kept)",
+                 out)
+  return owned
 
 
 def run(config: BundleConfig) -> BundleResult:
   """Builds the bundle in a temporary directory beside `out`, then moves it into place."""
   out = config.out.rstrip("/")
-  _claim_output(out, config.overwrite)
+  owned = _claim_output(out, config.overwrite, [config.model, config.reqa, config.passages,
+                                                config.embeddings])
   saved_model = resolve_saved_model(config.model)
+  model = fingerprints.model_record(saved_model)
+  if config.embeddings:  # before anything is built
+    check_embeddings_model(config.embeddings, model)
   split = _tuning_split(config) if config.tune_split else None
   tio.log_settings("bundle", {"model": saved_model, "documents": config.reqa or config.passages,
                               "embeddings": config.embeddings or "(embedded here)",
@@ -270,6 +358,10 @@ def run(config: BundleConfig) -> BundleResult:
     os.makedirs(bundle_dir)
     part = lambda name: contracts.bundle_path(bundle_dir, name)  # noqa: E731
     shutil.copytree(saved_model, part(contracts.BUNDLE_QUERY_ENCODER_DIR))
+    if config.onnx:
+      from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
+      from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
+      export_hf.write_query_tower(saved_model, part(query_encoders.QUERY_ONNX_DIR))
     documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE),
                                       iter_documents(config))
     if not documents:
@@ -282,20 +374,29 @@ def run(config: BundleConfig) -> BundleResult:
       raise ValueError(f"{config.embeddings or 'the embeddings'}: {index['vectors']} vectors "
                        f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
                        "other documents?")
+    from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
+    with store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE)) as store:
+      store_ids = np.asarray(store.ids(), dtype=np.int64)
+    store_record, bm25_record = check_same_ids(
+        store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
+        index_stage.embedding_files(embeddings), config.embeddings or "the embeddings")
     run_config = contracts.exported_config_path(saved_model)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "versions": package_versions(),
-        "model": {"source": os.path.abspath(saved_model), "signature": contracts.QUERY_SIGNATURE,
+        "model": {"source": os.path.abspath(saved_model), "fingerprint": model["fingerprint"],
+                  "signature": contracts.QUERY_SIGNATURE,
                   "embedding_dim": index["dim"],
                   "config": tio.read_text(run_config) if os.path.isfile(run_config) else ""},
         "documents": {"count": documents, "source": os.path.abspath(config.reqa or
                                                                     config.passages),
                       "kind": "candidates" if config.reqa else "passages",
-                      "doc_text": config.doc_text if config.reqa else "title+text"},
+                      "doc_text": config.doc_text if config.reqa else "title+text",
+                      "ids": store_record},
         "index": index,
-        "bm25": {"documents": lucene_docs, "k1": config.k1, "b": config.b},
+        "bm25": {"documents": lucene_docs, "k1": config.k1, "b": config.b,
+                 "ids": bm25_record},
         "hybrid": {"weight": DEFAULT_WEIGHT if config.weight is None else config.weight,
                    "tuned_on": None, "metric": None, "questions": 0,
                    "depth": config.hybrid_depth, "method": "interpolate",
@@ -305,9 +406,7 @@ def run(config: BundleConfig) -> BundleResult:
     if split is not None:
       manifest["hybrid"].update(_tune(config, split, bundle_dir))
       write_manifest(bundle_dir, manifest)
-    if os.path.exists(out):
-      shutil.rmtree(out)  # only reached with --overwrite (or an empty dir)
-    os.replace(bundle_dir, out)
+    outputs.replace_folder(out, bundle_dir, owned)  # the old bundle's files only
   finally:
     shutil.rmtree(work, ignore_errors=True)
   logger.info("bundle: %d documents, index %s, hybrid weight %.2f -> %s", documents,

@@ -15,6 +15,7 @@ import sys
 from typing import Iterable, Iterator, Optional, TextIO
 
 from twotower import io as tio
+from twotower import outputs
 from twotower.deploy.serving.retriever import Hit, Retriever
 
 BATCH = 256  # queries per retriever call for a file
@@ -30,7 +31,8 @@ class QueryConfig:
   mode: str = "dense"
   nprobe: Optional[int] = None
   ef_search: Optional[int] = None
-  verify: str = "size"
+  verify: str = "sha256"             # bundle check at load (retriever.DEFAULT_VERIFY)
+  overwrite: bool = False          # replace an --out of other settings (outputs.owned_files)
 
   def __post_init__(self):
     if (self.question is None) == (self.jsonl is None):
@@ -56,7 +58,20 @@ def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
   Raises:
     ValueError: a line that starts like JSON but is not, or has no query (names file:line).
   """
-  for n, line in enumerate(lines, start=1):
+  n = 0
+  lines = iter(lines)
+  while True:
+    n += 1
+    try:
+      line = next(lines)
+    except StopIteration:
+      return
+    except UnicodeDecodeError as e:  # (a stream opened strict: standard input)
+      raise ValueError(f"{name}: not UTF-8 at or after line {n} ({e.reason})") from None
+    try:
+      line.encode("utf-8")  # a file opened with errors="surrogateescape" marks bad bytes
+    except UnicodeEncodeError:
+      raise ValueError(f"{name}:{n}: not UTF-8; queries are UTF-8 text, one per line") from None
     line = line.strip()
     if not line:
       continue
@@ -89,21 +104,39 @@ def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: 
   return n
 
 
+def _output_owner(config: QueryConfig) -> dict:
+  """How --out is judged (outputs.owned_files): never the queries it reads, nor the bundle."""
+  return {"main": config.out, "stage": "query", "overwrite": config.overwrite,
+          "settings": outputs.settings_of(config, skip=("question", "verify")),
+          "inputs": [config.bundle, *([config.jsonl] if config.jsonl != "-" else [])]}
+
+
 def run(config: QueryConfig) -> QueryResult:
+  to_file = config.jsonl is not None and config.out != "-"
+  if to_file:  # before the bundle loads: a refused --out costs nothing
+    outputs.check_file(**_output_owner(config))
   retriever = Retriever.load(config.bundle, verify=config.verify)
   try:
     if config.question is not None:
       hits = retriever.search(config.question, k=config.k, mode=config.mode,
                               nprobe=config.nprobe, ef_search=config.ef_search)
       return QueryResult(hits, 1, None)
-    source = sys.stdin if config.jsonl == "-" else open(config.jsonl, encoding="utf-8")  # noqa: SIM115
-    out = sys.stdout if config.out == "-" else open(config.out, "w", encoding="utf-8")  # noqa: SIM115
+    # surrogateescape: a bad byte reaches read_queries, which names the file and line
+    source = sys.stdin if config.jsonl == "-" else open(  # noqa: SIM115
+        config.jsonl, encoding="utf-8", errors="surrogateescape")
     try:
-      n = search_file(retriever, config, source, out)
+      if not to_file:
+        n = search_file(retriever, config, source, sys.stdout)
+      else:
+        # Written beside --out and renamed over it at the end: a bad line half-way leaves
+        # no partial output (and the file there before, if any, as it was).
+        with outputs.owned_files(**_output_owner(config)) as written, \
+            outputs.atomic_text(config.out) as out:
+          n = search_file(retriever, config, source, out)
+          written.append(config.out)
     finally:
-      for f in (source, out):
-        if f not in (sys.stdin, sys.stdout):
-          f.close()
+      if source is not sys.stdin:
+        source.close()
     return QueryResult(None, n, config.out)
   finally:
     retriever.close()

@@ -9,7 +9,8 @@ the hybrid of both, every hit with its text.
     retriever.search("q", k=100, nprobe=32)       # IVF: per call, the shared index untouched
 
 What a mode does (the batch path each one equals):
-  dense   the query tower (SavedModel) embeds every query of the call at once, FAISS returns
+  dense   the query tower (SavedModel, or its ONNX copy `query_onnx/` from `bundle --onnx`:
+          deploy.serving.query_encoders) embeds every query of the call at once, FAISS returns
           the top k by inner product            == `twotower embed` -> `twotower search`
   bm25    Lucene BM25 with the bundle's k1, b    == `twotower bm25`'s run
   hybrid  both, `hybrid.depth` deep, min-max normalised and interpolated with the bundle's
@@ -23,9 +24,11 @@ then re-ranks the compressed index's top k x 4 exactly, reading them memory-mapp
 returns every document, never a -1 id; a side that finds nothing leaves the hybrid to the
 other.
 
-Loading checks the bundle: the manifest's format version, every part present with the size the
-manifest records (`verify="sha256"` also checks contents), and that the parts agree (embedding
-dims, document counts). A bundle that fails is refused with a message naming the part.
+Loading checks the bundle: the manifest's format version and fields, every part present with
+the sha256 the manifest records (the default `verify="sha256"`: a same-size file of another
+bundle is refused; `"size"` checks sizes only, `"none"` presence only), and that the parts
+agree (embedding dims, document counts, and the id sets the build read back from the store,
+the index and Lucene). A bundle that fails is refused with a message naming the part.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sqlite3
 import threading
 from typing import Any, Optional, Sequence, Union
 
@@ -40,7 +44,9 @@ import numpy as np
 
 from twotower import contracts
 from twotower import io as tio
+from twotower import lucene
 from twotower.deploy.serving import bundle as bundle_lib
+from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion
 from twotower.eval.runs import Ranked, Run
@@ -49,8 +55,20 @@ logger = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid")
 VERIFY = ("none", "size", "sha256")
+#: Contents, not only sizes: a same-size part of another bundle is caught. It reads every
+#: file once (measured in docs/guide/serve.md: small next to loading TensorFlow).
+DEFAULT_VERIFY = "sha256"
+#: What a reader needs of a manifest: section -> field -> type.
+MANIFEST_FIELDS = {
+    "model": {"embedding_dim": int, "fingerprint": str},
+    "documents": {"count": int, "ids": dict},
+    "index": {"ids": dict},
+    "bm25": {"k1": float, "b": float, "ids": dict},
+    "hybrid": {"weight": float, "depth": int},
+    "files": {},
+}
 #: Largest query-tower call (the embedding job's default batch, pipelines.embed).
-ENCODE_BATCH = 256
+ENCODE_BATCH = query_encoders.ENCODE_BATCH
 #: Up to this many BM25 queries are searched one after another, more with batch_search.
 LUCENE_SEQUENTIAL = 64
 
@@ -115,7 +133,36 @@ def _check_part(bundle_dir: str, manifest: dict, verify: str) -> None:
                         f"bytes, the manifest says {want['bytes']}")
     if verify == "sha256":
       if bundle_lib.sha256_of(path) != want["sha256"]:
-        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} differs from its checksum")
+        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} differs from its sha256 "
+                          "checksum in the manifest (changed, or a file of another bundle)")
+
+
+def _check_fields(path: str, manifest: dict) -> None:
+  """Every field a reader uses, present with its type (a hand-edited or foreign manifest is
+  refused by name, never a KeyError)."""
+  for section, fields in MANIFEST_FIELDS.items():
+    value = manifest.get(section)
+    if not isinstance(value, dict):
+      raise BundleError(f"{path}: the manifest has no {section!r} object (not written by "
+                        "`twotower bundle`, or edited): rebuild the bundle")
+    for name, kind in fields.items():
+      field = value.get(name)
+      ok = (isinstance(field, (int, float)) if kind is float else isinstance(field, kind))
+      if not ok or isinstance(field, bool):
+        raise BundleError(f"{path}: the manifest's {section!r} has no {kind.__name__} "
+                          f"{name!r} (got {field!r}): rebuild the bundle")
+
+
+def _check_ids(bundle_dir: str, manifest: dict) -> None:
+  """The index and Lucene hold the store's ids: the build read each part's ids back and
+  recorded their digests, and the file checksums tie the parts to those digests."""
+  store = manifest["documents"]["ids"]
+  for part, ids in (("index.faiss", manifest["index"]["ids"]),
+                    ("lucene", manifest["bm25"]["ids"])):
+    if ids != store:
+      raise BundleError(f"{bundle_dir}: part {part!r} holds other ids than part "
+                        f"'store.sqlite' ({ids.get('count')} against {store.get('count')}, "
+                        "by the manifest's id digests): parts of two bundles")
 
 
 def read_manifest(bundle_dir: str) -> dict:
@@ -129,12 +176,16 @@ def read_manifest(bundle_dir: str) -> dict:
     manifest = tio.read_json(path)
   except ValueError as e:
     raise BundleError(f"{path}: part 'manifest.json' is not JSON ({e})") from e
+  if not isinstance(manifest, dict):
+    raise BundleError(f"{path}: part 'manifest.json' is a JSON {type(manifest).__name__}, "
+                      f"not a {bundle_lib.FORMAT} manifest (an object)")
   if manifest.get("format") != bundle_lib.FORMAT:
     raise BundleError(f"{path}: not a {bundle_lib.FORMAT} manifest")
   if manifest.get("format_version") != bundle_lib.FORMAT_VERSION:
     raise BundleError(f"{path}: bundle format version {manifest.get('format_version')}, this "
                       f"twotower reads version {bundle_lib.FORMAT_VERSION}: rebuild it with "
                       "`twotower bundle`")
+  _check_fields(path, manifest)
   return manifest
 
 
@@ -143,8 +194,9 @@ class Retriever:
   micro-batcher makes one call per batch)."""
 
   def __init__(self, path: str, manifest: dict, encoder: Any, index: Any,
-               store: store_lib.PassageStore, searcher: Any):
+               store: store_lib.PassageStore, searcher: Any, modes: Sequence[str] = MODES):
     self.path = path
+    self.modes = tuple(modes)
     self.manifest = manifest
     self._encoder = encoder
     self._index = index
@@ -163,31 +215,39 @@ class Retriever:
   # -------------------------------------------------------------------------------------------
 
   @classmethod
-  def load(cls, path: str, verify: str = "size", threads: int = 0,
-           faiss_threads: int = 0) -> "Retriever":
+  def load(cls, path: str, verify: str = DEFAULT_VERIFY, threads: int = 0,
+           faiss_threads: int = 0, encoder: str = "auto",
+           modes: Sequence[str] = MODES) -> "Retriever":
     """Loads and checks a bundle (see the module docstring).
 
     Args:
       path: the bundle directory.
-      verify: "size" (default: every file present with its recorded size), "sha256" (and its
-        contents) or "none".
+      verify: "sha256" (default: every file present with its recorded sha256), "size" (with
+        its recorded size: cheaper, blind to a same-size file of another bundle) or "none".
       threads: TensorFlow's intra-op threads and Lucene's batch_search threads (0: leave as
         set / the machine's cores).
       faiss_threads: FAISS's OpenMP threads (0: leave as set). A server wants 1: a small
         batch on a busy machine waits for OpenMP's other thread (flat search of 7k vectors,
         one query: 0.15 ms on 1 thread, 8 ms on 2 with other work on the 2 cores).
+      encoder: the query tower's runtime, deploy.serving.query_encoders: "auto" (ONNX when
+        the bundle carries `query_onnx/`, else the SavedModel), "onnx" or "tensorflow".
+      modes: the modes this retriever serves; Lucene (the JVM) is loaded only for "bm25"
+        or "hybrid", so a dense-only retriever with an ONNX tower imports no TensorFlow,
+        PyTorch or Java.
 
     Raises:
       BundleError: an incomplete bundle or parts that disagree, naming the part.
     """
     if verify not in VERIFY:
       raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-    from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
     from twotower.eval import searcher as searcher_lib  # pylint: disable=import-outside-toplevel
-    from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
+    modes = tuple(modes)
+    if not modes or any(m not in MODES for m in modes):
+      raise ValueError(f"modes must be among {MODES}, got {modes!r}")
     path = path.rstrip("/")
     manifest = read_manifest(path)
     _check_part(path, manifest, verify)
+    _check_ids(path, manifest)
     running = bundle_lib.package_versions()
     for name, version in manifest.get("versions", {}).items():
       have = running.get(name)
@@ -199,15 +259,15 @@ class Retriever:
     dim = int(manifest["model"]["embedding_dim"])
     count = int(manifest["documents"]["count"])
 
-    encoder_dir = part(contracts.BUNDLE_QUERY_ENCODER_DIR)
     try:
-      encoder = embed.load_signature(encoder_dir, contracts.QUERY_SIGNATURE)
+      query_encoder = query_encoders.load(path, encoder, threads)
     except (ValueError, OSError) as e:
-      raise BundleError(f"{path}: part 'query_encoder' does not load: {e}") from e
-    encoder_dim = embed.embedding_dim(encoder_dir, contracts.QUERY_SIGNATURE)
-    if encoder_dim != dim:
-      raise BundleError(f"{path}: part 'query_encoder' embeds in {encoder_dim} dims, the "
-                        f"manifest says {dim}")
+      raise BundleError(f"{path}: the query tower does not load: {e}") from e
+    encoder_part = (query_encoders.QUERY_ONNX_DIR if query_encoder.kind == "onnx"
+                    else contracts.BUNDLE_QUERY_ENCODER_DIR)
+    if query_encoder.dim != dim:
+      raise BundleError(f"{path}: part {encoder_part!r} embeds in {query_encoder.dim} dims, "
+                        f"the manifest says {dim}")
 
     try:  # eval.searcher: per-call parameters, exact re-rank from the vectors beside it
       index = searcher_lib.load_searcher(part(contracts.BUNDLE_INDEX_FILE))
@@ -218,20 +278,29 @@ class Retriever:
       raise BundleError(f"{path}: part 'index.faiss' holds {index.ntotal} vectors of dim "
                         f"{index.d}; the manifest says {count} of dim {dim}")
 
-    store = store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE))
-    if len(store) != count:
-      raise BundleError(f"{path}: part 'store.sqlite' holds {len(store)} documents; the "
+    try:
+      store = store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE))
+      stored = len(store)
+    except (ValueError, OSError, sqlite3.DatabaseError) as e:
+      raise BundleError(f"{path}: part 'store.sqlite' does not load: {e}") from e
+    if stored != count:
+      store.close()
+      raise BundleError(f"{path}: part 'store.sqlite' holds {stored} documents; the "
                         f"manifest says {count}")
 
-    searcher_cls = pyserini_env.import_lucene_searcher()
-    searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
-    searcher.set_bm25(float(manifest["bm25"]["k1"]), float(manifest["bm25"]["b"]))
-    if searcher.num_docs != count:
-      raise BundleError(f"{path}: part 'lucene' holds {searcher.num_docs} documents; the "
-                        f"manifest says {count}")
-    logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f", path, count,
-                dim, manifest["index"].get("factory"), float(manifest["hybrid"]["weight"]))
-    retriever = cls(path, manifest, encoder, index, store, searcher)
+    searcher = None
+    if "bm25" in modes or "hybrid" in modes:
+      from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
+      searcher_cls = pyserini_env.import_lucene_searcher()
+      searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
+      searcher.set_bm25(float(manifest["bm25"]["k1"]), float(manifest["bm25"]["b"]))
+      if searcher.num_docs != count:
+        raise BundleError(f"{path}: part 'lucene' holds {searcher.num_docs} documents; the "
+                          f"manifest says {count}")
+    logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f, query tower "
+                "%s, modes %s", path, count, dim, manifest["index"].get("factory"),
+                float(manifest["hybrid"]["weight"]), query_encoder.kind, ",".join(modes))
+    retriever = cls(path, manifest, query_encoder, index, store, searcher, modes)
     if threads:
       retriever.threads = threads
     return retriever
@@ -239,14 +308,15 @@ class Retriever:
   def close(self) -> None:
     with self._lock:
       self._store.close()
-      self._searcher.close()
+      if self._searcher is not None:
+        self._searcher.close()
 
   def warm_up(self, rounds: int = 3) -> None:
     """A few queries in every mode, single and batched, at the hybrid's depth: the first
     TensorFlow call traces and allocates, the first Lucene calls from a thread attach it to
     the JVM and warm the JIT. Call it from the thread that will search."""
     for i in range(rounds):
-      for mode in MODES:
+      for mode in self.modes:
         self.search(f"warm up {i}", k=10, mode=mode)
         self.search([f"warm up {i}", "a small batch"], k=10, mode=mode)
 
@@ -257,6 +327,9 @@ class Retriever:
   def check(self, request: SearchRequest) -> None:
     """Raises ValueError if `request` cannot run on this bundle (e.g. nprobe on a flat
     index): a server checks before batching, so a bad request fails alone."""
+    if request.mode not in self.modes:
+      raise ValueError(f"mode {request.mode!r} is not served here (modes: "
+                       f"{', '.join(self.modes)})")
     try:
       self._index.check_params(*request.params)
     except ValueError as e:  # named by the part, not by where the server keeps it
@@ -276,6 +349,10 @@ class Retriever:
     """Several requests in one go (the micro-batcher's call): every query that needs the
     query tower goes through it in one call, FAISS is called once per distinct parameter
     set, Lucene once for all BM25 queries. Returns hits per request, per query."""
+    for request in requests:
+      if request.mode not in self.modes:
+        raise ValueError(f"mode {request.mode!r} is not served here (modes: "
+                         f"{', '.join(self.modes)})")
     with self._lock:
       dense = self._dense_many(requests)
       sparse = self._bm25_many(requests)
@@ -301,15 +378,10 @@ class Retriever:
             {q: x.ranked for q, x in zip(qids, sparse)})
 
   def encode(self, queries: Sequence[str]) -> np.ndarray:
-    """float32 [len(queries), d]: the query tower, one call per ENCODE_BATCH queries (a
-    server's micro-batch is one call; a file of a million queries does not become one)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    parts = []
-    for start in range(0, len(queries), ENCODE_BATCH):
-      chunk = list(queries[start:start + ENCODE_BATCH])
-      out = self._encoder(query=tf.constant(chunk, dtype=tf.string))
-      parts.append(out[contracts.EMBEDDING_OUTPUT].numpy())
-    return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
+    """float32 [len(queries), d]: the query tower (SavedModel or ONNX), one call per
+    ENCODE_BATCH queries (a server's micro-batch is one call; a file of a million queries
+    does not become one)."""
+    return self._encoder.encode(queries)
 
   def _depth(self, request: SearchRequest) -> int:
     """How deep each side searches: k, or the hybrid's depth when fusing."""
@@ -348,7 +420,7 @@ class Retriever:
 
   def _bm25_many(self, requests: Sequence[SearchRequest]) -> list[list["_Side"]]:
     out: list[list[_Side]] = [[] for _ in requests]
-    jobs = [(r, i, q) for r, request in enumerate(requests)
+    jobs = [(r, i, lucene.bound_query(q)) for r, request in enumerate(requests)
             if request.mode in ("bm25", "hybrid") for i, q in enumerate(request.queries)]
     if not jobs:
       return out
@@ -405,10 +477,5 @@ def set_threads(threads: int = 0, faiss_threads: int = 0) -> None:
   if faiss_threads:
     import faiss  # pylint: disable=import-outside-toplevel
     faiss.omp_set_num_threads(faiss_threads)
-  if threads:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    try:
-      tf.config.threading.set_intra_op_parallelism_threads(threads)
-      tf.config.threading.set_inter_op_parallelism_threads(max(1, min(2, threads)))
-    except RuntimeError as e:  # TensorFlow already initialised
-      logger.info("TensorFlow threads unchanged: %s", e)
+  if threads:  # applied when TensorFlow loads: an ONNX query tower never imports it
+    query_encoders.set_tf_threads(threads, max(1, min(2, threads)))

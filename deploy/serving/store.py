@@ -97,6 +97,11 @@ class PassageStore:
     with self._lock:
       return int(self._connection.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
 
+  def ids(self) -> list[int]:
+    """Every document id, ascending (the primary key's own order: no sort)."""
+    with self._lock:
+      return [row[0] for row in self._connection.execute("SELECT id FROM documents ORDER BY id")]
+
   def get(self, ids: Sequence[int]) -> Mapping[int, Document]:
     """The documents of `ids` that exist, by id (a missing id is absent from the result)."""
     found: dict[int, Document] = {}
@@ -113,3 +118,9 @@ class PassageStore:
   def close(self) -> None:
     with self._lock:
       self._connection.close()
+
+  def __enter__(self) -> "PassageStore":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -33,9 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
-  args = build_parser().parse_args(None if argv is None else list(argv))
-  return bm25.Bm25Config(reqa=args.reqa, out=args.out, doc_text=args.doc_text, k1=args.k1,
-                         b=args.b, splits=flags.csv(args.split), golds=flags.csv(args.gold),
+  p = build_parser()
+  args = p.parse_args(None if argv is None else list(argv))
+  return bm25.Bm25Config(reqa=args.reqa, out=flags.out_folder(p, args.out),
+                         doc_text=args.doc_text, k1=args.k1, b=args.b, splits=flags.csv(args.split), golds=flags.csv(args.gold),
                          threads=args.threads, hits=args.hits, batch_size=args.batch_size,
                          system=args.system, overwrite=args.overwrite)
 

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--tune_metric", default=d.tune_metric, help="what the tuning maximises")
   p.add_argument("--hybrid_depth", type=int, default=d.hybrid_depth,
                  help="hits each side gives the hybrid (twotower fuse fuses 100-deep runs)")
+  p.add_argument("--onnx", action="store_true",
+                 help="also write the query tower as ONNX (query_onnx/): `twotower serve` "
+                      "and Retriever then embed queries with onnxruntime, without TensorFlow")
   p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
   return p
 
@@ -47,12 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Iterable[str] | None) -> bundle.BundleConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
-  return bundle.BundleConfig(
-      model=args.model, out=args.out, reqa=args.reqa or "", passages=args.passages or "",
-      embeddings=args.embeddings, doc_text=args.doc_text, index=index_config(args),
-      k1=args.k1, b=args.b, weight=args.weight, tune_split=args.tune_split,
-      tune_metric=args.tune_metric, hybrid_depth=args.hybrid_depth, overwrite=args.overwrite,
-      beam_args=beam_args)
+  flags.hybrid_tuning(p, args.weight, args.tune_split, args.tune_metric)
+  try:  # IndexSpec's and BundleConfig's own checks (flag combinations) are usage errors
+    index = index_config(args)
+    return bundle.BundleConfig(
+        model=args.model, out=args.out, reqa=args.reqa or "", passages=args.passages or "",
+        embeddings=args.embeddings, doc_text=args.doc_text, index=index,
+        k1=args.k1, b=args.b, weight=args.weight, tune_split=args.tune_split,
+        tune_metric=args.tune_metric, hybrid_depth=args.hybrid_depth, onnx=args.onnx,
+        overwrite=args.overwrite, beam_args=beam_args)
+  except ValueError as e:
+    p.error(str(e))
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -14,7 +14,8 @@ from twotower.pipelines import embed
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("embed", embed.__doc__)
   d = embed.EmbedConfig(model="", out="", kind="candidates", path="")
-  p.add_argument("--model", required=True, help="exported SavedModel directory")
+  p.add_argument("--model", required=True,
+                 help="a training run directory (its export/saved_model) or a SavedModel")
   p.add_argument("--out", required=True,
                  help="embeddings directory: writes embeddings-*.parquet and stats.json")
   src = p.add_mutually_exclusive_group(required=True)
@@ -38,6 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
+def saved_model(model: str) -> str:
+  """A local training run directory -> its export's SavedModel, as `bundle --model` takes it
+  (deploy.serving.bundle.resolve_saved_model); a remote path, or one that is neither, as
+  given (the job then says what is wrong with it, after checking the inputs)."""
+  if "://" in model:
+    return model
+  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  try:
+    return bundle.resolve_saved_model(model)
+  except FileNotFoundError:
+    return model
+
+
 def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
@@ -50,7 +64,8 @@ def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
     p.error(f"--model_copies must be >= 1, got {args.model_copies}")
   kind = next(k for k in embed.KINDS if getattr(args, k))
   return embed.EmbedConfig(
-      model=args.model, out=args.out, kind=kind, path=getattr(args, kind),
+      model=saved_model(args.model), out=flags.out_folder(p, args.out), kind=kind,
+      path=getattr(args, kind),
       doc_text=args.doc_text, batch_size=args.batch_size, min_batch_size=args.min_batch_size,
       num_shards=args.num_shards, large_model=args.large_model,
       model_copies=args.model_copies, overwrite=args.overwrite, beam_args=beam_args)

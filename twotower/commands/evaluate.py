@@ -35,7 +35,8 @@ def parse(argv: Iterable[str] | None) -> evaluate.EvaluateConfig:
   args = p.parse_args(None if argv is None else list(argv))
   try:
     return evaluate.EvaluateConfig(
-        reqa=args.reqa, runs=tuple(args.run), out=args.out, names=tuple(args.names or ()),
+        reqa=args.reqa, runs=tuple(args.run), out=flags.out_folder(p, args.out),
+        names=tuple(args.names or ()),
         splits=flags.csv(args.split), golds=flags.csv(args.gold), ks=args.ks,
         stem=args.stem, overwrite=args.overwrite)
   except ValueError as e:

@@ -32,11 +32,12 @@ def parse_with_beam(p: argparse.ArgumentParser,
 
 
 def add_overwrite(p: argparse.ArgumentParser) -> None:
-  """--overwrite: the stage may replace an output folder that holds another run
+  """--overwrite: the stage may replace an output that holds another run of it
   (twotower.outputs)."""
   p.add_argument("--overwrite", action="store_true",
-                 help="replace --out when it holds another run (other settings, another "
-                      "stage, or files no stage recorded); without it that is an error")
+                 help="replace --out when it holds a run of this stage with other settings "
+                      "(a file --out: also a file no stage recorded); a folder's files no "
+                      "stage wrote are kept. Never an input or another stage's output")
 
 
 def csv(value: str) -> tuple[str, ...]:
@@ -74,3 +75,34 @@ def positive_ints(value: str) -> tuple[int, ...]:
   if not values:
     raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 1, got {value!r}")
   return values
+
+
+def out_folder(p: argparse.ArgumentParser, path: str, flag: str = "--out") -> str:
+  """A usage error for a local output folder that is the working directory or one of its
+  parents: a stage writes beside its --out and renames the result over it at the end, which
+  the working directory cannot take (it would fail only after the whole job)."""
+  import os  # pylint: disable=import-outside-toplevel
+  if "://" in path:
+    return path
+  folder, here = os.path.realpath(path), os.path.realpath(os.getcwd())
+  if here == folder or here.startswith(folder.rstrip(os.sep) + os.sep):
+    p.error(f"{flag} {path}: is the working directory{'' if here == folder else ' or above it'}; "
+            f"a stage replaces its output folder whole when it ends: give a folder of its "
+            f"own, e.g. {flag} {os.path.join(path, p.prog.split()[-1])}")
+  return path
+
+
+def hybrid_tuning(p: argparse.ArgumentParser, weight: float | None, tune_split: str,
+                  tune_metric: str, weight_flag: str = "--weight") -> None:
+  """Usage errors (exit 2, before any work) for the flags that weigh a hybrid (`fuse`,
+  `bundle`): a weight outside [0, 1], a tuning split that is not a validation split, a
+  metric nothing reports."""
+  from twotower import contracts  # pylint: disable=import-outside-toplevel
+  if weight is not None and not 0.0 <= weight <= 1.0:
+    p.error(f"{weight_flag} {weight} is not in [0, 1]")
+  if tune_split and contracts.split_side(tune_split) != contracts.VALIDATION_SIDE:
+    p.error(f"--tune_split {tune_split!r}: only a validation split (validation-<ratio>) may "
+            "choose the weight")
+  metrics = (contracts.MEAN_RECALL, "MRR", *(f"R@{k}" for k in contracts.DEFAULT_KS))
+  if tune_metric not in metrics:
+    p.error(f"--tune_metric {tune_metric!r}: expected one of {', '.join(metrics)}")

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--depth", type=flags.positive_int, default=100, help="candidates kept per question")
   p.add_argument("--rrf_k", type=flags.positive_int, default=fusion.RRF_K, help="RRF's k")
   p.add_argument("--tag", default="fused", help="TREC run tag")
+  flags.add_overwrite(p)
   return p
 
 
@@ -40,11 +41,15 @@ def parse(argv: Iterable[str] | None) -> fusion.FuseConfig:
   args = p.parse_args(None if argv is None else list(argv))
   try:
     weight = None if args.weight == "auto" else float(args.weight)
+  except ValueError:
+    p.error(f"--weight {args.weight!r}: expected a number in [0, 1] or 'auto'")
+  flags.hybrid_tuning(p, weight, args.tune_split, args.tune_metric)
+  try:
     return fusion.FuseConfig(runs=tuple(args.run), out=args.out, method=args.method,
                              weight=weight, reqa=args.reqa, tune_split=args.tune_split,
                              tune_metric=args.tune_metric,
                              min_tune_questions=args.min_tune_questions, depth=args.depth,
-                             rrf_k=args.rrf_k, tag=args.tag)
+                             rrf_k=args.rrf_k, tag=args.tag, overwrite=args.overwrite)
   except ValueError as e:
     p.error(str(e))
 

@@ -30,7 +30,7 @@ def parse(argv: Iterable[str] | None) -> heldout.HeldoutConfig:
   args = p.parse_args(None if argv is None else list(argv))
   if args.heldout_percent is not None and not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
-  return heldout.HeldoutConfig(pairs=args.pairs, out=args.out,
+  return heldout.HeldoutConfig(pairs=args.pairs, out=flags.out_folder(p, args.out),
                                heldout_percent=args.heldout_percent, task=args.task,
                                overwrite=args.overwrite)
 

@@ -98,7 +98,7 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
   except ValueError as e:  # PairConfig's own checks (the crop options), as a usage error
     p.error(f"--{e}")
   return pairs.PairsConfig(
-      dump=args.dump, out=args.out,
+      dump=args.dump, out=flags.out_folder(p, args.out),
       passages=passages.PassageConfig(
           splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
           max_passage_tokens=args.max_passage_tokens,

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from twotower.commands import flags
 from twotower.deploy.serving import query
-from twotower.deploy.serving.retriever import MODES, VERIFY
+from twotower.deploy.serving.retriever import DEFAULT_VERIFY, MODES, VERIFY
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,8 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--mode", choices=MODES, default="dense", help="dense, bm25 or hybrid")
   p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited (IVF bundles)")
   p.add_argument("--ef_search", type=int, default=None, help="HNSW beam width (HNSW bundles)")
-  p.add_argument("--verify", choices=VERIFY, default="size",
-                 help="how the bundle's files are checked at load")
+  p.add_argument("--verify", choices=VERIFY, default=DEFAULT_VERIFY,
+                 help="how the bundle's files are checked at load: sha256 (contents), size "
+                      "(cheaper, blind to a same-size file of another bundle) or none")
+  flags.add_overwrite(p)
   return p
 
 

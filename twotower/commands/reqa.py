@@ -59,7 +59,8 @@ def parse(argv: Iterable[str] | None) -> reqa.ReqaConfig:
     p.error("--extra_candidates needs --extra_passages")
   if not 0 <= args.validation_percent <= 100:
     p.error(f"--validation_percent must be in [0, 100], got {args.validation_percent}")
-  return reqa.ReqaConfig(out=args.out, squad=args.squad, nq=args.nq, splitter=args.splitter,
+  return reqa.ReqaConfig(out=flags.out_folder(p, args.out), squad=args.squad, nq=args.nq,
+                         splitter=args.splitter,
                          extra_passages=args.extra_passages,
                          extra_candidates=args.extra_candidates,
                          validation_percent=args.validation_percent, seed=args.seed,

@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "against exact flat inner-product search and queries/s")
   p.add_argument("--report", default=None,
                  help="where to write that report (default: OUT + '.report.json')")
+  flags.add_overwrite(p)
   return p
 
 

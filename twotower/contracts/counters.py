@@ -28,6 +28,13 @@ DUMP_XML_ERRORS = "dump_xml_errors"
 PAGES_READ = "pages_read"
 PAGES_KEPT = "pages_kept"
 PAGES_REDIRECT = "pages_redirect"
+#: Hostile dumps (pipelines.wikidump): runs of whitespace between or inside tags cut to
+#: wikidump.MAX_WHITESPACE_RUN characters, and runs of text between two tags longer than
+#: wikidump.MAX_TEXT_RUN (the page holding one is skipped as too_large): each run counted.
+DUMP_WHITESPACE_CAPPED = "dump_whitespace_capped"
+DUMP_TEXT_CAPPED = "dump_text_capped"
+#: Templates / links nested deeper than wikitext.MAX_NESTING, dropped whole (pipelines.wikitext).
+MARKUP_TOO_DEEP = "markup_too_deep"
 
 
 class PageSkip(enum.StrEnum):
@@ -40,6 +47,11 @@ class PageSkip(enum.StrEnum):
   MISSING_TITLE = "missing_title"
   NO_TEXT = "no_text"
   INVALID_UTF8 = "invalid_utf8"
+  # pipelines.wikidump, pipelines.textdocs: a page id already read in the same input (a
+  # repeated <id>, a repeated JSONL "id"): the first by file and position is kept.
+  DUPLICATE_ID = "duplicate_id"
+  # pipelines.wikidump: XML nested deeper than wikidump.MAX_XML_DEPTH inside the page.
+  TOO_DEEP = "too_deep"
   # pipelines.wikitext: not an article, or nothing left after cleaning.
   NAMESPACE = "namespace"
   UNKNOWN_NAMESPACE = "unknown_namespace"
@@ -153,6 +165,9 @@ QUESTIONS_SKIPPED_NO_ANSWER = "questions_skipped_no_answer"
 QUESTIONS_SKIPPED_NO_VALID_ANSWER = "questions_skipped_no_valid_answer"
 QUESTIONS_SKIPPED_EMPTY_PASSAGE = "questions_skipped_empty_passage"
 QUESTIONS_SKIPPED_DUPLICATE_ID = "questions_skipped_duplicate_id"
+#: A question id shared by different questions (question texts): each text after the first
+#: (by text) gets the id "<id>#<n>" (pipelines.reqa), so no two questions share an id.
+QUESTIONS_RENAMED_DUPLICATE_ID = "questions_renamed_duplicate_id"
 ANSWERS_START_FIXED = "answers_start_fixed"
 ANSWERS_BETWEEN_SENTENCES = "answers_between_sentences"
 ANSWERS_SKIPPED_TEXT_NOT_FOUND = "answers_skipped_text_not_found"

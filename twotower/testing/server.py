@@ -53,8 +53,8 @@ def live_server(config) -> Iterator[str]:
   import uvicorn  # pylint: disable=import-outside-toplevel
   from twotower.deploy.serving import app as app_lib  # pylint: disable=import-outside-toplevel
   config = dataclasses.replace(config, host=LOOPBACK, port=free_port())
-  server = uvicorn.Server(uvicorn.Config(app_lib.create_app(config), host=LOOPBACK,
-                                         port=config.port, log_level="warning"))
+  # The served stack as `twotower serve` runs it (its protocol with a per-request deadline).
+  server = uvicorn.Server(app_lib.uvicorn_config(app_lib.create_app(config), config))
   thread = threading.Thread(target=server.run, daemon=True)
   thread.start()
   base = f"http://{LOOPBACK}:{config.port}"
