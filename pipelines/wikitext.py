@@ -15,7 +15,14 @@ floor" of mwparserfromhell parse + strip_code):
 
 What is kept and dropped:
 
-* Dropped: templates `{{...}}` and arguments `{{{...}}}`, comments, refs, tables (`{|...|}`
+* Templates: those that carry article text (`convert`, dates, `lang`, `nowrap`, `frac`, ...)
+  are rendered by pipelines.templates: a TemplateOpen frame collects the name from the
+  token stream until the first `|` or `}}`; a name the table does not know drops the rest
+  unread (sink None, as before), a known one collects each parameter's visible text
+  (positional, or `key=value` split at TemplateParamEquals; nested templates and links
+  inside render into it) and appends the rendered text at TemplateClose. A template inside
+  a dropped construct is dropped unread. A disambiguation template marks the page.
+* Dropped: other templates `{{...}}` and arguments `{{{...}}}`, comments, refs, tables (`{|...|}`
   and `<table>`), file/image/media links with their captions (namespaces File/Image/Media,
   local names included, via the site's namespace table), category links, interlanguage
   links (`[[fr:Paris]]`), the URLs of external links, magic words (`__TOC__`), and the
@@ -25,14 +32,17 @@ What is kept and dropped:
   does); external link titles; the text of harmless tags (`<b>`, `<span>`, `<div>`,
   `<blockquote>`, `<nowiki>`, ...); HTML entities, decoded.
 * Sections: each heading starts a section (its cleaned text and level); `sections[0]` is
-  the lead, heading "" and level 0, possibly with no paragraphs.
+  the lead, heading "" and level 0, possibly with no paragraphs. Non-prose sections
+  (References, Notes, External links, See also, ...: pipelines.nonprose) are left out with
+  their subsections and counted `sections_skipped_<reason>`; their links still count.
 * Paragraphs: lines separated by blank lines, joined with spaces as MediaWiki renders them.
   Each list item (`*`, `#`, `;`, `:` lines and `<li>`) is its own paragraph, so lists are
   kept (WikiExtractor drops most of them) and an item never runs into the next one; a
   paragraph with no letter or digit left (e.g. "()" after a template) is dropped.
 * Malformed markup: where the tokenizer gives up (e.g. a `{|` table with HTML rows) it
   returns the rest of the page as plain text; such text is cleaned by regular expressions
-  (tables, innermost templates, links -> anchor text, HTML tags), and its links counted.
+  (tables, innermost templates (dropped, not rendered), links -> anchor text, HTML tags),
+  and its links counted.
   A dump does not list namespace aliases (ltgwiki writes "Attēls:" for its "Fails:"
   namespace), so `Prefix:Name.jpg`-like targets (media extensions) are media links too.
 * Links: every `[[target]]` of the main namespace outside comments and refs, including
@@ -42,8 +52,12 @@ What is kept and dropped:
   interwiki targets are not links; nor are links inside `<nowiki>`, `<pre>`, `<math>`
   (the tokenizer does not parse those).
 
+`ParseConfig.text_cleanup=False` (`--text_cleanup=off`) drops every template and keeps every
+section and disambiguation page: the text of before, for comparisons.
+
 Beam: `ParsePages` routes every RawPage to exactly one of: the `articles` output, the
-`redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter.
+`redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter
+(`disambiguation` among them).
 """
 
 from __future__ import annotations
@@ -575,7 +589,8 @@ class ParsePages(beam.PTransform):
   title), both normalised by pipelines.titles; counted `pages_redirect`), or one
   `pages_skipped_<reason>` counter: `namespace` (another namespace), `unknown_namespace`
   (not in siteinfo), `bad_redirect` (invalid source or target title), `too_large`,
-  `parse_error`, `empty`.
+  `parse_error`, `empty`, `disambiguation`. Non-prose sections of kept pages are counted
+  `sections_skipped_<reason>`.
 
   Usage:
     outputs = raw_pages | ParsePages()
