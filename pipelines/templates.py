@@ -283,8 +283,8 @@ def _ipac(args: Args) -> Optional[str]:
   """`{{IPAc-en|ˈ|æ|l|b|ə}}` -> "/ˈælbə/" (labels such as `lang`, `US`, `pron` left out)."""
   labels = {"lang", "local", "pron", "pronunciation", "us", "uk", "also", "audio", "ipa",
             "ca", "au", "nz", "ie", "sa", "in", "or", "-", "fr", "de", "it", "es"}
-  sounds = [p for p in args.positional if p.lower() not in labels and p != "_"]
-  return "/" + "".join(sounds) + "/" if sounds else None
+  sounds = [p for p in args.positional if p.lower() not in labels]
+  return "/" + "".join(sounds).replace("_", " ").strip() + "/" if sounds else None
 
 
 def _currency(symbol: str) -> Callable[[Args], Optional[str]]:

@@ -422,9 +422,10 @@ def clean_wikitext(text: str, site: SiteInfo, render: bool = True
     elif kind is T.HeadingEnd:
       frame = stack.pop()
       sink = frame.parent
-      if sink is not None:
+      if sink is out:
         out.append((_HEADING, frame.extra, _clean("".join(frame.parts))))
-        sink = out
+      elif sink is not None:  # Inside a rendered template's parameter: its text.
+        sink.append("".join(frame.parts))
     # Other tokens (separators, attribute quotes/equals) carry no visible text.
 
   sections: list[tuple[str, int, str]] = []

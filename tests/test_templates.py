@@ -59,6 +59,7 @@ def _lead(text: str) -> tuple[str, ...]:
     ("{{nihongo|Tokyo|東京|Tōkyō}} city", "Tokyo (東京, Tōkyō) city"),
     ("said {{IPAc-en|ˈ|eɪ|b|r|ə|h|æ|m}} or {{respell|AL|bə|nee|ə}}",
      "said /ˈeɪbrəhæm/ or AL-bə-nee-ə"),
+    ("{{IPAc-en|audio=x.ogg|æ|l|ˈ|b|eɪ|n|i|ə|,|_|ɔː|l}}", "/ælˈbeɪniə, ɔːl/"),
     ("{{abbr|UN|United Nations}} and {{sic|teh}}", "UN and teh"),
     ("water is {{chem|H|2|O}} and {{math|x + 1}}", "water is H2O and x + 1"),
     ("{{quote|To be or not to be.|Shakespeare}}", "To be or not to be."),
@@ -271,3 +272,18 @@ def test_store_keeps_the_section_and_reads_stores_without_it(tmp_path):
   store = store_lib.PassageStore.open(old)
   assert store.get([3])[3] == store_lib.Document(3, "Rome", "old text", "", 9, "wikipedia", "")
   store.close()
+
+
+def test_the_document_tower_reads_the_section_only_when_asked():
+  from twotower.pipelines import pair_tasks
+  passages = (
+      contracts.Passage(7, 0, "Paris", "Paris is a city. It is large.",
+                        ("Paris is a city.", "It is large."), True, ""),
+      contracts.Passage(7, 1, "Paris", "The Romans came here. They built a town.",
+                        ("The Romans came here.", "They built a town."), False, "History"))
+  off = pair_tasks.PairConfig(min_query_words=2, min_doc_words=2)
+  on = pair_tasks.PairConfig(min_query_words=2, min_doc_words=2, doc_title_section=True)
+  assert {p.doc_title for p in pair_tasks.bfs_pairs(passages, off)} == {"Paris"}
+  assert {p.doc_title for p in pair_tasks.bfs_pairs(passages, on)} == {"Paris › History"}
+  assert "doc_title_section" not in off.settings()  # runs before the setting keep their keys
+  assert on.settings()["doc_title_section"] is True
