@@ -431,12 +431,16 @@ ALIASES = {
 _LANG_X = re.compile(r"(?:lang|vol|langx)-[a-z-]{2,12}")
 _IPA_X = re.compile(r"ipa-[a-z-]{2,12}")
 
-#: Templates that mark a disambiguation page (English and Latgalian, Latvian names).
+#: Templates that mark a disambiguation page (English, Latgalian, Latvian names). Set index
+#: articles (`{{surname}}`, `{{given name}}`, `{{shipindex}}`) are lists with prose about the
+#: name or class, and stay articles.
 DISAMBIGUATION = frozenset({
-    "disambiguation", "disambig", "dab", "disamb", "hndis", "geodis", "dis", "surname",
-    "given name", "set index article", "sia", "hospital disambiguation", "letter-number combination disambiguation",
-    "mountainindex", "roaddis", "schooldis", "shipindex", "species latin name disambiguation",
-    "zeimeibu škiršona", "nozīmju atdalīšana", "disambiguation cleanup",
+    "disambiguation", "disambig", "dab", "disamb", "dis", "hndis", "geodis", "numberdis",
+    "roaddis", "schooldis", "hospitaldis", "letter-number combination disambiguation",
+    "species latin name disambiguation", "disambiguation cleanup", "airport disambiguation",
+    "call sign disambiguation", "chinese title disambiguation", "genus disambiguation",
+    "place name disambiguation", "human name disambiguation", "mathematical disambiguation",
+    "zeimeibu škiršona", "nozīmju atdalīšana",
 })
 
 
