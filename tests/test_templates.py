@@ -69,6 +69,7 @@ def _lead(text: str) -> tuple[str, ...]:
     ("the {{ordinal|21}} and {{ordinal|2}} and {{ordinal|13}}", "the 21st and 2nd and 13th"),
     ("cost {{US$|2 billion}} or {{GBP|5}}", "cost US$2 billion or £5"),
     ("{{formatnum:1234567}} people", "1,234,567 people"),
+    ("{{uc:nasa}} and {{lc:ABC}} and {{ucfirst:paris}}", "NASA and abc and Paris"),
     # punctuation templates
     ("1990{{ndash}}1995 {{mdash}} done", "1990–1995 — done"),
     # nested: a rendered template inside a rendered one
