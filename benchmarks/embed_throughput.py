@@ -45,6 +45,7 @@ def write_candidates(path: str, rows: int, seed: int = 0) -> None:
       "passage": [words(int(rng.integers(80, 160))) + "." for _ in range(rows)],
       "title": [words(2) for _ in range(rows)],
       "source": ["synthetic"] * rows,
+      "section": [""] * rows,
   }, schema=contracts.CANDIDATE_SCHEMA)
   pq.write_table(table, path, row_group_size=10_000)
 

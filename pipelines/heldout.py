@@ -70,7 +70,7 @@ def benchmark(pairs: Sequence[Pair], passages: Sequence[contracts.Passage],
       continue
     uid = contracts.passage_uid(p.page_id, p.passage_id)
     text = by_passage[uid].doc_text if uid in by_passage else p.text
-    candidates.append(Candidate(uid, "", text, p.title, contracts.HELDOUT_SOURCE))
+    candidates.append(Candidate(uid, "", text, p.title, contracts.HELDOUT_SOURCE, p.section))
     pages.add(p.page_id)
   known = {c.candidate_id for c in candidates}
   questions = [Question(question_id(task, pair), pair.query, (uid,))

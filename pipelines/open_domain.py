@@ -39,7 +39,7 @@ def _extra_candidate(passage: contracts.Passage, i: int) -> tuple[int, tuple[int
   sentence = passage.sentences[i].strip()
   cid = candidate_id(sentence, passage.text)
   return passage.page_id, (cid, Candidate(cid, sentence, passage.text, passage.title,
-                                          contracts.WIKIPEDIA_SOURCE))
+                                          contracts.WIKIPEDIA_SOURCE, passage.section))
 
 
 class SampleExtraCandidates(beam.PTransform):

@@ -46,7 +46,8 @@ import math
 import random
 from typing import Iterable, MutableMapping, Sequence
 
-from twotower.contracts import CROP_TASK, PRETRAIN_TASKS, Pair, Passage, stable_hash
+from twotower.contracts import (CROP_TASK, PRETRAIN_TASKS, Pair, Passage, stable_hash,
+                                title_with_section)
 
 #: Cheap word-piece estimate used before any vocabulary exists: whitespace words x 1.3
 #: (English BERT-style vocabularies give 1.2-1.4 pieces per word on Wikipedia text).
@@ -82,6 +83,9 @@ class PairConfig:
   crop_min_ratio: float = 0.1  # shortest crop, as a share of the passage's words
   crop_max_ratio: float = 0.5  # longest crop, as a share of the passage's words
   crop_delete_prob: float = 0.1  # probability that a crop drops each of its words
+  # The document tower reads "Title › Section" as the document's title (Passage.section);
+  # off by default until a grid row shows it helps, and then absent from settings().
+  doc_title_section: bool = False
 
   def __post_init__(self):
     check_crop(self)
@@ -97,7 +101,15 @@ class PairConfig:
     fields = dataclasses.asdict(self)
     if self.crop_per_page <= 0:
       fields = {k: v for k, v in fields.items() if not k.startswith(CROP_PREFIX)}
+    if not self.doc_title_section:
+      fields.pop("doc_title_section")
     return fields
+
+  def doc_title(self, passage: Passage) -> str:
+    """The title a pair's document shows the document tower."""
+    if self.doc_title_section:
+      return title_with_section(passage.title, passage.section)
+    return passage.title
 
 
 #: PairConfig fields of the crop task, dropped from its settings while the task is off.
@@ -150,7 +162,7 @@ def ict_pairs(passages: Sequence[Passage], config: PairConfig) -> list[Pair]:
     doc_text = " ".join(rest)
     if len(doc_text.split()) < config.min_doc_words or (not keep and query in doc_text):
       continue  # too little left, or the query survives inside another sentence
-    pairs.append(Pair("ict", query, passage.title, doc_text, passage.page_id,
+    pairs.append(Pair("ict", query, config.doc_title(passage), doc_text, passage.page_id,
                       passage.page_id, passage.passage_id))
   return pairs
 
@@ -170,7 +182,7 @@ def bfs_pairs(passages: Sequence[Passage], config: PairConfig) -> list[Pair]:
     if not candidates:
       continue
     doc = rng.choice(candidates)
-    pairs.append(Pair("bfs", query, doc.title, doc.text, doc.page_id, doc.page_id,
+    pairs.append(Pair("bfs", query, config.doc_title(doc), doc.text, doc.page_id, doc.page_id,
                       doc.passage_id))
   return pairs
 
@@ -220,7 +232,7 @@ def wlp_pair(request: WlpRequest, passages: Sequence[Passage],
   mentions = [m.lower() for m in request.mentions if m]
   mentioning = [p for p in docs if any(m in p.text.lower() for m in mentions)]
   doc = rng.choice(mentioning or docs)
-  return Pair("wlp", request.query, doc.title, doc.text, request.query_page_id,
+  return Pair("wlp", request.query, config.doc_title(doc), doc.text, request.query_page_id,
               doc.page_id, doc.passage_id)
 
 
@@ -280,6 +292,6 @@ def crop_pairs(passages: Sequence[Passage], config: PairConfig,
       if skipped is not None:
         skipped[CropSkip.DELETION] = skipped.get(CropSkip.DELETION, 0) + 1
       continue
-    pairs.append(Pair(CROP_TASK, " ".join(query), passage.title, " ".join(doc), page_id,
-                      page_id, passage.passage_id))
+    pairs.append(Pair(CROP_TASK, " ".join(query), config.doc_title(passage), " ".join(doc),
+                      page_id, page_id, passage.passage_id))
   return pairs

@@ -243,6 +243,9 @@ class PairsConfig:
   out: str
   passages: PassageConfig = PassageConfig()
   pairs: PairConfig = PairConfig()
+  # Render content templates, leave out non-prose sections, disambiguation pages and stub
+  # passages (pipelines.templates, nonprose); False: the text of before, for comparisons.
+  text_cleanup: bool = True
   max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
   heldout_percent: float = 5.0
   num_shards: int = 0  # 0: the runner decides
@@ -283,7 +286,7 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
         config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
         id_offset=offset)
     # .articles: Page; .redirects: (source_title, target_title)
-    parsed = raw | f"ParsePages{suffix}" >> wikitext.ParsePages()
+    parsed = raw | f"ParsePages{suffix}" >> wikitext.ParsePages(text_cleanup=config.text_cleanup)
     articles.append(parsed.articles)
     if offset:
       # (id space, source, target): this wiki's redirects resolve this wiki's links only
@@ -306,7 +309,10 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
               | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle,
                                                          own_titles))
   # (page_id, tuple[Passage])
-  passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(config.passages)
+  passage_config = config.passages
+  if not config.text_cleanup:
+    passage_config = dataclasses.replace(passage_config, min_passage_words=0)
+  passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(passage_config)
   if per_input:
     _ = passages | "CountKeptPerInput" >> beam.ParDo(_CountKeptPerInput())
   _ = passages | "WritePassages" >> shards.WriteShards(
@@ -390,6 +396,9 @@ def finish_stats(counters: dict[str, int],
   stats: dict = dict(counters)
   for name in C.PAIRS_ALWAYS:
     stats.setdefault(name, 0)
+  if any(name in stats for name in C.CLEANUP_ALWAYS):  # a run that cleaned its text
+    for name in C.CLEANUP_ALWAYS:
+      stats.setdefault(name, 0)
   # Every input of a run over several counts its pairs, 0 included (Beam reports only the
   # counters something incremented): a text input without links says "0 WLP pairs".
   for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:

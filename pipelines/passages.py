@@ -26,7 +26,7 @@ import apache_beam as beam
 
 from twotower import contracts
 from twotower import io as tio
-from twotower.pipelines import pair_tasks
+from twotower.pipelines import nonprose, pair_tasks
 from twotower.contracts import Passage
 from twotower.contracts import counters as C
 
@@ -45,6 +45,9 @@ class PassageConfig:
   max_doc_tokens: int = DOC_TOKENS  # document tower length the passage + title must fit
   max_passage_tokens: int = 0    # fixed passage budget; 0 = max_doc_tokens - 3 - title
   min_passage_tokens: int = 64   # keep packing paragraphs of a section below this
+  # Stub floor (pipelines.nonprose.stub_reason): a packed passage with fewer words, or under
+  # 24 words without a sentence end, is not written (counted); 0 writes every passage.
+  min_passage_words: int = 5
   batch_pages: int = 16          # pages per splitter call (nlp.pipe batch)
 
   def budget(self, title: str) -> int:
@@ -100,6 +103,9 @@ def pack_page(page: contracts.Page, sentences: Sequence[Sequence[Sequence[str]]]
   min_words = _words_budget(config.min_passage_tokens)
   passages: list[Passage] = []
   counts = {C.PARAGRAPHS_CUT: 0, C.PASSAGES_PACKED: 0}
+  if config.min_passage_words:
+    counts.update({C.passages_skipped(r): 0 for r in C.PassageSkip})
+  paths = section_paths(page.sections)
   for index, section in enumerate(page.sections):
     units: list[list[str]] = []  # paragraphs, or pieces of cut paragraphs
     for paragraph in sentences[index]:
@@ -125,10 +131,33 @@ def pack_page(page: contracts.Page, sentences: Sequence[Sequence[Sequence[str]]]
     if current:
       packs.append((current, merged))
     for pack, merged in packs:
+      text = " ".join(pack)
+      if config.min_passage_words:
+        reason = nonprose.stub_reason(text, config.min_passage_words)
+        if reason is not None:
+          counts[C.passages_skipped(reason)] += 1
+          continue
       counts[C.PASSAGES_PACKED] += merged > 1
-      passages.append(Passage(page.page_id, len(passages), page.title, " ".join(pack),
-                              tuple(pack), index == 0))
+      passages.append(Passage(page.page_id, len(passages), page.title, text, tuple(pack),
+                              index == 0, paths[index]))
   return tuple(passages), counts
+
+
+def section_paths(sections: Sequence[contracts.Section]) -> list[str]:
+  """Each section's heading path ("History › Early years"; "" for the lead): its heading
+  after those of the enclosing sections (lower levels), as the table of contents nests them."""
+  paths: list[str] = []
+  open_headings: list[tuple[int, str]] = []  # (level, heading) of the enclosing sections
+  for section in sections:
+    if section.level == 0:
+      open_headings = []
+      paths.append("")
+      continue
+    while open_headings and open_headings[-1][0] >= section.level:
+      open_headings.pop()
+    open_headings.append((section.level, section.heading))
+    paths.append(contracts.SECTION_SEPARATOR.join(h for _, h in open_headings if h))
+  return paths
 
 
 class _PassagesFn(beam.DoFn):
@@ -143,7 +172,8 @@ class _PassagesFn(beam.DoFn):
     self.splitter = sentences.get_splitter(self.config.splitter)
     self.counters = {name: tio.counter(name)
                      for name in (C.PASSAGES, C.PASSAGES_LEAD, C.SENTENCES, C.PARAGRAPHS_CUT,
-                                  C.PASSAGES_PACKED, C.PAGES_WITHOUT_PASSAGES)}
+                                  C.PASSAGES_PACKED, C.PAGES_WITHOUT_PASSAGES,
+                                  *(C.passages_skipped(r) for r in C.PassageSkip))}
 
   def process(self, pages: list[contracts.Page]) -> Iterable[tuple[int, tuple[Passage, ...]]]:
     texts = [p for page in pages for section in page.sections for p in section.paragraphs]

@@ -15,7 +15,14 @@ floor" of mwparserfromhell parse + strip_code):
 
 What is kept and dropped:
 
-* Dropped: templates `{{...}}` and arguments `{{{...}}}`, comments, refs, tables (`{|...|}`
+* Templates: those that carry article text (`convert`, dates, `lang`, `nowrap`, `frac`, ...)
+  are rendered by pipelines.templates: a TemplateOpen frame collects the name from the
+  token stream until the first `|` or `}}`; a name the table does not know drops the rest
+  unread (sink None, as before), a known one collects each parameter's visible text
+  (positional, or `key=value` split at TemplateParamEquals; nested templates and links
+  inside render into it) and appends the rendered text at TemplateClose. A template inside
+  a dropped construct is dropped unread. A disambiguation template marks the page.
+* Dropped: other templates `{{...}}` and arguments `{{{...}}}`, comments, refs, tables (`{|...|}`
   and `<table>`), file/image/media links with their captions (namespaces File/Image/Media,
   local names included, via the site's namespace table), category links, interlanguage
   links (`[[fr:Paris]]`), the URLs of external links, magic words (`__TOC__`), and the
@@ -25,14 +32,17 @@ What is kept and dropped:
   does); external link titles; the text of harmless tags (`<b>`, `<span>`, `<div>`,
   `<blockquote>`, `<nowiki>`, ...); HTML entities, decoded.
 * Sections: each heading starts a section (its cleaned text and level); `sections[0]` is
-  the lead, heading "" and level 0, possibly with no paragraphs.
+  the lead, heading "" and level 0, possibly with no paragraphs. Non-prose sections
+  (References, Notes, External links, See also, ...: pipelines.nonprose) are left out with
+  their subsections and counted `sections_skipped_<reason>`; their links still count.
 * Paragraphs: lines separated by blank lines, joined with spaces as MediaWiki renders them.
   Each list item (`*`, `#`, `;`, `:` lines and `<li>`) is its own paragraph, so lists are
   kept (WikiExtractor drops most of them) and an item never runs into the next one; a
   paragraph with no letter or digit left (e.g. "()" after a template) is dropped.
 * Malformed markup: where the tokenizer gives up (e.g. a `{|` table with HTML rows) it
   returns the rest of the page as plain text; such text is cleaned by regular expressions
-  (tables, innermost templates, links -> anchor text, HTML tags), and its links counted.
+  (tables, innermost templates (dropped, not rendered), links -> anchor text, HTML tags),
+  and its links counted.
   A dump does not list namespace aliases (ltgwiki writes "Attēls:" for its "Fails:"
   namespace), so `Prefix:Name.jpg`-like targets (media extensions) are media links too.
 * Links: every `[[target]]` of the main namespace outside comments and refs, including
@@ -47,10 +57,15 @@ as text, so 10,000 nested `{{` would come out as kilobytes of braces. A template
 nested deeper than MAX_NESTING (`{{`/`[[` inside each other) is dropped whole before
 tokenizing, from its outermost `{{` or `[[` to where it closes (if it never does, to the end
 of the paragraph where it went too deep), counted `markup_too_deep` per span; and runs of
-MARKUP_RUN or more markup tokens in a row (`<b><b><b>...`, `-{-{-{...`) that survive cleaning are cut from the text.
+MARKUP_RUN or more markup tokens in a row (`<b><b><b>...`, `-{-{-{...`) that survive
+cleaning are cut from the text.
+
+`ParseConfig.text_cleanup=False` (`--text_cleanup=off`) drops every template and keeps every
+section and disambiguation page: the text of before, for comparisons.
 
 Beam: `ParsePages` routes every RawPage to exactly one of: the `articles` output, the
-`redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter.
+`redirects` output (counted `pages_redirect`) or one `pages_skipped_<reason>` counter
+(`disambiguation` among them).
 """
 
 from __future__ import annotations
@@ -68,7 +83,7 @@ from mwparserfromhell.parser import tokens as T
 from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, RawPage, Section, SiteInfo
 from twotower.contracts import counters as C
-from twotower.pipelines import titles
+from twotower.pipelines import nonprose, templates, titles
 
 logger = logging.getLogger(__name__)
 
@@ -260,11 +275,38 @@ def _clean_residue(text: str, site: SiteInfo, links: dict) -> str:
   return text
 
 
-def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]], list[str]]:
-  """Wikitext -> ([(heading, level, section text)], [main-namespace link targets]).
+class _TemplateCall:
+  """A template that renders (pipelines.templates), its parameters as they are read."""
+  __slots__ = ("name", "positional", "named", "key")
 
-  The section text still holds list-item marks; `_paragraphs` cuts it. Raises ParseError
-  when the tokenizer fails.
+  def __init__(self, name: str):
+    self.name = name
+    self.positional: list[str] = []
+    self.named: dict[str, str] = {}
+    self.key: Optional[str] = None  # The key of the parameter being read, if named.
+
+  def add(self, parts: list) -> None:
+    value = _SPACE.sub(" ", "".join(parts).replace(_ITEM, " ")).strip()
+    if self.key is None:
+      self.positional.append(value)
+    elif self.key.isdigit() and int(self.key) == len(self.positional) + 1:
+      self.positional.append(value)  # {{x|1=a}}: a positional parameter by number.
+    else:
+      self.named[self.key] = value
+    self.key = None
+
+  def render(self) -> Optional[str]:
+    return templates.render(self.name, self.positional, self.named)
+
+
+def clean_wikitext(text: str, site: SiteInfo, render: bool = True
+                   ) -> tuple[list[tuple[str, int, str]], list[str], bool]:
+  """Wikitext -> ([(heading, level, section text)], [main-namespace link targets],
+  whether a disambiguation template was seen).
+
+  `render`: content templates are rendered (pipelines.templates); False drops every
+  template, as before they were (`--text_cleanup=off`). The section text still holds
+  list-item marks; `_paragraphs` cuts it. Raises ParseError when the tokenizer fails.
   """
   text, _ = drop_deep_nesting(text)
   if "<!--" in text:
@@ -280,6 +322,7 @@ def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]
   links: dict[str, None] = {}  # Ordered set of link targets.
   sink: Optional[list] = out  # Where Text goes now; None inside dropped constructs.
   stack: list[_Frame] = []
+  flags = {"disambiguation": False}
 
   for tok in tokens:
     kind = type(tok)
@@ -314,10 +357,53 @@ def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]
         sink = frame.parent
         if visible and sink is not None:
           sink.append(target.lstrip().removeprefix(":"))
-    elif kind is T.TemplateOpen or kind is T.ArgumentOpen or kind is T.CommentStart:
+    elif kind is T.TemplateOpen:
+      # Its name is collected (parts) until the first "|" or "}}" decides whether it renders
+      # (pipelines.templates); a template inside a dropped construct is dropped unread.
+      frame = _Frame(sink, kind, [] if sink is not None and render else None)
+      stack.append(frame)
+      sink = frame.parts
+    elif kind is T.TemplateParamSeparator or kind is T.TemplateParamEquals:
+      frame = stack[-1]
+      if frame.kind is not T.TemplateOpen or frame.parts is None:
+        continue
+      if not frame.shown:  # The name is complete: render or drop.
+        frame.shown = True
+        name = "".join(frame.parts)
+        if templates.is_disambiguation(name):
+          flags["disambiguation"] = True
+        if templates.renderer(name) is None:
+          frame.parts = sink = None
+          continue
+        frame.extra = _TemplateCall(name)
+      elif kind is T.TemplateParamEquals:
+        if frame.extra.key is None:  # "=" in a named value is text.
+          frame.extra.key = "".join(frame.parts).strip()
+          frame.parts = sink = []
+          continue
+        frame.parts.append("=")
+        continue
+      else:
+        frame.extra.add(frame.parts)
+      frame.parts = sink = []
+    elif kind is T.TemplateClose:
+      frame = stack.pop()
+      sink = frame.parent
+      if frame.parts is not None and sink is not None:
+        if not frame.shown:  # {{name}} without parameters.
+          name = "".join(frame.parts)
+          if templates.is_disambiguation(name):
+            flags["disambiguation"] = True
+          frame.extra = _TemplateCall(name)
+        else:
+          frame.extra.add(frame.parts)
+        rendered = frame.extra.render()
+        if rendered:
+          sink.append(rendered)
+    elif kind is T.ArgumentOpen or kind is T.CommentStart:
       stack.append(_Frame(sink, kind))
       sink = None
-    elif kind is T.TemplateClose or kind is T.ArgumentClose or kind is T.CommentEnd:
+    elif kind is T.ArgumentClose or kind is T.CommentEnd:
       sink = stack.pop().parent
     elif kind is T.TagOpenOpen:
       frame = _Frame(sink, tok.wiki_markup, [])  # kind: the wiki markup or None.
@@ -387,9 +473,10 @@ def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]
     elif kind is T.HeadingEnd:
       frame = stack.pop()
       sink = frame.parent
-      if sink is not None:
+      if sink is out:
         out.append((_HEADING, frame.extra, _clean("".join(frame.parts))))
-        sink = out
+      elif sink is not None:  # Inside a rendered template's parameter: its text.
+        sink.append("".join(frame.parts))
     # Other tokens (separators, attribute quotes/equals) carry no visible text.
 
   sections: list[tuple[str, int, str]] = []
@@ -400,24 +487,46 @@ def clean_wikitext(text: str, site: SiteInfo) -> tuple[list[tuple[str, int, str]
       _, level, heading = piece
       start = i + 1
   sections.append((heading, level, "".join(out[start:])))
-  return sections, list(links)
+  return sections, list(links), flags["disambiguation"]
 
 
-def parse_page(raw: RawPage) -> Page:
+def parse_page(raw: RawPage, config: Optional["ParseConfig"] = None,
+               counts: Optional[dict[str, int]] = None) -> Page:
   """RawPage (namespace 0, not a redirect) -> Page; raises ParseError on tokenizer failure.
 
   `Page.title` is the normalised title (pipelines.titles), the key links resolve against.
+  With `config.text_cleanup` (the default), content templates are rendered and non-prose
+  sections (pipelines.nonprose) left out, each counted in `counts` as
+  `sections_skipped_<reason>` (their subsections with them, uncounted); a disambiguation
+  page gets `counts["disambiguation"] = 1`.
 
   The Page may have no paragraph at all (`is_empty`); ParsePages counts those.
   """
-  sections, links = clean_wikitext(raw.text, raw.site)
+  cleanup = (config or ParseConfig()).text_cleanup
+  sections, links, disambiguation = clean_wikitext(raw.text, raw.site, render=cleanup)
+  kept = []
+  skip_below = 0  # Inside a dropped section: the level whose headings end it; 0 = none.
+  for heading, level, text in sections:
+    if skip_below and level > skip_below:
+      continue
+    skip_below = 0
+    reason = nonprose.section_reason(heading) if cleanup and level else None
+    if reason is not None:
+      skip_below = level
+      if counts is not None:
+        name = C.sections_skipped(reason)
+        counts[name] = counts.get(name, 0) + 1
+      continue
+    kept.append(Section(heading=heading, level=level, paragraphs=tuple(_paragraphs(text))))
+  if cleanup and counts is not None and (
+      disambiguation or nonprose.is_disambiguation_title(raw.title)):
+    counts["disambiguation"] = 1
   return Page(
       page_id=raw.page_id,
       # A dump's titles are canonical already; normalising makes them equal, as join keys,
       # to link targets and redirect titles in every case (e.g. Unicode normal forms).
       title=titles.normalize_title(raw.title, raw.site) or raw.title,
-      sections=tuple(Section(heading=h, level=lv, paragraphs=tuple(_paragraphs(text)))
-                     for h, lv, text in sections),
+      sections=tuple(kept),
       links=tuple(links),
       source=raw.source)
 
@@ -433,15 +542,21 @@ class ParseConfig:
   Attributes:
     max_page_bytes: pages whose wikitext is longer (UTF-8 bytes) are skipped and counted
       `pages_skipped_too_large` (guards a worker against a giant page).
+    text_cleanup: render content templates, leave out non-prose sections and disambiguation
+      pages (pipelines.templates, nonprose); False gives the text of before (every template
+      dropped, every section kept), for comparisons (`--text_cleanup=off`).
   """
   max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES
+  text_cleanup: bool = True
 
 
-def route_page(raw: RawPage, config: ParseConfig = ParseConfig()) -> tuple[str, object]:
+def route_page(raw: RawPage, config: ParseConfig = ParseConfig(),
+               counts: Optional[dict[str, int]] = None) -> tuple[str, object]:
   """The one decision ParsePages makes for a RawPage, as (kind, value):
 
   ("article", Page) | ("redirect", (source_title, target_title)) |
   ("skip", (reason, detail)) with reason the suffix of a `pages_skipped_<reason>` counter.
+  `counts`, when given, receives the `sections_skipped_<reason>` counts of a kept page.
   """
   namespaces = raw.site.namespace_names()
   if raw.namespace not in namespaces:
@@ -460,10 +575,16 @@ def route_page(raw: RawPage, config: ParseConfig = ParseConfig()) -> tuple[str, 
       and len(text.encode("utf-8")) > config.max_page_bytes):
     return ("skip", (C.PageSkip.TOO_LARGE, f"{len(text.encode('utf-8'))} bytes > "
                                    f"{config.max_page_bytes}"))
+  page_counts: dict[str, int] = {}
   try:
-    page = parse_page(raw)
+    page = parse_page(raw, config, page_counts)
   except Exception as e:  # pylint: disable=broad-except  # One page never stops the run.
     return ("skip", (C.PageSkip.PARSE_ERROR, f"{type(e).__name__}: {e}"))
+  if page_counts.pop("disambiguation", 0):
+    return ("skip", (C.PageSkip.DISAMBIGUATION, ""))
+  if counts is not None:
+    for name, value in page_counts.items():
+      counts[name] = counts.get(name, 0) + value
   if is_empty(page):
     return ("skip", (C.PageSkip.EMPTY, "no text left after cleaning"))
   return ("article", page)
@@ -502,7 +623,10 @@ class _ParsePageFn(beam.DoFn):
         logger.warning("%s: page id=%d title=%r: %d template(s) or link(s) nested deeper than "
                        "%d dropped", raw.source, raw.page_id, raw.title, dropped, MAX_NESTING)
         raw = dataclasses.replace(raw, text=text)
-    kind, value = route_page(raw, self._config)
+    counts: dict[str, int] = {}
+    kind, value = route_page(raw, self._config, counts)
+    for name, n in counts.items():
+      self._count(name, n)
     if kind == "article":
       yield value
     elif kind == "redirect":
@@ -510,7 +634,7 @@ class _ParsePageFn(beam.DoFn):
       yield beam.pvalue.TaggedOutput(ParsePages.REDIRECTS, value)
     else:
       reason, detail = value
-      if reason == C.PageSkip.NAMESPACE:
+      if reason in (C.PageSkip.NAMESPACE, C.PageSkip.DISAMBIGUATION):
         self._count(C.pages_skipped(reason))  # Expected: no log line per page.
       else:
         self._skip(reason, raw, detail)
@@ -524,7 +648,8 @@ class ParsePages(beam.PTransform):
   title), both normalised by pipelines.titles; counted `pages_redirect`), or one
   `pages_skipped_<reason>` counter: `namespace` (another namespace), `unknown_namespace`
   (not in siteinfo), `bad_redirect` (invalid source or target title), `too_large`,
-  `parse_error`, `empty`.
+  `parse_error`, `empty`, `disambiguation`. Non-prose sections of kept pages are counted
+  `sections_skipped_<reason>`.
 
   Usage:
     outputs = raw_pages | ParsePages()
@@ -534,9 +659,9 @@ class ParsePages(beam.PTransform):
   ARTICLES = "articles"
   REDIRECTS = "redirects"
 
-  def __init__(self, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES):
+  def __init__(self, max_page_bytes: int = DEFAULT_MAX_PAGE_BYTES, text_cleanup: bool = True):
     super().__init__()
-    self._config = ParseConfig(max_page_bytes=max_page_bytes)
+    self._config = ParseConfig(max_page_bytes=max_page_bytes, text_cleanup=text_cleanup)
 
   def expand(self, raw_pages):
     # articles: Page; redirects: (source_title, target_title).

@@ -110,7 +110,7 @@ def test_run_candidates_end_to_end(model_dir, direct, tmp_path):
       "passage": ["" if i == 7 else f"a passage about topic {i % 5}, with several words."
                   for i in range(n)],
       "title": [f"Topic {i % 5}" for i in range(n)],
-      "source": ["squad"] * n,
+      "source": ["squad"] * n, "section": [""] * n,
   }, schema=contracts.CANDIDATE_SCHEMA)
   pq.write_table(candidates, tmp_path / contracts.CANDIDATES_FILE)
   out = tmp_path / "embeddings"
@@ -142,6 +142,7 @@ def test_run_passages_and_questions(model_dir, direct, tmp_path):
       "title": ["Five", "Five", "Nine", "Nine"],
       "text": ["first passage of five.", "second passage of five.", "nine's only passage.", "x"],
       "sentences": [["a"], ["b"], ["c"], ["x"]], "is_lead": [True, False, True, False],
+      "section": ["", "History", "", ""],
   }, schema=contracts.PASSAGE_SCHEMA)
   pq.write_table(passages, tmp_path / "passages" / "passages-00000-of-00001.parquet")
   result = embed.run(embed.EmbedConfig(model=model_dir, out=str(tmp_path / "doc_emb"),

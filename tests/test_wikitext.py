@@ -64,7 +64,7 @@ def test_parse_page_sections_paragraphs_and_links():
       Section("Middle Ages", 3, (
           "first item with Clovis", "second item", "numbered kings",
           "Text after the list.")),
-      Section("See also", 2, ("an external site and", "the word")),
+      # "See also" is no prose (pipelines.nonprose): left out, its links still counted.
   )
   assert page.lead.heading == ""
   # Links: normalised, deduplicated, first-seen order, from templates/tables/captions too;
@@ -213,16 +213,18 @@ def _route_counts(path) -> collections.Counter:
 
 
 def test_ltgwiki_accounting(ltgwiki):
-  # A complete small wiki, all namespaces. The 7 empty pages are galleries and tables only.
+  # A complete small wiki, all namespaces. The 7 empty pages are galleries and tables only;
+  # the 7 disambiguation pages carry {{Zeimeibu škiršona}} or "(zeimeibu škiršona)".
   assert _route_counts(ltgwiki) == {
-      "dump_files_read": 1, "pages_read": 2004, "pages_kept": 896, "pages_redirect": 147,
-      "pages_skipped_namespace": 954, "pages_skipped_empty": 7}
+      "dump_files_read": 1, "pages_read": 2004, "pages_kept": 889, "pages_redirect": 147,
+      "pages_skipped_namespace": 954, "pages_skipped_empty": 7,
+      "pages_skipped_disambiguation": 7}
 
 
 def test_enwiki_slice_accounting(enwiki_slice):
   assert _route_counts(enwiki_slice) == {
-      "dump_files_read": 1, "pages_read": 206, "pages_kept": 106, "pages_redirect": 99,
-      "pages_skipped_namespace": 1}
+      "dump_files_read": 1, "pages_read": 206, "pages_kept": 98, "pages_redirect": 99,
+      "pages_skipped_namespace": 1, "pages_skipped_disambiguation": 8}
 
 
 def test_enwiki_slice_articles(enwiki_slice):

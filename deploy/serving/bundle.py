@@ -111,8 +111,12 @@ class BundleResult:
 
 
 def _parquet_rows(pattern: str, columns: list[str]) -> Iterator[dict]:
+  """Rows of `columns`; a column a file lacks (`section`, in files written before it) is
+  left out of its rows."""
   for path in tio.match_files(pattern):
-    for batch in tio.open_parquet(path).iter_batches(batch_size=8192, columns=columns):
+    table = tio.open_parquet(path)
+    present = [c for c in columns if c in table.schema_arrow.names]
+    for batch in table.iter_batches(batch_size=8192, columns=present):
       yield from batch.to_pylist()
 
 
@@ -120,19 +124,22 @@ def iter_documents(config: BundleConfig) -> Iterator[store_lib.Document]:
   """The bundle's documents, streamed, with the ids the embedding job gives them."""
   if config.reqa:
     for row in _parquet_rows(contracts.candidates_path(config.reqa),
-                             ["candidate_id", "sentence", "passage", "title", "source"]):
+                             ["candidate_id", "sentence", "passage", "title", "source",
+                              "section"]):
       cid = int(row["candidate_id"])
       # Held-out benchmark candidates are whole passages, id = passage_uid(page, passage);
       # SQuAD/NQ candidates carry no page id.
       page = cid >> 20 if row["source"] == contracts.HELDOUT_SOURCE else None
       yield store_lib.Document(cid, row["title"] or "", row["passage"] or "",
-                               row["sentence"] or "", page, row["source"] or "")
+                               row["sentence"] or "", page, row["source"] or "",
+                               row.get("section") or "")
   else:
     for row in _parquet_rows(contracts.passages_pattern(config.passages),
-                             ["page_id", "passage_id", "title", "text"]):
+                             ["page_id", "passage_id", "title", "text", "section"]):
       yield store_lib.Document(contracts.passage_uid(row["page_id"], row["passage_id"]),
                                row["title"] or "", row["text"] or "", "",
-                               int(row["page_id"]), contracts.WIKIPEDIA_SOURCE)
+                               int(row["page_id"]), contracts.WIKIPEDIA_SOURCE,
+                               row.get("section") or "")
 
 
 def lucene_documents(config: BundleConfig) -> Iterator[dict]:

@@ -88,6 +88,7 @@ class Hit:
   text: str
   sentence: str = ""
   page_id: Optional[int] = None
+  section: str = ""  # the passage's section path; the page shows "Title › Section"
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -467,7 +468,7 @@ class _Side:
 def _hit(rank: int, doc_id: int, score: float, doc: Optional[store_lib.Document]) -> Hit:
   if doc is None:  # the store is checked against the index at load; kept for safety
     return Hit(rank, doc_id, score, "", "")
-  return Hit(rank, doc_id, score, doc.title, doc.text, doc.sentence, doc.page_id)
+  return Hit(rank, doc_id, score, doc.title, doc.text, doc.sentence, doc.page_id, doc.section)
 
 
 def set_threads(threads: int = 0, faiss_threads: int = 0) -> None:

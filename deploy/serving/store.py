@@ -1,4 +1,5 @@
-"""The passage store of a retriever bundle: document id -> title, text, sentence, page id.
+"""The passage store of a retriever bundle: document id -> title, text, sentence, page id,
+section.
 
 One SQLite file (`contracts.BUNDLE_STORE_FILE`), one row per document, keyed by the id that the
 FAISS index and the Lucene index return. A query reads only the rows of its hits
@@ -19,8 +20,11 @@ import threading
 from typing import Iterable, Mapping, Optional, Sequence
 
 _SCHEMA = ("CREATE TABLE documents (id INTEGER PRIMARY KEY, title TEXT NOT NULL, "
-           "text TEXT NOT NULL, sentence TEXT NOT NULL, page_id INTEGER, source TEXT NOT NULL)")
-_COLUMNS = "id, title, text, sentence, page_id, source"
+           "text TEXT NOT NULL, sentence TEXT NOT NULL, page_id INTEGER, source TEXT NOT NULL, "
+           "section TEXT NOT NULL DEFAULT '')")
+_COLUMNS = "id, title, text, sentence, page_id, source, section"
+#: A store written before the section column: its rows read with section "".
+_COLUMNS_WITHOUT_SECTION = "id, title, text, sentence, page_id, source, ''"
 #: SQLite's default limit of host parameters per statement is 999 on old builds.
 _MAX_PARAMS = 900
 
@@ -28,13 +32,15 @@ _MAX_PARAMS = 900
 @dataclasses.dataclass(frozen=True)
 class Document:
   """What a hit shows: `text` is the passage, `sentence` the candidate sentence of a ReQA
-  (sentence, passage) candidate ('' for a passage), `page_id` the Wikipedia page when known."""
+  (sentence, passage) candidate ('' for a passage), `page_id` the Wikipedia page when known,
+  `section` its section path ("History › Early years"; "" for a lead or when unknown)."""
   id: int
   title: str
   text: str
   sentence: str = ""
   page_id: Optional[int] = None
   source: str = ""
+  section: str = ""
 
 
 def write_store(path: str, documents: Iterable[Document], batch: int = 10_000) -> int:
@@ -51,7 +57,7 @@ def write_store(path: str, documents: Iterable[Document], batch: int = 10_000) -
     rows, n = [], 0
     for d in documents:
       rows.append((int(d.id), d.title or "", d.text or "", d.sentence or "", d.page_id,
-                   d.source or ""))
+                   d.source or "", d.section or ""))
       if len(rows) == batch:
         n += _insert(connection, rows, path)
         rows = []
@@ -64,7 +70,7 @@ def write_store(path: str, documents: Iterable[Document], batch: int = 10_000) -
 
 def _insert(connection: sqlite3.Connection, rows: list[tuple], path: str) -> int:
   try:
-    connection.executemany(f"INSERT INTO documents ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
+    connection.executemany(f"INSERT INTO documents ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                            rows)
   except sqlite3.IntegrityError as e:
     raise ValueError(f"{path}: a document id repeats ({e})") from e
@@ -78,6 +84,8 @@ class PassageStore:
     self.path = path
     self._connection = connection
     self._lock = threading.Lock()
+    names = {row[1] for row in connection.execute("PRAGMA table_info(documents)")}
+    self._columns = _COLUMNS if "section" in names else _COLUMNS_WITHOUT_SECTION
 
   @classmethod
   def open(cls, path: str) -> "PassageStore":
@@ -111,7 +119,7 @@ class PassageStore:
         chunk = unique[start:start + _MAX_PARAMS]
         marks = ",".join("?" * len(chunk))
         for row in self._connection.execute(
-            f"SELECT {_COLUMNS} FROM documents WHERE id IN ({marks})", chunk):
+            f"SELECT {self._columns} FROM documents WHERE id IN ({marks})", chunk):
           found[row[0]] = Document(*row)
     return found
 

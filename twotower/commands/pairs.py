@@ -33,6 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
                       "max_doc_tokens - 3 - title")
   p.add_argument("--min_passage_tokens", type=int, default=pc.min_passage_tokens,
                  help="pack consecutive paragraphs of a section while the passage is shorter")
+  p.add_argument("--min_passage_words", type=int, default=pc.min_passage_words,
+                 help="stub floor: a passage with fewer words, or under 24 words without a "
+                      "sentence end, is not written (counted passages_skipped_short / "
+                      "_no_sentence); 0 = keep every passage")
+  p.add_argument("--text_cleanup", choices=("on", "off"), default="on",
+                 help="on: render content templates (convert, dates, lang, ...), leave out "
+                      "reference-like sections, disambiguation pages and stub passages; off: "
+                      "every template dropped, every section kept (the text of before)")
+  p.add_argument("--doc_title_section", action="store_true",
+                 help="pairs give the document tower 'Title › Section' as the title")
   p.add_argument("--ict_per_page", type=int, default=pp.ict_per_page,
                  help="ICT pairs per page (one per sampled passage)")
   p.add_argument("--bfs_per_page", type=int, default=pp.bfs_per_page, help="BFS pairs per page")
@@ -83,7 +93,7 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
   p = build_parser()
   args, beam_args = flags.parse_with_beam(p, argv)
   flags.non_negative(p, args, ("ict_per_page", "bfs_per_page", "wlp_per_page", "crop_per_page",
-                               "num_shards", "shuffle_buckets"))
+                               "num_shards", "shuffle_buckets", "min_passage_words"))
   if not 0 <= args.heldout_percent <= 100:
     p.error(f"--heldout_percent must be in [0, 100], got {args.heldout_percent}")
   if not 0 <= args.ict_keep_prob <= 1:
@@ -94,7 +104,8 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
         wlp_per_page=args.wlp_per_page, ict_keep_prob=args.ict_keep_prob,
         min_query_words=args.min_query_words, min_doc_words=args.min_doc_words,
         crop_per_page=args.crop_per_page, crop_min_ratio=args.crop_min_ratio,
-        crop_max_ratio=args.crop_max_ratio, crop_delete_prob=args.crop_delete_prob)
+        crop_max_ratio=args.crop_max_ratio, crop_delete_prob=args.crop_delete_prob,
+        doc_title_section=args.doc_title_section)
   except ValueError as e:  # PairConfig's own checks (the crop options), as a usage error
     p.error(f"--{e}")
   return pairs.PairsConfig(
@@ -102,8 +113,9 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
       passages=passages.PassageConfig(
           splitter=args.splitter, max_doc_tokens=args.max_doc_tokens,
           max_passage_tokens=args.max_passage_tokens,
-          min_passage_tokens=args.min_passage_tokens),
-      pairs=pair_config,
+          min_passage_tokens=args.min_passage_tokens,
+          min_passage_words=args.min_passage_words),
+      pairs=pair_config, text_cleanup=args.text_cleanup == "on",
       max_redirect_hops=args.max_redirect_hops, heldout_percent=args.heldout_percent,
       num_shards=args.num_shards, shuffle=args.shuffle, shuffle_dir=args.shuffle_dir,
       shuffle_buckets=args.shuffle_buckets, overwrite=args.overwrite, beam_args=beam_args)

@@ -59,6 +59,7 @@ class PageSkip(enum.StrEnum):
   TOO_LARGE = "too_large"
   PARSE_ERROR = "parse_error"
   EMPTY = "empty"
+  DISAMBIGUATION = "disambiguation"  # a disambiguation template, or "(disambiguation)" title
   # pipelines.links: a second page with a title already kept.
   DUPLICATE_TITLE = "duplicate_title"
   # pipelines.textdocs (extracted text: WikiExtractor output, JSONL documents): a record that
@@ -91,6 +92,31 @@ LINKS_VIA_REDIRECT = "links_via_redirect"
 LINKS_SELF = "links_self"
 LINKS_DUPLICATE = "links_duplicate"
 LINKS_RESOLVED_PERCENT = "links_resolved_percent"  # derived
+
+class SectionSkip(enum.StrEnum):
+  """Why a section of a kept page is not text (pipelines.nonprose), counted as
+  `sections_skipped_<reason>`, its subsections with it."""
+  REFERENCES = "references"      # References, Citations, Sources, Nūruodis, Atsauces ...
+  NOTES = "notes"                # Notes, Footnotes, Piezīmes
+  BIBLIOGRAPHY = "bibliography"  # Bibliography, Works cited, Literatura, Bibliografeja
+  FURTHER_READING = "further_reading"
+  EXTERNAL_LINKS = "external_links"  # External links, Teiklavītys, Ārējās saites
+  SEE_ALSO = "see_also"          # See also, Verīs taipoš, Skatīt arī
+
+
+def sections_skipped(reason: SectionSkip) -> str:
+  return f"sections_skipped_{SectionSkip(reason).value}"
+
+
+class PassageSkip(enum.StrEnum):
+  """Why a packed passage is not written (pipelines.passages), `passages_skipped_<reason>`."""
+  NO_SENTENCE = "no_sentence"   # under 24 words and no sentence end: a list fragment
+  SHORT = "short"               # a sentence, but fewer words than min_passage_words (5)
+
+
+def passages_skipped(reason: PassageSkip) -> str:
+  return f"passages_skipped_{PassageSkip(reason).value}"
+
 
 PASSAGES = "passages"
 PASSAGES_LEAD = "passages_lead"
@@ -145,6 +171,10 @@ MEDIAWIKI_PREFIX = "mediawiki_"
 PAIRS_ALWAYS = (PAGES_READ, PAGES_KEPT, PAGES_REDIRECT, LINKS_TOTAL, LINKS_RESOLVED,
                 LINKS_UNRESOLVED, LINKS_REDIRECT_LOOP, LINKS_VIA_REDIRECT, LINKS_SELF,
                 PASSAGES, SENTENCES)
+#: What the text cleanup (pipelines.nonprose) leaves out, always in a run that cleans.
+CLEANUP_ALWAYS = (pages_skipped(PageSkip.DISAMBIGUATION),
+                  *(sections_skipped(r) for r in SectionSkip),
+                  *(passages_skipped(r) for r in PassageSkip))
 
 # ---------------------------------------------------------------------------------------------
 # twotower reqa (pipelines.squad, nq, reqa).

@@ -133,29 +133,43 @@ PASSAGE_SCHEMA = pa.schema([
     ("text", pa.string()),
     ("sentences", pa.list_(pa.string())),
     ("is_lead", pa.bool_()),
+    ("section", pa.string()),
 ])
 
 
 @dataclasses.dataclass(frozen=True)
 class Passage:
   """One row of `passages/*.parquet` (PASSAGE_SCHEMA): a paragraph, packed or cut to fit the
-  document tower, with its sentences."""
+  document tower, with its sentences. `section` is the path of headings it sits under,
+  joined by SECTION_SEPARATOR ("History › Early years"; "" in the lead; "" too in files
+  written before the column existed)."""
   page_id: int
   passage_id: int
   title: str
   text: str
   sentences: tuple[str, ...]
   is_lead: bool
+  section: str = ""
 
   def to_row(self) -> dict:
     return {"page_id": self.page_id, "passage_id": self.passage_id, "title": self.title,
-            "text": self.text, "sentences": list(self.sentences), "is_lead": self.is_lead}
+            "text": self.text, "sentences": list(self.sentences), "is_lead": self.is_lead,
+            "section": self.section}
 
   @classmethod
   def from_row(cls, row: dict) -> "Passage":
     return cls(int(row["page_id"]), int(row["passage_id"]), row.get("title") or "",
                row.get("text") or "", tuple(row.get("sentences") or ()),
-               bool(row.get("is_lead")))
+               bool(row.get("is_lead")), row.get("section") or "")
+
+
+#: Joins the headings of a section path, and a title to it where a page shows both.
+SECTION_SEPARATOR = " › "
+
+
+def title_with_section(title: str, section: str) -> str:
+  """"Title › Section" (just the title for the lead)."""
+  return f"{title}{SECTION_SEPARATOR}{section}" if section else title
 
 
 def passage_uid(page_id: int, passage_id: int) -> int:
@@ -203,6 +217,7 @@ CANDIDATE_SCHEMA = pa.schema([
     ("passage", pa.string()),
     ("title", pa.string()),
     ("source", pa.string()),
+    ("section", pa.string()),
 ])
 
 QUESTION_SCHEMA = pa.schema([
@@ -221,12 +236,14 @@ SQUAD_SOURCE, NQ_SOURCE, WIKIPEDIA_SOURCE, HELDOUT_SOURCE = CANDIDATE_SOURCES
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-  """A row of candidates.parquet: a (sentence, passage) pair with its title."""
+  """A row of candidates.parquet: a (sentence, passage) pair with its title, and for a
+  Wikipedia passage its section path (Passage.section; "" otherwise)."""
   candidate_id: int
   sentence: str
   passage: str
   title: str
   source: str
+  section: str = ""
 
   def to_row(self) -> dict:
     return dataclasses.asdict(self)
