@@ -90,6 +90,10 @@ def parse(argv: Iterable[str] | None):
     args.admin_token = os.environ.get(app.TOKEN_ENV, "")
   if args.swap_root and not os.path.isdir(args.swap_root):
     _usage_error(f"--swap_root {args.swap_root}: no such folder")
+  unknown = [m for m in args.modes if m not in app.ServeConfig.modes]
+  if not args.modes or unknown:
+    _usage_error(f"--modes: expected some of {', '.join(app.ServeConfig.modes)}, got "
+                 f"{','.join(args.modes) or 'none'}")
   try:
     return app.ServeConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
   except ValueError as e:  # a flag combination (--allow_swap without a token)

@@ -52,7 +52,8 @@ def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   result = pairs.run(pairs.PairsConfig(
       dump=dump, out=out, heldout_percent=p["heldout_percent"],
       pairs=pairs.PairConfig(**p["pairs"]),
-      passages=pairs.PassageConfig(**p["passages"]), beam_args=ctx.beam_args))
+      passages=pairs.PassageConfig(**p["passages"]),
+      text_cleanup=p.get("text_cleanup", False), beam_args=ctx.beam_args))
   return {"stats": result.stats}
 
 

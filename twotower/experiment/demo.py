@@ -90,7 +90,8 @@ def plan(config: DemoConfig) -> Plan:
       "dump": config.dump, "corpus": "", "squad_text": "",
       "heldout_percent": config.heldout_percent,
       "pairs": PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20).settings(),
-      "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128))})
+      "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128)),
+      "text_cleanup": True})  # rendered templates, no reference sections (pairs guide)
   vocab = p.add("vocab", "vocab/demo", {"vocab_size": config.vocab_size}, {"pairs": pairs})
   reqa_of = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
   if config.squad:

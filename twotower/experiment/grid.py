@@ -165,6 +165,11 @@ class DataSpec:
   pretrain_text_from_squad: bool = False
   doc_text: str = "sentence+passage"
   open_candidates: int = -1   # -1: every (sentence, passage) of the pre-training dumps
+  # The pair pipeline's passage cleanup (rendered templates; reference sections, stubs and
+  # disambiguation pages left out: `twotower pairs --text_cleanup`). Off unless the grid file
+  # turns it on: the committed grids were run before it, and a cell re-made from them must
+  # give the same floats; turning it on changes the pairs cells' keys, so nothing is reused.
+  text_cleanup: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -191,6 +191,8 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
               "heldout_percent": data.heldout_percent}
     if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
       params["corpus"] = inputs.corpus
+    if data.text_cleanup:  # (absent when off: the cells of earlier runs keep their keys)
+      params["text_cleanup"] = True
     return p.add("pairs", pairs_name(spec, squad_text, bool(inputs.squad), extra), params)
 
   pairs = pairs_cell(data.pretrain_text_from_squad)
