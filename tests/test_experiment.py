@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from twotower.commands import experiment as experiment_cmd
+from twotower import contracts
 from twotower.contracts import codecs
 from twotower import experiment
 from twotower.experiment import execute, grid, plan, recheck, render
@@ -604,6 +605,28 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   assert stats["input1_pages_kept"] == 6 and stats["input1_pairs_ict"] > 0
   assert stats["mediawiki_pages_kept"] == len(TOPICS) * 2  # the dump and the SQuAD articles
   assert textdocs.input_of(textdocs.TEXT_ID_STRIDE * 2 + 1) == 1
+
+
+def test_the_passage_cleanup_joins_a_grid_only_when_its_file_turns_it_on(tmp_path):
+  """The committed grids were run on the text before the passage cleanup (issue 36): left
+  unset, a pairs cell keeps its key and runs with the cleanup off, so a re-made cell gives
+  the committed floats; `data.text_cleanup: true` gives new keys and the cleaned text."""
+  from twotower.experiment import cells
+  spec = grid.load("tiny")
+  plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
+  assert "text_cleanup" not in plain.params
+  cleaned_spec = dataclasses.replace(spec, data=dataclasses.replace(spec.data,
+                                                                    text_cleanup=True))
+  cleaned = plan.plan(cleaned_spec, INPUTS)[0]["pairs/wiki"]
+  assert cleaned.params["text_cleanup"] is True and cleaned.key != plain.key
+  dump = tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2")
+  inputs = plan.Inputs(dump, squad=tiny_squad(tmp_path / "squad.json"))
+  for name, s in (("off", spec), ("on", cleaned_spec)):
+    cell = plan.plan(s, inputs)[0]["pairs/wiki"]
+    out = tmp_path / name
+    cells._pairs(cell, cells.Context(work=str(tmp_path), dirs={}, done=dict), str(out))
+    manifest = json.loads((out / contracts.MANIFEST_FILE).read_text())
+    assert manifest["settings"]["text_cleanup"] is (name == "on")
 
 
 @pytest.mark.slow

@@ -170,6 +170,9 @@ def test_bad_requests_are_value_errors(retriever):
     retriever.search("q", k=0)
   with pytest.raises(ValueError, match="empty"):
     retriever.search(["ok", "  "])
+  for nothing in ("\u0000", "\u200b\t", "\x00\x07"):  # would rank every document on nothing
+    with pytest.raises(ValueError, match="no searchable text"):
+      retriever.search(nothing)
   with pytest.raises(ValueError, match="nprobe is for IVF indexes; this is IndexFlat"):
     retriever.search("q", nprobe=4)
 

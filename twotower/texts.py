@@ -36,3 +36,16 @@ def candidate_doc_text(sentence: str, passage: str, mode: str = DEFAULT_DOC_TEXT
     passage = (passage or "").strip()
     return f"{sentence} {passage}".strip() if passage else sentence
   raise ValueError(f"unknown doc text mode {mode!r}; expected one of {DOC_TEXT_MODES}")
+
+
+#: Unicode categories that carry nothing to search for: control and format characters,
+#: surrogates, and the separators (space, line, paragraph).
+_NOT_SEARCHABLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+
+
+def searchable(text: str) -> bool:
+  """Whether `text` holds a character to search for: a query of only whitespace, control or
+  format characters (`"\\u0000"`, a zero-width space) would still rank every document, on
+  nothing."""
+  import unicodedata  # pylint: disable=import-outside-toplevel
+  return any(unicodedata.category(c) not in _NOT_SEARCHABLE for c in text)

@@ -194,7 +194,7 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   # The bundle's own manifest records its files, their checksums, the model and the ids: the
   # index stage's records of the file (the embeddings it came from) have no place in it.
   for record in (outputs.file_manifest_path(path), fingerprints.record_path(path)):
-    os.remove(record)
+    outputs.discard(record)  # written into this run's own new bundle folder
   return {"factory": config.index.resolve(n, d).factory_string(), "vectors": int(n),
           "dim": int(d), "metric": "inner_product", "ids": ids}
 

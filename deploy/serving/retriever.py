@@ -45,6 +45,7 @@ import numpy as np
 from twotower import contracts
 from twotower import io as tio
 from twotower import lucene
+from twotower import texts
 from twotower.deploy.serving import bundle as bundle_lib
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
@@ -111,6 +112,9 @@ class SearchRequest:
     for q in self.queries:
       if not isinstance(q, str) or not q.strip():
         raise ValueError("a query is empty")
+      if not texts.searchable(q):
+        raise ValueError(f"the query {q!r} has no searchable text (only whitespace, control "
+                         "or format characters)")
 
   @property
   def params(self) -> tuple[Optional[int], Optional[int]]:

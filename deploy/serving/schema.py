@@ -20,12 +20,12 @@ import dataclasses
 import json
 import math
 import re
-import unicodedata
 from typing import Any, Iterable, Literal, Optional
 
 import pydantic
 import pydantic_core
 
+from twotower import texts
 from twotower.deploy.serving.retriever import MODES, SearchRequest
 
 #: Deepest JSON accepted: a search body nests 2 levels.
@@ -40,8 +40,6 @@ MAX_PATH_CHARS = 4096
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _INTEGER = re.compile(r"[+-]?[0-9]{1,%d}" % MAX_INT_DIGITS)
-#: Characters that carry no text: whitespace, controls, format characters (zero-width...).
-_NOT_TEXT = {"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"}
 _EXAMPLE = "{\"query\": \"...\"}"
 
 
@@ -145,7 +143,7 @@ def check_text(value: Any, where: str, max_chars: int) -> str:
   if surrogate:
     raise _refuse(f"{where} holds a lone surrogate (U+{ord(surrogate.group()):04X}), which "
                   "is not text")
-  if all(unicodedata.category(c) in _NOT_TEXT for c in value):
+  if not texts.searchable(value):
     raise _refuse(f"{where} has no searchable text (only whitespace, control or format "
                   "characters)")
   return value

@@ -3,7 +3,7 @@
     twotower query runs/demo/bundle "who founded the city?" --mode hybrid --k 5
     twotower query runs/demo/bundle --jsonl questions.jsonl --out hits.jsonl --k 100
 
-One question prints a table of its top hits (rank, score, title, the passage cut to the
+One question prints a table of its top hits (rank, score, title › section, the passage cut to the
 terminal's width); `--jsonl FILE` reads one query per line (a JSON object with "query" and
 an optional "id", a JSON string, or plain text) and writes one JSON line per query with its
 hit list (deploy.serving.query).
@@ -56,7 +56,8 @@ def table(question: str, hits: list, mode: str, width: int) -> str:
   if not hits:
     lines.append("  (no hits)")
   for h in hits:
-    lines.append(f"{h.rank:>3}  {h.score:8.4f}  {h.title}"[:width])
+    where = f"{h.title} › {h.section}" if h.section else h.title  # as the search page shows it
+    lines.append(f"{h.rank:>3}  {h.score:8.4f}  {where}"[:width])
     # A ReQA candidate's sentence first when it is not simply the passage.
     text = h.text if not h.sentence or h.sentence == h.text else f"{h.sentence} | {h.text}"
     text, room = " ".join(text.split()), max(20, width - 5)
