@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
 from twotower import cli, contracts
-from twotower.model import config, export_hf, onnx_encoder, pretrain
+from twotower.model import config, export_hf, hf_tokenizer, onnx_encoder, pretrain
 from twotower.model import tokenizer as tokenizer_lib
 from twotower.testing import pairs as testing
 
@@ -205,14 +205,14 @@ def test_the_tokenizer_gives_the_in_graph_tokenizers_ids_on_hard_text(tmp_path):
   vocab = tokenizer_lib.read_vocab(testing.write_vocab(str(tmp_path / "vocab.txt"), list(
       testing.WORDS) + ["a", "b", "c", "d", "x", "y", "abc", "ss", "fi", "fl", "1", "2", "σ",
                          "東", "京", "中", "文", "-", "nul", "char", "e", "dz", "ι", "α"]))
-  ours = export_hf.hf_tokenizer(vocab)
+  ours = hf_tokenizer.hf_tokenizer(vocab)
   reference = tokenizer_lib.Tokenizer(vocab, 64, 64)
   want = reference.word_pieces(tf.constant(HARD)).to_list()
   got = [e.ids for e in ours.encode_batch(HARD, add_special_tokens=False)]
   assert got == want
   assert want[0] == [vocab.index("nul"), vocab.index("char")]  # a control character splits
   # The document layout: [CLS] title [SEP] text [SEP], the text cut first.
-  cut = export_hf.hf_tokenizer(vocab, 8)
+  cut = hf_tokenizer.hf_tokenizer(vocab, 8)
   ids = cut.encode("w1 w2 [SEP] w3 w4 w5 w6 w7").ids
   w = {t: vocab.index(t) for t in ("[CLS]", "[SEP]", "w1", "w2", "w3", "w4", "w5")}
   assert ids == [w[t] for t in "[CLS] w1 w2 [SEP] w3 w4 w5 [SEP]".split()]
