@@ -230,6 +230,18 @@ def bert_model(tower, vocab_size: int):
 # ---------------------------------------------------------------------------------------------
 
 
+def _portable_tokenizer_config(folder: str) -> None:
+  """Names the tokenizer class every transformers release knows: transformers 5 writes
+  `"backend": "tokenizers"` with its own class name, which transformers 4.x (the one
+  sentence-transformers' ONNX backend, through Optimum, still needs) cannot load; 5.x reads
+  `PreTrainedTokenizerFast` as the same tokenizer."""
+  path = os.path.join(folder, "tokenizer_config.json")
+  config = tio.read_json(path)
+  config.pop("backend", None)
+  config["tokenizer_class"] = "PreTrainedTokenizerFast"
+  tio.write_json(path, config)
+
+
 def _st_modules(spec: TowerSpec, tower, work: str, name: str, route: str | None):
   """[Transformer, Pooling(cls), Dense(identity)] of one tower (BertModel written to
   `work/name` first: sentence-transformers' Transformer loads from a folder)."""
@@ -238,6 +250,7 @@ def _st_modules(spec: TowerSpec, tower, work: str, name: str, route: str | None)
   folder = os.path.join(work, name)
   bert_model(tower, len(spec.vocab)).save_pretrained(folder, safe_serialization=True)
   hf_tokenizer.transformers_tokenizer(spec.vocab, spec.doc_len).save_pretrained(folder)
+  _portable_tokenizer_config(folder)
   lengths = {"query_length": spec.query_len, "document_length": spec.doc_len}
   if route == "query":
     lengths = {"query_length": spec.query_len, "max_seq_length": spec.query_len}
