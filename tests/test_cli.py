@@ -44,6 +44,20 @@ def test_stage_usage_error_exits_2(capsys):
   assert "--dump" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("runner", ["DaskRunner", "dask",
+                                    "apache_beam.runners.dask.dask_runner.DaskRunner"])
+@pytest.mark.parametrize("stage", ["pairs", "reqa", "embed"])
+def test_the_dask_runner_is_refused_before_any_work(stage, runner, tmp_path, capsys):
+  """Beam's DaskRunner gives wrong results with exit 0 (measured): a usage error, any
+  spelling, and nothing is written."""
+  required = {"pairs": ["--dump", "d.xml"], "reqa": ["--squad", "s.json"],
+              "embed": ["--model", "m", "--candidates", "c.parquet"]}[stage]
+  out = tmp_path / "out"
+  assert cli.main([stage, *required, "--out", str(out), f"--runner={runner}"]) == 2
+  assert "DaskRunner gives wrong results" in capsys.readouterr().err
+  assert not out.exists()
+
+
 def test_failure_exits_1_with_one_line(tmp_path, capsys):
   code = cli.main(["pairs", "--dump", str(tmp_path / "missing-*.xml.bz2"), "--out",
                    str(tmp_path / "out")])

@@ -170,6 +170,20 @@ def runs_locally(beam_args: Sequence[str]) -> bool:
   return PipelineOptions(list(beam_args)).view_as(StandardOptions).runner in LOCAL_RUNNERS
 
 
+def check_runner(runner: str | None) -> None:
+  """Refuses a runner known to give wrong results with exit 0: Beam's DaskRunner (2.77, on a
+  2-worker LocalCluster: branches dropped, tagged outputs sent to the wrong tag, only temp
+  shards written, `metrics()` raising). Any spelling: a name, its module path, any case.
+
+  Raises:
+    ValueError: naming the runner and why.
+  """
+  if runner and "dask" in str(runner).lower():
+    raise ValueError(f"--runner {runner}: Beam's DaskRunner gives wrong results without an "
+                     "error (dropped branches, outputs under the wrong tag, temp shards only); "
+                     "use the DirectRunner, the PortableRunner or Dataflow")
+
+
 def make_pipeline(beam_args: Sequence[str], **defaults: Any):
   """A `beam.Pipeline` for the pass-through flags. With no `--runner` (or DirectRunner) it
   runs on Beam's in-process FnApiRunner directly: Beam 2.77's DirectRunner first tries the
@@ -179,6 +193,7 @@ def make_pipeline(beam_args: Sequence[str], **defaults: Any):
   from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
   options = PipelineOptions(list(beam_args), **defaults)
   runner = options.view_as(StandardOptions).runner
+  check_runner(runner)
   if runner in LOCAL_RUNNERS:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Iterable, Sequence
 
+from twotower import io as tio
+
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
   """A parser named `twotower <stage>`, described by the first paragraph of `doc`, with the
@@ -28,6 +30,12 @@ def parse_with_beam(p: argparse.ArgumentParser,
   `parse_known_args` idiom), passed through untouched (`--runner`, `--direct_num_workers`,
   Dataflow options...)."""
   args, beam_args = p.parse_known_args(None if argv is None else list(argv))
+  runner = argparse.ArgumentParser(add_help=False)
+  runner.add_argument("--runner")
+  try:  # a runner that gives wrong results is a usage error, before any work
+    tio.check_runner(runner.parse_known_args(beam_args)[0].runner)
+  except ValueError as e:
+    p.error(str(e))
   return args, tuple(beam_args)
 
 
