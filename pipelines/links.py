@@ -34,11 +34,10 @@ Accounting (stats.json):
 from __future__ import annotations
 
 import logging
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
 
-from twotower import contracts
 from twotower import io as tio
 from twotower.contracts import counters as C
 from twotower.pipelines import inputs as inputs_lib
