@@ -228,36 +228,7 @@ def test_worker_image_pins_the_project_beam_version():
     assert f"!{folder}/" in (DATAFLOW / "Dockerfile.dockerignore").read_text()
 
 
-def test_flex_template_spec_matches_the_pairs_flags():
-  from twotower.commands import pairs as pairs_cmd
-  from twotower.pipelines import pairs
-  spec = json.loads((DATAFLOW / "flex_template" / "metadata.json").read_text())
-  params = {p["name"]: p for p in spec["parameters"]}
-  assert {"dump", "out"} <= set(params)
-  examples = {"dump": "gs://my-bucket/x", "out": "gs://my-bucket/y", "splitter": "spacy",
-              "heldout_percent": "2.5", "num_shards": "64"}
-  argv = []
-  for name, p in params.items():
-    value = examples.get(name, "3")
-    for regex in p.get("regexes", []):
-      assert re.match(regex, value), (name, regex, value)
-    argv.append(f"--{name}={value}")
-  config = pairs_cmd.parse(argv); beam_args = list(config.beam_args)  # every parameter is a `twotower pairs` flag
-  assert beam_args == []
-  assert (config.dump, config.out, config.heldout_percent, config.num_shards) == (
-      "gs://my-bucket/x", "gs://my-bucket/y", 2.5, 64)
-  assert config.pairs.ict_per_page == 3
-  flex = (DATAFLOW / "flex_template" / "Dockerfile").read_text()
-  assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in flex
-  assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in flex
-  # The launcher runs the file itself: it must start `twotower pairs` (its usage error names
-  # the missing flags), not only compile.
-  import subprocess
-  import sys
-  done = subprocess.run([sys.executable, str(DATAFLOW / "flex_template" / "main.py")],
-                        capture_output=True, text=True, timeout=120, check=False)
-  assert done.returncode == 2, done.stderr[-1000:]
-  assert "usage: twotower pairs" in done.stderr and "--dump" in done.stderr
+# The flex template (metadata.json, main.py): tests/test_packaging.py.
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@
 #   IMAGE    worker image built from deploy/dataflow/Dockerfile
 #            e.g. us-central1-docker.pkg.dev/my-project/twotower/worker:0.1.0
 # Optional:
-#   MACHINE_TYPE, MAX_NUM_WORKERS, NUM_WORKERS, DISK_SIZE_GB, SERVICE_ACCOUNT, SUBNETWORK,
-#   NO_PUBLIC_IPS=1, JOB_NAME   override the stage defaults in deploy/options.py
+#   MACHINE_TYPE, MAX_NUM_WORKERS, NUM_WORKERS, DISK_SIZE_GB, SERVICE_ACCOUNT, NETWORK,
+#   SUBNETWORK, NO_PUBLIC_IPS=1, JOB_NAME   override the stage defaults in deploy/options.py
 #   PYTHON   interpreter with twotower installed (default: python3)
 #   DRY_RUN=1  print the command (one argument per line) instead of launching it
 
@@ -47,6 +47,7 @@ launch() {
   [ -n "${NUM_WORKERS:-}" ] && opt_args+=(--num_workers "$NUM_WORKERS")
   [ -n "${DISK_SIZE_GB:-}" ] && opt_args+=(--disk_size_gb "$DISK_SIZE_GB")
   [ -n "${SERVICE_ACCOUNT:-}" ] && opt_args+=(--service_account "$SERVICE_ACCOUNT")
+  [ -n "${NETWORK:-}" ] && opt_args+=(--network "$NETWORK")
   [ -n "${SUBNETWORK:-}" ] && opt_args+=(--subnetwork "$SUBNETWORK")
   [ "${NO_PUBLIC_IPS:-0}" = "1" ] && opt_args+=(--no_public_ips)
   local flags_text
