@@ -50,7 +50,7 @@ NOT_SHIPPED = {
 }
 
 #: Distributions the package imports without declaring them: each is installed by the
-#: declared dependency named here (checked below), which pins the version that works.
+#: declared dependency named here (checked below), so the worker image has it.
 UNDECLARED_IMPORTS = {
     "absl-py": "tensorflow",       # twotower.logs quiets absl's logger
     "keras": "tensorflow",         # Keras 3, TensorFlow's and keras-hub's
@@ -68,7 +68,7 @@ def _canonical(name: str) -> str:
   return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _declared() -> dict[str, "object"]:
+def _declared() -> dict:
   """Canonical name -> packaging Requirement, for pyproject's [project] dependencies."""
   from packaging.requirements import Requirement
   return {_canonical(r.name): r for r in map(Requirement, _pyproject()["project"]["dependencies"])}
