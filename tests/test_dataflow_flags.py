@@ -95,6 +95,16 @@ def test_every_flag_the_dataflow_scripts_pass_is_the_stages_or_beams():
   assert not unknown, unknown
 
 
+@pytest.mark.parametrize("stage", ["pairs", "reqa", "embed"])
+def test_no_stage_flag_hides_a_beam_option(stage):
+  """A Beam stage parses its own flags first and hands Beam the rest; a stage flag named like
+  a Beam option, or starting with one (argparse takes `--X` for an abbreviation of `--Xy`),
+  would take that option before Beam sees it."""
+  beam = _option_strings(_beam_parser()) - {"-h", "--help"}
+  own = _option_strings(stage_parser(stage)) - {"-h", "--help"}
+  assert {o for o in own for b in beam if o.startswith(b)} == set()
+
+
 def test_portable_runner_flags_are_beams():
   for runner in deploy_options.PORTABLE_RUNNERS:
     args = deploy_options.portable_args(runner, "localhost:8099", image="img:1", parallelism=4)
