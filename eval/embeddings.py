@@ -8,8 +8,9 @@ A source (`--embeddings`, `--queries`, `--reference`) is
     stray shard of another run; a folder without a manifest (an older output, or files put
     together by hand): its *.parquet;
   * a Parquet file, or a glob of files;
-  * several of these, comma-separated, or a glob that matches folders (`run/emb-*`): their
-    union.
+  * several of these, comma-separated, or a glob that matches local folders (`run/emb-*`;
+    on an object store, which has no folders, a glob of the files: `gs://b/emb-*/*.parquet`):
+    their union.
 
 The folders of `twotower embed --num_input_shards N --input_shard i` are read only as a
 complete set: every i of one N exactly once, all of one input (the `input_shard` record of
@@ -106,12 +107,15 @@ def input_shard(folder: str) -> Optional[dict]:
     ValueError: a record that is not one (names the file).
   """
   path = contracts.stats_path(folder)
-  if tio.is_local(path) and not os.path.isfile(path):
-    return None
-  try:
+  if tio.is_local(path):
+    if not os.path.isfile(path):
+      return None
     stats = tio.read_json(path)
-  except FileNotFoundError:
-    return None
+  else:
+    try:
+      stats = tio.read_json(path)
+    except OSError:  # no such object (Beam raises its own IOError)
+      return None
   record = stats.get(contracts.EMBED_INPUT_SHARD_KEY) if isinstance(stats, dict) else None
   if record is None:
     return None

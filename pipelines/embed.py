@@ -15,6 +15,11 @@ tensorflow_hub; our export is a plain SavedModel whose signatures take raw strin
 `SavedModelHandler` is a `ModelHandler` that calls `tf.saved_model.load` and one named
 signature, so RunInference's batching (BatchElements), model sharing and metrics all apply.
 
+Input shards (`--num_input_shards N --input_shard i`, as Tevatron's and DPR's static shard
+flags): a run embeds only the rows whose id hashes to shard i (row_shard), into its own --out
+with its own manifest, vectors.json and stats.json (which records the shard and its input);
+`index`, `search` and `bundle` read the N folders as one set (eval.embeddings).
+
 Document ids are int64 (candidate_id, or contracts.passage_uid(page_id, passage_id)); question
 ids are strings. Consumers of a tensorflow-text export need `import tensorflow_text` before
 loading: the handler does it. Tests and benchmarks use a small stand-in SavedModel with the
