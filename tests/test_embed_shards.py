@@ -211,3 +211,29 @@ def test_blocks_by_id_spill_and_memory_paths_agree(tmp_path):
   assert np.array_equal(got_ids, np.concatenate([b[0] for b in in_memory]))
   order = np.argsort(ids)
   assert np.concatenate([b[1] for b in spilled]).tobytes() == x[order].tobytes()
+
+
+@pytest.mark.slow  # three embeddings and two bundles (Lucene included)
+def test_bundle_of_the_union_holds_the_unsharded_index(serving_bundle, tmp_path):
+  """`bundle --embeddings` of the shards' folders: the index of a bundle of one unsharded run,
+  byte for byte (the bundle checks that it holds exactly the documents' ids); one shard
+  alone is refused."""
+  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  candidates = contracts.candidates_path(serving_bundle["reqa"])
+  made = {}
+  for name, shard in (("single", (1, 0)), ("s0", (2, 0)), ("s1", (2, 1))):
+    made[name] = str(tmp_path / name)
+    embed.run(embed.EmbedConfig(model=serving_bundle["model"], out=made[name],
+                                kind="candidates", path=candidates, batch_size=1,
+                                num_input_shards=shard[0], input_shard=shard[1]))
+  built = {}
+  for name, source in (("single", made["single"]), ("union", f"{made['s0']},{made['s1']}")):
+    built[name] = str(tmp_path / f"bundle-{name}")
+    bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
+                                   out=built[name], embeddings=source, weight=0.5))
+  index = [open(contracts.bundle_path(built[n], contracts.BUNDLE_INDEX_FILE), "rb").read()
+           for n in ("single", "union")]
+  assert index[0] == index[1]
+  with pytest.raises(ValueError, match="input shard 1 of 2 missing"):
+    bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
+                                   out=str(tmp_path / "b"), embeddings=made["s0"], weight=0.5))
