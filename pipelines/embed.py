@@ -271,7 +271,9 @@ class _ToExamples(beam.DoFn):
   def process(self, row: dict) -> Iterator[tuple[Any, tuple]]:
     if (self._num_shards > 1
         and row_shard(row_id(self._spec, row), self._num_shards) != self._shard):
-      return  # another shard's row
+      # Another shard's row. (A bare `return`: Beam warns of `return <anything>` beside a
+      # yield, a comment on that line included.)
+      return
     self._read.inc()
     result = row_to_example(self._spec, row)
     if isinstance(result, str):
