@@ -16,7 +16,6 @@ faiss = pytest.importorskip("faiss")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import faiss_ann  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
-from twotower.eval import faiss_index  # noqa: E402
 
 D = 32
 
