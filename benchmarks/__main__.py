@@ -62,6 +62,9 @@ BENCHMARKS = {
     "embed_throughput": Benchmark(
         "Beam embedding job vs a direct SavedModel loop",
         quick=("--rows", "2000", "--settings", "in_memory:1:256")),
+    "embed_shards": Benchmark(
+        "`embed` in one process vs 2 input shards embedded at once: rows/s, wall, ratio",
+        quick=("--rows", "2000", "--shards", "2")),
     "faiss_ann": Benchmark(
         "IVF / HNSW / IVF-PQ Recall@100 and queries/s vs flat",
         quick=("--n", "20000", "--sets", "clustered", "--queries", "200", "--nlist", "128",

@@ -17,7 +17,7 @@ Data (seeded; unit vectors, as two-tower embeddings compared by inner product):
   isotropic: i.i.d. Gaussian directions, normalised: the worst case for every ANN method
     (no structure to exploit). Reported, not the target.
   real (with --embeddings and --query_embeddings): candidate and question embedding shards
-    (Parquet, contracts.embedding_schema; read by eval.faiss_index.read_embeddings), used as
+    (Parquet, contracts.embedding_schema; read by eval.embeddings.read_embeddings), used as
     they are (not re-normalised), e.g. a ReQA SQuAD eval cell's ~10k candidates x 128 and ~11k
     questions, of which --queries are drawn (seeded). Settings adapt to its n unless given:
     nlist the power of two nearest 4*sqrt(n) (at most n/39, as `twotower index`), nprobes
@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from twotower import contracts
+from twotower.eval import embeddings
 from twotower.eval import faiss_index
 
 logger = logging.getLogger(__name__)
@@ -102,8 +103,8 @@ def isotropic(n: int, d: int, seed: int, chunk: int = 200_000) -> np.ndarray:
 def load_real(args) -> tuple[np.ndarray, np.ndarray, str]:
   """(candidates float32[n, d], queries float32[nq, d], description) from embedding shards,
   through the project's reader; at most --queries queries, a seeded sample."""
-  _, x = faiss_index.read_embeddings(args.embeddings)
-  _, q = faiss_index.read_embeddings(args.query_embeddings)
+  _, x = embeddings.read_embeddings(args.embeddings)
+  _, q = embeddings.read_embeddings(args.query_embeddings)
   if x.shape[1] != q.shape[1]:
     raise ValueError(f"--embeddings {args.embeddings} has d={x.shape[1]} but "
                      f"--query_embeddings {args.query_embeddings} has d={q.shape[1]}")

@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
     return []
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
   import faiss  # pylint: disable=import-outside-toplevel
+  from twotower.eval import embeddings  # pylint: disable=import-outside-toplevel
   from twotower.eval import faiss_index  # pylint: disable=import-outside-toplevel
   from twotower.eval import index as index_lib  # pylint: disable=import-outside-toplevel
   # The flat reference and the builds too: on a shared machine two OpenMP threads contending
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> list[tuple[Case, dict]]:
     flat.add(x)
     _, gt = flat.search(q, K)
     if args.embeddings:  # positions -> the shards' own ids, which the built indexes return
-      gt = faiss_index.read_embeddings(args.embeddings)[0][gt]
+      gt = embeddings.read_embeddings(args.embeddings)[0][gt]
     del flat, x
     np.save(os.path.join(tmp, "queries.npy"), q)
     np.save(os.path.join(tmp, "gt.npy"), gt)

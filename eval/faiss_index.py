@@ -6,8 +6,9 @@ defaults IVF to L2, which ranks differently for unnormalised embeddings), and ev
 loaded index is checked for it.
 
 Memory: `build_index` never holds all vectors. It reads `embeddings/*.parquet` block by block
-(`iter_blocks`); index types that need training (IVF, IVF-PQ) train on a seeded sample
-drawn while streaming, then vectors are added block by block with their int64 ids
+in id order (eval.embeddings.iter_blocks_by_id: the index does not depend on how the vectors
+are split into files or input shards); index types that need training (IVF, IVF-PQ) train on
+a seeded sample drawn while streaming, then vectors are added block by block with their int64 ids
 (`add_with_ids`; flat and HNSW go through an `IDMap`). Only the index itself (for IVF-PQ:
 codes + ids, m·nbits/8 + 8 bytes per vector) grows with the corpus; the estimate is logged
 first, as FAISS contrib's `big_batch_search` does. `iter_index_shards` builds several
@@ -31,6 +32,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from twotower import io as tio
+from twotower.eval import embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +43,8 @@ RERANK_NPROBE = 16
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading embedding shards.
+# Embedding shards (which files and their blocks: eval.embeddings).
 # ---------------------------------------------------------------------------------------------
-
-
-def embedding_files(path: str) -> list[str]:
-  """The Parquet shards of an embeddings directory (or a glob / comma list of files)."""
-  if path.endswith(".parquet") or any(c in path for c in "*?,"):
-    return tio.match_files(path)
-  return tio.match_files(f"{path.rstrip('/')}/*.parquet")
 
 
 def count_vectors(files: Sequence[str]) -> tuple[int, int]:
@@ -67,40 +62,6 @@ def count_vectors(files: Sequence[str]) -> tuple[int, int]:
   if d is None:
     raise ValueError("no embedding shard given")
   return n, d
-
-
-def _to_numpy(batch: pa.RecordBatch, path: str) -> tuple[np.ndarray, np.ndarray]:
-  ids = batch.column("id")
-  emb = batch.column("embedding")
-  if emb.null_count or ids.null_count:
-    keep = pa.compute.and_(pa.compute.is_valid(emb), pa.compute.is_valid(ids))
-    logger.warning("%s: skipped %d rows with a null id or embedding", path,
-                   len(batch) - pa.compute.sum(keep).as_py())
-    ids, emb = ids.filter(keep), emb.filter(keep)
-  d = emb.type.list_size
-  vectors = np.ascontiguousarray(emb.flatten().to_numpy(zero_copy_only=False)
-                                 .reshape(-1, d), dtype=np.float32)
-  if pa.types.is_integer(ids.type):
-    return ids.to_numpy().astype(np.int64, copy=False), vectors
-  return np.asarray(ids.to_pylist(), dtype=object), vectors
-
-
-def iter_blocks(files: Sequence[str], block_rows: int = 65_536,
-                progress: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-  """Yields (ids int64[b] or str[b], vectors float32[b, d]) blocks, shard after shard."""
-  # disable=None: no bar where stderr is not a terminal (log files, CI).
-  for f in tqdm(files, desc="shards", unit="shard", disable=None if progress else True):
-    pf = tio.open_parquet(f)
-    for batch in pf.iter_batches(batch_size=block_rows, columns=["id", "embedding"]):
-      yield _to_numpy(batch, f)
-
-
-def read_embeddings(path: str) -> tuple[np.ndarray, np.ndarray]:
-  """All (ids, vectors) of an embeddings directory: for queries, not for the corpus."""
-  blocks = list(iter_blocks(embedding_files(path)))
-  if not blocks:
-    raise ValueError(f"{path}: no embeddings")
-  return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +174,7 @@ def sample_vectors(files: Sequence[str], n_total: int, size: int, seed: int,
   rng = np.random.default_rng(seed)
   p = min(1.0, 1.1 * size / max(n_total, 1))  # oversample a little, then cut
   parts = []
-  for _, x in iter_blocks(files, block_rows):
+  for _, x in embeddings.iter_blocks_by_id(files, block_rows):
     parts.append(x[rng.random(len(x)) < p])
   sample = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
   if len(sample) > size:
@@ -271,7 +232,7 @@ def build_index(files: Sequence[str], config: IndexSpec, block_rows: int = 65_53
                 progress: bool = False) -> faiss.Index:
   """One index over all shards, streamed (see the module docstring)."""
   index, _ = train_template(files, config, block_rows)
-  add_blocks(index, iter_blocks(files, block_rows, progress))
+  add_blocks(index, embeddings.iter_blocks_by_id(files, block_rows, progress))
   logger.info("index holds %d vectors", index.ntotal)
   return index
 
@@ -298,10 +259,10 @@ def shard_blocks(files: Sequence[str], s: int, num_shards: int, n: int,
                  ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
   """The blocks of index shard s of `num_shards` (see `iter_index_shards`); n: all rows."""
   if num_shards <= 1:
-    return iter_blocks(files, block_rows, progress)
+    return embeddings.iter_blocks_by_id(files, block_rows, progress)
   if len(files) >= num_shards:
-    return iter_blocks(files[s::num_shards], block_rows, progress)
-  return _row_range(iter_blocks(files, block_rows, progress),
+    return embeddings.iter_blocks_by_id(files[s::num_shards], block_rows, progress)
+  return _row_range(embeddings.iter_blocks_by_id(files, block_rows, progress),
                     s * n // num_shards, (s + 1) * n // num_shards)
 
 
@@ -488,7 +449,7 @@ def flat_knn(queries: np.ndarray, files: Sequence[str], k: int, block_rows: int 
               _mib(len(queries) * k * 12))
   heap = faiss.ResultHeap(len(queries), k, keep_max=True)
   t0 = time.perf_counter()
-  for ids, x in iter_blocks(files, block_rows, progress):
+  for ids, x in embeddings.iter_blocks(files, block_rows, progress):
     D, I = faiss.knn(queries, x, min(k, len(x)), metric=faiss.METRIC_INNER_PRODUCT)
     labels = np.where(I >= 0, ids[np.maximum(I, 0)], -1)
     if D.shape[1] < k:  # a block smaller than k: pad

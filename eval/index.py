@@ -7,6 +7,10 @@ embedding shards, streamed, and write it atomically; optionally as several index
       --num_index_shards 4      # writes run/index-0000{0..3}-of-00004.faiss
   twotower index --embeddings run/embeddings --out run/index.faiss --type ivfpq_rerank
       # + run/index.vectors.npy (and index.ids.npy): `twotower search` re-ranks exactly
+  twotower index --embeddings 'run/emb-*' --out run/index.faiss
+      # the folders of `twotower embed --num_input_shards N --input_shard i`, read together
+      # (all N of them, each once; eval.embeddings); vectors go in in id order, so the index
+      # is the one an unsharded run's embeddings give, byte for byte
 
 Beside each index file, `<file>.vectors.json` (twotower.fingerprints) records the model of the
 vectors (from the embeddings' own record) and the ids the index holds (read back from it);
@@ -21,17 +25,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import sys
 import time
 
 import numpy as np
 
-from twotower import contracts
 from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
 from twotower.contracts import codecs
+from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import rerank
 
@@ -41,7 +44,8 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class IndexConfig:
   """Flags of `twotower index`."""
-  embeddings: str                     # embeddings directory, a glob or a comma list of shards
+  embeddings: str                     # embed output folder(s), files or globs, comma-separated
+                                      # (eval.embeddings: input shards read as one set)
   out: str                            # index file (e.g. index.faiss)
   index: faiss_index.IndexSpec = faiss_index.IndexSpec()
   num_index_shards: int = 1           # N > 1: OUT-SSSSS-of-NNNNN.faiss, for IndexShards
@@ -57,23 +61,11 @@ class IndexResult:
   seconds: float
 
 
-def embedding_files(path: str) -> list[str]:
-  """The shards to index: those `twotower embed`'s manifest lists when `path` is its output
-  folder (a stray shard of another run is never read), else what the glob matches."""
-  listed = outputs.listed(path) if tio.is_local(path) and os.path.isdir(path) else None
-  if listed is None:
-    return faiss_index.embedding_files(path)
-  shards = [f for f in listed if f.endswith(contracts.EMBEDDINGS_SUFFIX)]
-  if not shards:
-    raise ValueError(f"{path}: its manifest lists no embedding shards")
-  return shards
-
-
 def run(job: IndexConfig) -> IndexResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
-  files = embedding_files(job.embeddings)
+  files = embeddings.embedding_files(job.embeddings)
   for path in files:  # a candidates or questions file given as embeddings: named, not KeyError
     codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, "embeddings")
   model = fingerprints.one_model(fingerprints.embedding_records(files))

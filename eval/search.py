@@ -34,6 +34,7 @@ from twotower import contracts
 from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
+from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import runs
 from twotower.eval import searcher as searcher_lib
@@ -69,7 +70,8 @@ def compare_to_flat(ids: np.ndarray, seconds: float, queries: np.ndarray,
 class SearchConfig:
   """Flags of `twotower search`."""
   index: str                        # index file, or a glob / comma list of index shards
-  queries: str                      # query embeddings directory (string ids)
+  queries: str                      # query embeddings (string ids): folder(s), files or globs
+                                    # (eval.embeddings.embedding_files, as --reference)
   out: str                          # run file: *.parquet (contracts.RUN_SCHEMA) or TREC
   k: int = 100
   nprobe: Optional[int] = None      # IVF lists visited per query
@@ -100,9 +102,9 @@ def check_models(job: SearchConfig) -> None:
   models, naming both; sources without a record are warned about, not refused."""
   paths = tio.match_files(job.index) if any(c in job.index for c in "*?,") else [job.index]
   records = [(p, fingerprints.read_record(fingerprints.record_path(p))) for p in paths]
-  records += fingerprints.embedding_records(faiss_index.embedding_files(job.queries))
+  records += fingerprints.embedding_records(embeddings.embedding_files(job.queries))
   if job.reference:
-    records += fingerprints.embedding_records(faiss_index.embedding_files(job.reference))
+    records += fingerprints.embedding_records(embeddings.embedding_files(job.reference))
   fingerprints.one_model(records)
 
 
@@ -117,7 +119,7 @@ def run(job: SearchConfig) -> SearchResult:
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
   index = searcher_lib.load_searcher(job.index, mmap=job.mmap, rerank=job.rerank)
-  qids, queries = faiss_index.read_embeddings(job.queries)
+  qids, queries = embeddings.read_embeddings(job.queries)
   if queries.shape[1] != index.d:
     raise ValueError(f"{job.queries}: query dim {queries.shape[1]} != index dim {index.d}")
   tio.log_settings("search", {"index": job.index, "vectors": index.ntotal,
@@ -132,7 +134,7 @@ def run(job: SearchConfig) -> SearchResult:
   report = None
   if job.reference:
     report = compare_to_flat(ids, seconds, queries,
-                             faiss_index.embedding_files(job.reference), job.k)
+                             embeddings.embedding_files(job.reference), job.k)
     report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
                    "rerank": index.rerank, "k": job.k})
   report_path = job.report or f"{job.out}.report.json"

@@ -15,6 +15,11 @@ tensorflow_hub; our export is a plain SavedModel whose signatures take raw strin
 `SavedModelHandler` is a `ModelHandler` that calls `tf.saved_model.load` and one named
 signature, so RunInference's batching (BatchElements), model sharing and metrics all apply.
 
+Input shards (`--num_input_shards N --input_shard i`, as Tevatron's and DPR's static shard
+flags): a run embeds only the rows whose id hashes to shard i (row_shard), into its own --out
+with its own manifest, vectors.json and stats.json (which records the shard and its input);
+`index`, `search` and `bundle` read the N folders as one set (eval.embeddings).
+
 Document ids are int64 (candidate_id, or contracts.passage_uid(page_id, passage_id)); question
 ids are strings. Consumers of a tensorflow-text export need `import tensorflow_text` before
 loading: the handler does it. Tests and benchmarks use a small stand-in SavedModel with the
@@ -27,6 +32,7 @@ flag parser, and passes every flag it does not know as a Beam pipeline option.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
@@ -72,6 +78,9 @@ class EmbedConfig:
   model_copies: Optional[int] = None  # exact model copies per machine
   overwrite: bool = False     # replace an --out that holds another run (outputs.claim)
   beam_args: tuple[str, ...] = ()  # Beam pipeline options (--runner, --direct_num_workers ...)
+  num_input_shards: int = 1   # N > 1: embed only the rows of input shard `input_shard` of N
+  input_shard: int = 0        # (row_shard); each shard its own --out, read together by
+                              # eval.embeddings.embedding_files
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,43 +203,77 @@ def input_spec(kind: str, path: str, doc_text: str = texts.DEFAULT_DOC_TEXT) -> 
   raise ValueError(f"unknown input kind {kind!r}; expected one of {KINDS}")
 
 
-def row_to_example(spec: InputSpec, row: dict) -> tuple[Any, tuple] | str:
-  """(id, inputs) for a row, or the name of the skip reason ("bad_id" / "empty")."""
+def row_id(spec: InputSpec, row: dict) -> Any:
+  """The id a row is embedded under, or None when it has no usable one (a bad id)."""
   if spec.kind == "candidates":
     uid = row.get("candidate_id")
+  elif spec.kind == "passages":
+    if row.get("page_id") is None or row.get("passage_id") is None:
+      return None
+    try:
+      uid = contracts.passage_uid(row["page_id"], row["passage_id"])
+    except ValueError:
+      return None
+  else:
+    uid = row.get("question_id")
+  return None if uid is None or uid == "" else uid
+
+
+def row_to_example(spec: InputSpec, row: dict) -> tuple[Any, tuple] | str:
+  """(id, inputs) for a row, or the name of the skip reason ("bad_id" / "empty")."""
+  uid = row_id(spec, row)
+  if uid is None:
+    return "bad_id"
+  if spec.kind == "candidates":
     # The same layout BM25 and fine-tuning use; a candidate whose layout is empty is skipped.
     text = texts.candidate_doc_text(row.get("sentence") or "", row.get("passage") or "",
                                     spec.doc_text)
     inputs = (row.get("title") or "", text)
   elif spec.kind == "passages":
-    if row.get("page_id") is None or row.get("passage_id") is None:
-      return "bad_id"
-    try:
-      uid = contracts.passage_uid(row["page_id"], row["passage_id"])
-    except ValueError:
-      return "bad_id"
     text = (row.get("text") or "").strip()
     inputs = (row.get("title") or "", text)
   else:
-    uid = row.get("question_id")
     text = (row.get("question") or "").strip()
     inputs = (text,)
-  if uid is None or uid == "":
-    return "bad_id"
   if not text:
     return "empty"
   return uid, inputs
 
 
-class _ToExamples(beam.DoFn):
-  """row dict -> (id, inputs); rows without id or text are counted and skipped."""
+def row_shard(uid: Any, num_shards: int) -> int:
+  """The input shard (0..num_shards-1) of a row whose id is `uid` (None: no usable id).
 
-  def __init__(self, spec: InputSpec):
+  Why a hash of the id, not the row's position: a row's shard then depends on nothing but
+  its id -- not on how the input is cut into files, the order a file matcher lists them in,
+  their sizes, or the runner's bundles -- so N machines that each see the same rows agree
+  without agreeing on anything else, and rows of one id stay together. The price: each
+  shard reads every row (only the columns embedding needs) and keeps its own, cheap next to
+  running the model. blake2b, not `hash()`: Python salts str hashes per process. Rows
+  without a usable id go to shard 0, which counts them (bad ids) once for the whole input."""
+  if num_shards <= 1 or uid is None:
+    return 0
+  key = (uid.encode("utf-8") if isinstance(uid, str)
+         else int(uid).to_bytes(8, "little", signed=True))
+  return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % num_shards
+
+
+class _ToExamples(beam.DoFn):
+  """row dict -> (id, inputs); rows without id or text are counted and skipped. With
+  `num_shards` > 1, only the rows of input shard `shard` (row_shard) are read (counted)."""
+
+  def __init__(self, spec: InputSpec, shard: int = 0, num_shards: int = 1):
     self._spec = spec
+    self._shard = shard
+    self._num_shards = num_shards
     self._read = tio.counter(C.EMBED_ROWS_READ)
     self._skipped = {reason: tio.counter(name) for reason, name in SKIP_COUNTERS.items()}
 
   def process(self, row: dict) -> Iterator[tuple[Any, tuple]]:
+    if (self._num_shards > 1
+        and row_shard(row_id(self._spec, row), self._num_shards) != self._shard):
+      # Another shard's row. (A bare `return`: Beam warns of `return <anything>` beside a
+      # yield, a comment on that line included.)
+      return
     self._read.inc()
     result = row_to_example(self._spec, row)
     if isinstance(result, str):
@@ -262,16 +305,19 @@ class Embed(beam.PTransform):
   schema (contracts.embedding_schema(dim, spec.id_type)), up to `table_rows` rows each."""
 
   def __init__(self, spec: InputSpec, handler: SavedModelHandler, dim: int,
-               table_rows: int = 4096):
+               table_rows: int = 4096, shard: int = 0, num_shards: int = 1):
     super().__init__()
     self._spec = spec
+    self._shard = shard
+    self._num_shards = num_shards
     self._handler = handler
     self._schema = contracts.embedding_schema(dim, spec.id_type)
     self._table_rows = table_rows
 
   def expand(self, rows):
     # (id, tuple of strings)
-    examples = rows | "ToExamples" >> beam.ParDo(_ToExamples(self._spec))
+    examples = rows | "ToExamples" >> beam.ParDo(
+        _ToExamples(self._spec, self._shard, self._num_shards))
     # (id, float32[d])
     embedded = examples | "RunInference" >> RunInference(KeyedModelHandler(self._handler))
     # list of (id, float32[d])
@@ -302,19 +348,39 @@ def build(pipeline: beam.Pipeline, config: EmbedConfig, dim: int) -> None:
   rows = pipeline | "ReadRows" >> beam.io.ReadFromParquet(spec.pattern,
                                                           columns=list(spec.columns))
   # pyarrow Tables of the embedding schema
-  tables = rows | "Embed" >> Embed(spec, handler(config, spec), dim)
+  tables = rows | "Embed" >> Embed(spec, handler(config, spec), dim,
+                                   shard=config.input_shard,
+                                   num_shards=config.num_input_shards)
   _ = tables | "WriteEmbeddings" >> beam.io.WriteToParquetBatched(
       contracts.embeddings_prefix(config.out),
       schema=contracts.embedding_schema(dim, spec.id_type),
       file_name_suffix=contracts.EMBEDDINGS_SUFFIX, num_shards=config.num_shards)
 
 
-def finish_stats(counters: dict[str, int]) -> dict:
-  """stats.json: every counter, 0 for those nothing incremented."""
-  stats = dict(counters)
+def finish_stats(counters: dict[str, int], shard: Optional[dict] = None) -> dict:
+  """stats.json: every counter, 0 for those nothing incremented; for one input shard of
+  several, its record (input_shard_record) under contracts.EMBED_INPUT_SHARD_KEY."""
+  stats: dict[str, Any] = dict(counters)
   for name in C.EMBED_ALWAYS:
     stats.setdefault(name, 0)
+  if shard is not None:
+    stats[contracts.EMBED_INPUT_SHARD_KEY] = shard
   return dict(sorted(stats.items()))
+
+
+def input_shard_record(config: EmbedConfig, spec: InputSpec, files: Sequence[str],
+                       rows: Sequence[int]) -> dict:
+  """Which shard a run embedded, of what: {"index": i, "count": N, "input": {...}}. The
+  input is what decides the rows of every shard -- the kind, the document layout, the input
+  files (by name, so that machines that mount them at other paths agree) and their row
+  counts -- with a sha256 over them; eval.embeddings refuses shards whose inputs differ."""
+  named = sorted(zip((f.replace("\\", "/").rsplit("/", 1)[-1] for f in files), rows))
+  digest = hashlib.sha256(f"{spec.kind}\0{spec.doc_text}\0".encode("utf-8"))
+  for name, count in named:
+    digest.update(f"{name}\0{count}\0".encode("utf-8"))
+  return {"index": config.input_shard, "count": config.num_input_shards,
+          "input": {"kind": spec.kind, "doc_text": spec.doc_text, "files": len(named),
+                    "rows": int(sum(rows)), "sha256": digest.hexdigest()}}
 
 
 def check(config: EmbedConfig) -> None:
@@ -330,6 +396,9 @@ def check(config: EmbedConfig) -> None:
   if config.min_batch_size > config.batch_size:
     raise ValueError(f"min_batch_size {config.min_batch_size} > batch_size "
                      f"{config.batch_size}")
+  if config.num_input_shards < 1 or not 0 <= config.input_shard < config.num_input_shards:
+    raise ValueError(f"input shard {config.input_shard} of {config.num_input_shards}: needs "
+                     "num_input_shards >= 1 and 0 <= input_shard < num_input_shards")
 
 
 def run(config: EmbedConfig) -> outputs.StageResult:
@@ -338,32 +407,44 @@ def run(config: EmbedConfig) -> outputs.StageResult:
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
   inputs = tio.match_files(spec.pattern)  # a clear error now rather than an empty job
+  rows = []
   for path in inputs:
     # A candidates file given as --questions (or the reverse) reads no row and embeds
     # nothing, a warning per row: check the footer's columns against the flag.
-    codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, config.kind,
-                        spec.columns)
+    footer = tio.open_parquet(path)
+    codecs.require_kind(path, footer.schema_arrow.names, config.kind, spec.columns)
+    rows.append(footer.metadata.num_rows)
+  shard = (input_shard_record(config, spec, inputs, rows) if config.num_input_shards > 1
+           else None)
   dim = embedding_dim(config.model, spec.signature)
   model = fingerprints.model_record(config.model)
   tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
                                       "pattern": spec.pattern, "dim": dim})
   # Written beside --out, then moved into place: an index never reads two runs' shards.
-  # Batch sizes and model copies change the speed, not the embeddings: not settings.
+  # Batch sizes and model copies change the speed, not the embeddings: not settings. An
+  # unsharded run keeps the settings it had before input shards existed (its folder is
+  # still this run's).
+  unsharded = ("num_input_shards", "input_shard") if shard is None else ()
   settings = outputs.settings_of(config, skip=("batch_size", "min_batch_size", "large_model",
-                                               "model_copies"))
+                                               "model_copies", *unsharded))
   with outputs.staged(config.out, "embed", settings, inputs=inputs,
                       overwrite=config.overwrite,
                       markers=(contracts.STATS_FILE,)) as out:
     staged = dataclasses.replace(config, out=out)
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
-                             stats_dir=out, finish=finish_stats)
+                             stats_dir=out,
+                             finish=lambda counters: finish_stats(counters, shard))
     try:
       shards = tio.match_files(contracts.embeddings_pattern(out))
     except FileNotFoundError:  # nothing embedded: no shard
       shards = []
     fingerprints.write_record(fingerprints.folder_record_path(out), model,
                               fingerprints.ids_record(fingerprints.file_ids(shards)), dim)
-    if not stats.get(C.EMBED_ROWS_EMBEDDED, 0):  # an empty output would "succeed" downstream
+    if shard is not None and not stats.get(C.EMBED_ROWS_EMBEDDED, 0):
+      # One shard of a small input may hold no row; the union is checked where it is read.
+      logger.warning("%s: input shard %d of %d holds no row to embed", config.path,
+                     config.input_shard, config.num_input_shards)
+    elif not stats.get(C.EMBED_ROWS_EMBEDDED, 0):  # an empty output would "succeed" downstream
       raise ValueError(f"{config.path}: no row to embed ({stats.get(C.EMBED_ROWS_READ, 0)} "
                        f"read, {stats.get(C.EMBED_ROWS_SKIPPED_EMPTY, 0)} empty, "
                        f"{stats.get(C.EMBED_ROWS_SKIPPED_BAD_ID, 0)} with a bad id); "
@@ -373,7 +454,9 @@ def run(config: EmbedConfig) -> outputs.StageResult:
 
 def summary_table(stats: dict, config: EmbedConfig) -> str:
   """The command's result: rows read, embedded and skipped, and where they went."""
-  return (f"{config.kind}: {stats.get(C.EMBED_ROWS_EMBEDDED, 0)} of "
+  part = (f" (input shard {config.input_shard} of {config.num_input_shards})"
+          if config.num_input_shards > 1 else "")
+  return (f"{config.kind}{part}: {stats.get(C.EMBED_ROWS_EMBEDDED, 0)} of "
           f"{stats.get(C.EMBED_ROWS_READ, 0)} rows embedded (skipped: empty "
           f"{stats.get(C.EMBED_ROWS_SKIPPED_EMPTY, 0)}, bad id "
           f"{stats.get(C.EMBED_ROWS_SKIPPED_BAD_ID, 0)})\nwritten to "

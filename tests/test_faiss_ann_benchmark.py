@@ -15,7 +15,7 @@ faiss = pytest.importorskip("faiss")
 # benchmarks/ is a plain folder at the repository root, not part of the installed package.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import faiss_ann  # noqa: E402
-from twotower.eval import faiss_index  # noqa: E402
+from twotower.eval import embeddings  # noqa: E402
 
 D = 32
 
@@ -41,11 +41,11 @@ def shards(tmp_path_factory):
 
 def test_shards_have_the_embedding_schema(shards):
   cands, quests = shards
-  ids, x = faiss_index.read_embeddings(cands)
-  qids, q = faiss_index.read_embeddings(quests)
+  ids, x = embeddings.read_embeddings(cands)
+  qids, q = embeddings.read_embeddings(quests)
   assert x.shape == (3000, D) and x.dtype == np.float32 and ids.dtype == np.int64
   assert q.shape == (200, D) and qids[0] == "q0"
-  assert len(faiss_index.embedding_files(cands)) == 2
+  assert len(embeddings.embedding_files(cands)) == 2
 
 
 def test_real_set_table(shards, capsys):

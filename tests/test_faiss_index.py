@@ -11,6 +11,7 @@ import pytest
 faiss = pytest.importorskip("faiss")
 
 from twotower import contracts  # noqa: E402
+from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 
 from outputs_fixtures import write_vectors  # noqa: E402
@@ -41,7 +42,7 @@ def corpus(tmp_path_factory):
   x = _clustered(3000, seed=1)
   ids = (np.arange(3000, dtype=np.int64) * 7919 + (1 << 40))  # arbitrary, not positions
   directory = _write_shards(tmp_path_factory.mktemp("emb") / "embeddings", x, ids, 5)
-  return {"x": x, "ids": ids, "dir": directory, "files": faiss_index.embedding_files(directory),
+  return {"x": x, "ids": ids, "dir": directory, "files": embeddings.embedding_files(directory),
           "q": _clustered(50, seed=2)}
 
 

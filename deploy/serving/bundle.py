@@ -50,6 +50,7 @@ from twotower import lucene
 from twotower import outputs
 from twotower import texts
 from twotower.deploy.serving import store as store_lib
+from twotower.eval import embeddings as embeddings_lib
 from twotower.eval import faiss_index
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   """The `twotower index` stage into the bundle (with `ivfpq_rerank`, its float32 vectors
   beside the index: searches re-rank exactly from them, memory-mapped)."""
   from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
-  files = index_stage.embedding_files(embeddings)
+  files = embeddings_lib.embedding_files(embeddings)
   n, d = faiss_index.count_vectors(files)
   index_stage.run(index_stage.IndexConfig(embeddings=embeddings, out=path, index=config.index))
   # The ids the index holds, as the index stage read them back from it.
@@ -202,8 +203,8 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
 def check_embeddings_model(embeddings: str, model: dict) -> None:
   """Refuses `--embeddings` that are not the bundle's model's vectors (by fingerprint), or
   whose model no record names (a bundle serves them: unknown is not good enough)."""
-  from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
-  for source, record in fingerprints.embedding_records(index_stage.embedding_files(embeddings)):
+  for source, record in fingerprints.embedding_records(
+      embeddings_lib.embedding_files(embeddings)):
     theirs = (record or {}).get("model")
     if not theirs:
       raise ValueError(f"{source}: no {fingerprints.RECORD_FILE} names the model of these "
@@ -381,12 +382,11 @@ def run(config: BundleConfig) -> BundleResult:
       raise ValueError(f"{config.embeddings or 'the embeddings'}: {index['vectors']} vectors "
                        f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
                        "other documents?")
-    from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
     with store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE)) as store:
       store_ids = np.asarray(store.ids(), dtype=np.int64)
     store_record, bm25_record = check_same_ids(
         store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
-        index_stage.embedding_files(embeddings), config.embeddings or "the embeddings")
+        embeddings_lib.embedding_files(embeddings), config.embeddings or "the embeddings")
     run_config = contracts.exported_config_path(saved_model)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,

@@ -35,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
                  help="share one model across worker processes (RunInference large_model)")
   p.add_argument("--model_copies", type=int, default=d.model_copies,
                  help="exact number of model copies per machine (RunInference model_copies)")
+  p.add_argument("--num_input_shards", type=int, default=d.num_input_shards,
+                 help="split the input rows into N parts (by a hash of each row's id) and "
+                 "embed only --input_shard's; run each part (on its own machine) into its own "
+                 "--out, and give `index`/`bundle` all of them: --embeddings out0,out1 or a "
+                 "glob of the folders")
+  p.add_argument("--input_shard", type=int, default=d.input_shard,
+                 help="which part to embed, 0..N-1 (with --num_input_shards N)")
   flags.add_overwrite(p)
   return p
 
@@ -62,13 +69,19 @@ def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
     p.error(f"--min_batch_size {args.min_batch_size} exceeds --batch_size {args.batch_size}")
   if args.model_copies is not None and args.model_copies < 1:
     p.error(f"--model_copies must be >= 1, got {args.model_copies}")
+  if args.num_input_shards < 1:
+    p.error(f"--num_input_shards must be >= 1, got {args.num_input_shards}")
+  if not 0 <= args.input_shard < args.num_input_shards:
+    p.error(f"--input_shard must be in 0..{args.num_input_shards - 1} (--num_input_shards "
+            f"{args.num_input_shards}), got {args.input_shard}")
   kind = next(k for k in embed.KINDS if getattr(args, k))
   return embed.EmbedConfig(
       model=saved_model(args.model), out=flags.out_folder(p, args.out), kind=kind,
       path=getattr(args, kind),
       doc_text=args.doc_text, batch_size=args.batch_size, min_batch_size=args.min_batch_size,
       num_shards=args.num_shards, large_model=args.large_model,
-      model_copies=args.model_copies, overwrite=args.overwrite, beam_args=beam_args)
+      model_copies=args.model_copies, overwrite=args.overwrite, beam_args=beam_args,
+      num_input_shards=args.num_input_shards, input_shard=args.input_shard)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -52,7 +52,9 @@ def index_config(args: argparse.Namespace) -> faiss_index.IndexSpec:
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("index", index.__doc__)
   p.add_argument("--embeddings", required=True,
-                 help="embeddings directory (embeddings-*.parquet) or a glob of shards")
+                 help="an embed output folder, Parquet files or globs, comma-separated; "
+                 "the folders of `embed --num_input_shards N` as one complete set "
+                 "(e.g. 'runs/emb-*')")
   p.add_argument("--out", required=True, help="index file to write (e.g. index.faiss)")
   add_index_flags(p)
   p.add_argument("--num_index_shards", type=flags.positive_int, default=1,

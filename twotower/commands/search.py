@@ -14,7 +14,8 @@ def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("search", search.__doc__)
   p.add_argument("--index", required=True,
                  help="index file, or a glob / comma list of index shards (IndexShards)")
-  p.add_argument("--queries", required=True, help="query embeddings directory (string ids)")
+  p.add_argument("--queries", required=True, help="query embeddings (string ids): folder(s), "
+                 "files or globs, comma-separated, as index --embeddings")
   p.add_argument("--out", required=True, help="run file: *.parquet (RUN_SCHEMA) or TREC")
   p.add_argument("--k", type=flags.positive_int, default=100, help="candidates per question")
   p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query")

@@ -217,6 +217,9 @@ def log_dir(run_dir: str) -> str:
 # Embeddings.
 EMBEDDINGS_PREFIX = "embeddings"
 EMBEDDINGS_SUFFIX = ".parquet"
+#: stats.json's record of the input shard an embed run embedded (`embed --num_input_shards`):
+#: {"index": i, "count": N, "input": {...}}; absent from an unsharded run's.
+EMBED_INPUT_SHARD_KEY = "input_shard"
 
 
 def embeddings_prefix(out_dir: str) -> str:

@@ -1,0 +1,103 @@
+"""`twotower embed` over one input in one process against the same input cut into N input
+shards (`--num_input_shards N --input_shard i`) embedded by N processes at once, as N
+machines would: wall time, rows/s and their ratio, CPU seconds of the processes, and a check
+that the shards' union holds the unsharded run's ids.
+
+  .venv/bin/python -m benchmarks.embed_shards [--rows 20000] [--shards 2] [--model PATH]
+
+Inputs: the synthetic candidates of benchmarks.embed_throughput; model: its stand-in BoW-MLP
+SavedModel unless --model names a real export. Each run is a fresh `python -m twotower.cli
+embed` process (DirectRunner, one worker), so the times include what a machine pays per
+shard: starting Python, importing TensorFlow and Beam, loading the model. Every shard reads
+the whole input and keeps its own rows (pipelines.embed.row_shard), so the speed-up is below
+N by the reading and start-up a shard cannot split; on one machine the N processes also share
+its cores (this benchmark says how many there are and the load average).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import embed_throughput
+from twotower import contracts
+
+logger = logging.getLogger(__name__)
+
+
+def _children_cpu() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
+def embed_processes(model: str, candidates: str, outs: list[str], batch_size: int
+                    ) -> tuple[float, float]:
+  """Runs one `twotower embed` process per folder of `outs` (input shard i of len(outs)
+  into outs[i]; one folder: unsharded), all at once; (wall seconds, CPU seconds)."""
+  n = len(outs)
+  cpu0, t0 = _children_cpu(), time.perf_counter()
+  procs = []
+  for i, out in enumerate(outs):
+    shard = ("--num_input_shards", str(n), "--input_shard", str(i)) if n > 1 else ()
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "twotower.cli", "embed", "--model", model, "--candidates",
+         candidates, "--out", out, "--batch_size", str(batch_size), *shard],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  for proc in procs:
+    log, _ = proc.communicate()
+    if proc.returncode:
+      raise RuntimeError(f"embed exited {proc.returncode}: {log[-2000:]}")
+  return time.perf_counter() - t0, _children_cpu() - cpu0
+
+
+def union_ids(outs: list[str]) -> list[int]:
+  from twotower import fingerprints  # pylint: disable=import-outside-toplevel
+  from twotower.eval import embeddings  # pylint: disable=import-outside-toplevel
+  return sorted(fingerprints.file_ids(embeddings.embedding_files(",".join(outs))).tolist())
+
+
+def main(argv=None) -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--rows", type=int, default=20_000)
+  p.add_argument("--shards", type=int, default=2, help="input shards, embedded at once")
+  p.add_argument("--batch_size", type=int, default=256)
+  p.add_argument("--model", default=None, help="a real export (default: the stand-in)")
+  p.add_argument("--standin_hidden", type=int, default=256,
+                 help="width of the stand-in's tanh layers (its cost per document)")
+  args = p.parse_args(argv)
+  logging.basicConfig(level=logging.WARNING)
+  with tempfile.TemporaryDirectory() as tmp:
+    model = args.model
+    if model is None:
+      from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel
+      model = build_standin_savedmodel(os.path.join(tmp, "standin"),
+                                       StandinConfig(dim=128, hidden=args.standin_hidden))
+    candidates = os.path.join(tmp, contracts.CANDIDATES_FILE)
+    embed_throughput.write_candidates(candidates, args.rows)
+    load = os.getloadavg()[0]
+    single = [os.path.join(tmp, "single")]
+    sharded = [os.path.join(tmp, f"shard-{i}") for i in range(args.shards)]
+    one_wall, one_cpu = embed_processes(model, candidates, single, args.batch_size)
+    n_wall, n_cpu = embed_processes(model, candidates, sharded, args.batch_size)
+    same = union_ids(single) == union_ids(sharded)
+  rows = args.rows
+  what = (f"stand-in BoW-MLP d=128 hidden={args.standin_hidden}" if args.model is None
+          else args.model)
+  print(f"\n`twotower embed`, {rows:,} synthetic candidates, model {what}, batch "
+        f"{args.batch_size}; {os.cpu_count()} cores, load average {load:.1f} at the start; "
+        f"union of the shards' ids == the single run's: {same}")
+  print("| run | processes | wall s | rows/s | CPU s (all processes) | rows/s vs 1 |")
+  print("|---|---|---|---|---|---|")
+  print(f"| unsharded | 1 | {one_wall:.1f} | {rows / one_wall:,.0f} | {one_cpu:.1f} | 1.00 |")
+  print(f"| {args.shards} input shards at once | {args.shards} | {n_wall:.1f} | "
+        f"{rows / n_wall:,.0f} | {n_cpu:.1f} | {one_wall / n_wall:.2f} |")
+
+
+if __name__ == "__main__":
+  main()
