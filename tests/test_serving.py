@@ -22,6 +22,7 @@ from twotower.eval import fusion
 from twotower.eval import runs as runs_lib
 from twotower.contracts import codecs
 from twotower.pipelines import embed
+from bundle_manifest_fixtures import write_passages
 
 SPLIT = "test-80"
 
@@ -302,24 +303,11 @@ def test_embeddings_of_other_documents_are_refused(serving_bundle, tmp_path):
   # Embeddings of other documents (three passages) for 48 candidates: refused, nothing left.
   embeddings = str(tmp_path / "emb")
   embed.run(embed.EmbedConfig(model=serving_bundle["model"], out=embeddings,
-                              kind="passages", path=_passages(tmp_path)))
+                              kind="passages", path=write_passages(tmp_path)))
   with pytest.raises(ValueError, match="vectors for 48 documents"):
     bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
                                    out=str(tmp_path / "b"), embeddings=embeddings, weight=0.5))
   assert sorted(os.listdir(tmp_path)) == ["emb", "pairs"]
-
-
-def _passages(tmp_path) -> str:
-  """Three passages of one page (a `twotower pairs` output's passages/)."""
-  import pyarrow as pa
-  import pyarrow.parquet as pq
-  out = tmp_path / "pairs"
-  (out / "passages").mkdir(parents=True)
-  rows = [{"page_id": 7, "passage_id": i, "title": "Page", "text": f"text {i}",
-           "sentences": [f"text {i}"], "is_lead": i == 0} for i in range(3)]
-  pq.write_table(pa.Table.from_pylist(rows, schema=contracts.PASSAGE_SCHEMA),
-                 out / "passages" / "passages-00000-of-00001.parquet")
-  return str(out)
 
 
 # ---------------------------------------------------------------------------------------------

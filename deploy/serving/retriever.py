@@ -44,11 +44,10 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from twotower import contracts
-from twotower import io as tio
 from twotower import lucene
 from twotower import texts
 from twotower.contracts import bundle_manifest
-from twotower.contracts.bundle_manifest import BundleError, BundleManifest  # noqa: F401
+from twotower.contracts.bundle_manifest import BundleError, BundleManifest
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion

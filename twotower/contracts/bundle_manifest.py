@@ -173,7 +173,7 @@ class BundleManifest:
                         f"twotower reads version {FORMAT_VERSION}: rebuild it with "
                         "`twotower bundle`")
     top = _Fields(path, value)
-    versions, files = top.object("versions"), top.object("files")
+    versions, files = top.nested("versions"), top.nested("files")
     return cls(created=top.get("created", str),
                versions={name: versions.get(name, str) for name in versions.value},
                model=top.record("model", ModelPart),
@@ -324,7 +324,7 @@ class _Fields:
                         f"{field!r}): rebuild the bundle")
     return field
 
-  def object(self, name: str) -> "_Fields":
+  def nested(self, name: str) -> "_Fields":
     value = self.value.get(name)
     if not isinstance(value, dict):
       raise BundleError(f"{self.path}: {self._where()} has no {name!r} object (not written "
@@ -334,7 +334,7 @@ class _Fields:
   def record(self, name: str, record: type) -> Any:
     """The object `name` as `record` (a dataclass of this module), each field checked by its
     annotation; a field with a default may be absent (it takes the default)."""
-    fields = self.object(name)
+    fields = self.nested(name)
     values = {}
     for f in dataclasses.fields(record):
       if f.name not in fields.value and f.default is not dataclasses.MISSING:
