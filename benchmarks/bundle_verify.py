@@ -4,7 +4,7 @@
   .venv/bin/python -m benchmarks.bundle_verify BUNDLE [BUNDLE ...] [--repeats 5]
 
 For each bundle: its documents, files and bytes; the median of --repeats runs of each check
-(deploy.serving.retriever's own `_check_part`, warm page cache: a server's bundle has just
+(the check `Retriever.load` runs, BundleManifest.check_files, warm page cache: a server's bundle has just
 been written or copied); then, once per process, `import tensorflow` and loading the query
 tower's SavedModel (what a cold `Retriever.load` pays anyway). Run it in a fresh process: the
 TensorFlow figures are a cold import only the first time.
@@ -18,7 +18,8 @@ import statistics
 import time
 
 from twotower import contracts
-from twotower import io as tio
+from twotower import saved_model
+from twotower.contracts import bundle_manifest
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -35,22 +36,20 @@ def main(argv=None) -> None:
   parser.add_argument("bundles", nargs="+", help="retriever bundle directories")
   parser.add_argument("--repeats", type=int, default=5, help="runs per check (median)")
   args = parser.parse_args(argv)
-  from twotower.deploy.serving import retriever  # pylint: disable=import-outside-toplevel
   rows = []
   for bundle in args.bundles:
-    # The manifest as written (any format version: hashing does not depend on it).
-    manifest = tio.read_json(contracts.bundle_path(bundle, contracts.BUNDLE_MANIFEST_FILE))
-    size = sum(f["bytes"] for f in manifest["files"].values())
-    timed = {verify: _median_ms(lambda v=verify: retriever._check_part(  # pylint: disable=protected-access
-        bundle, manifest, v), args.repeats) for verify in ("size", "sha256")}
-    rows.append((bundle, manifest["documents"]["count"], len(manifest["files"]), size, timed))
+    manifest = bundle_manifest.read(bundle)
+    size = sum(f.bytes for f in manifest.files.values())
+    timed = {verify: _median_ms(lambda v=verify: manifest.check_files(bundle, v), args.repeats)
+             for verify in ("size", "sha256")}
+    rows.append((bundle, manifest.documents.count, len(manifest.files), size, timed))
   started = time.perf_counter()
   import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   tf_ms = (time.perf_counter() - started) * 1000
-  from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
   started = time.perf_counter()
-  embed.load_signature(os.path.join(args.bundles[0], contracts.BUNDLE_QUERY_ENCODER_DIR),
-                       contracts.QUERY_SIGNATURE)
+  saved_model.load_signature(
+      os.path.join(args.bundles[0], contracts.BUNDLE_QUERY_ENCODER_DIR),
+      contracts.QUERY_SIGNATURE)
   tower_ms = (time.perf_counter() - started) * 1000
   print("| bundle | documents | files | MB | verify size (ms) | verify sha256 (ms) |")
   print("|---|---|---|---|---|---|")

@@ -53,9 +53,9 @@ def write_candidates(path: str, rows: int, seed: int = 0) -> None:
 def direct_loop(model: str, candidates: str, out: str, batch_size: int) -> tuple[float, float]:
   """(total seconds, seconds inside the model calls)."""
   import tensorflow as tf
-  from twotower.pipelines import embed
+  from twotower import saved_model
   t0 = time.perf_counter()
-  fn = embed.load_signature(model, contracts.DOC_SIGNATURE)
+  fn = saved_model.load_signature(model, contracts.DOC_SIGNATURE)
   ids, vectors, model_s = [], [], 0.0
   pf = pq.ParquetFile(candidates)
   for batch in pf.iter_batches(batch_size=batch_size,

@@ -35,7 +35,7 @@ import dataclasses
 import hashlib
 import logging
 import sys
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -49,6 +49,7 @@ from twotower import outputs
 from twotower import texts
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
+from twotower.saved_model import LoadedSignature, embedding_dim, load_signature
 
 logger = logging.getLogger(__name__)
 
@@ -88,55 +89,7 @@ class EmbedConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-class _LoadedSignature:
-  """A signature plus the loaded object that owns its variables (a bare signature whose
-  SavedModel object is garbage-collected loses its weights)."""
-
-  def __init__(self, loaded: Any, fn: Callable):
-    self.loaded = loaded
-    self.fn = fn
-
-  def __call__(self, **inputs):
-    return self.fn(**inputs)
-
-
-def load_signature(model_path: str, signature: str) -> _LoadedSignature:
-  """Loads one signature of a SavedModel (after `import tensorflow_text` for its custom ops)."""
-  import tensorflow as tf
-  try:
-    import tensorflow_text  # noqa: F401  (registers the tf-text ops an export may use)
-  except ImportError:  # a model without tf-text ops still loads
-    logger.warning("tensorflow_text is not importable; a tf-text export will fail to load")
-  loaded = tf.saved_model.load(model_path)
-  if signature not in loaded.signatures:
-    raise ValueError(f"{model_path}: no signature {signature!r}; it has "
-                     f"{sorted(loaded.signatures)}")
-  return _LoadedSignature(loaded, loaded.signatures[signature])
-
-
-def embedding_dim(model_path: str, signature: str) -> int:
-  """d of a signature's `embedding` output: read from saved_model.pb's signature def (no
-  variable is loaded), else from one call on one row."""
-  try:
-    from tensorflow.python.saved_model import loader_impl  # pylint: disable=g-direct-tensorflow-import
-    sig = loader_impl.parse_saved_model(model_path).meta_graphs[0].signature_def[signature]
-    dims = sig.outputs[contracts.EMBEDDING_OUTPUT].tensor_shape.dim
-    if len(dims) == 2 and dims[-1].size > 0:
-      return int(dims[-1].size)
-  except (ImportError, KeyError, IndexError, OSError) as e:  # fall back to a real call
-    logger.debug("no static embedding dim in %s (%s)", model_path, e)
-  import tensorflow as tf
-  model = load_signature(model_path, signature)
-  spec = model.fn.structured_outputs.get(contracts.EMBEDDING_OUTPUT)
-  if spec is None:
-    raise ValueError(f"{model_path}: signature {signature!r} has no "
-                     f"{contracts.EMBEDDING_OUTPUT!r} output")
-  names = sorted(model.fn.structured_input_signature[1])
-  out = model(**{n: tf.constant(["probe"]) for n in names})[contracts.EMBEDDING_OUTPUT]
-  return int(out.shape[-1])
-
-
-class SavedModelHandler(ModelHandler[tuple, np.ndarray, _LoadedSignature]):
+class SavedModelHandler(ModelHandler[tuple, np.ndarray, LoadedSignature]):
   """RunInference handler for one string signature of a SavedModel.
 
   Examples are tuples of strings, one per signature input (`input_names` order); a batch of
@@ -153,10 +106,10 @@ class SavedModelHandler(ModelHandler[tuple, np.ndarray, _LoadedSignature]):
     self._signature = signature
     self._input_names = tuple(input_names)
 
-  def load_model(self) -> _LoadedSignature:
+  def load_model(self) -> LoadedSignature:
     return load_signature(self._model_path, self._signature)
 
-  def run_inference(self, batch: Sequence[tuple], model: _LoadedSignature,
+  def run_inference(self, batch: Sequence[tuple], model: LoadedSignature,
                     inference_args: Optional[dict[str, Any]] = None) -> Iterable[np.ndarray]:
     import tensorflow as tf
     columns = list(zip(*batch))  # one tuple of strings per input

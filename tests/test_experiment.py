@@ -500,7 +500,7 @@ def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_gr
   fused = runs_lib.read_run(fuse["run_file"])
   retriever = Retriever.load(made["bundle"])
   try:
-    assert retriever.manifest["hybrid"]["tuned_on"] == "validation-80"
+    assert retriever.manifest.hybrid.tuned_on == "validation-80"
     reqa_dir = execute.cell_dir(work, the_plan["reqa/squad"])
     questions = [(q.question_id, q.question)
                  for q in codecs.read_questions(reqa_dir, "test-80")][:5]

@@ -6,6 +6,7 @@ the test writes and checks the user's file byte for byte."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -373,38 +374,65 @@ def test_query_refuses_its_queries_as_out_and_a_bad_line_leaves_nothing(tmp_path
                                           contracts.FILE_MANIFEST_SUFFIX, "q.jsonl"]
 
 
-def test_bundle_overwrite_replaces_only_the_old_bundles_files(tmp_path):
-  """The claim and replace of `twotower bundle` (building one is slow: the JVM; its path
-  is test_serving's): the old bundle's listed files go, the user's note stays; an input
-  inside the folder, and another stage's output, are refused."""
+def test_bundle_overwrite_replaces_only_the_old_bundles_files(tmp_path, monkeypatch):
+  """`twotower bundle` claims and replaces its folder through twotower.outputs like every
+  stage (building a real one is slow, the JVM: test_serving builds it; here the parts are
+  written by a stand-in): the old bundle run's listed files go, the user's note stays; an
+  input inside the folder, another stage's output, and a bundle no stage manifest records
+  are refused."""
   from twotower.deploy.serving import bundle
+  from bundle_manifest_fixtures import a_manifest
+
+  def build(config, bundle_dir):  # what run() puts in the stage's new folder
+    (tmp_path / "built").write_text(config.reqa)
+    lucene_dir = os.path.join(bundle_dir, contracts.BUNDLE_LUCENE_DIR)
+    os.makedirs(lucene_dir)
+    with open(os.path.join(lucene_dir, "seg2"), "wb") as f:
+      f.write(b"new")
+    os.makedirs(os.path.join(bundle_dir, contracts.BUNDLE_QUERY_ENCODER_DIR, "assets"))
+    manifest = a_manifest()
+    manifest.write(bundle_dir)
+    return manifest
+
+  monkeypatch.setattr(bundle, "_build", build)
+  config = lambda reqa, **kw: bundle.BundleConfig(  # noqa: E731
+      model=str(tmp_path / "model"), reqa=reqa, out=str(tmp_path / "bundle"), weight=0.5, **kw)
   out = tmp_path / "bundle"
-  (out / contracts.BUNDLE_LUCENE_DIR).mkdir(parents=True)
-  (out / contracts.BUNDLE_LUCENE_DIR / "seg").write_bytes(b"old")
-  (out / contracts.BUNDLE_INDEX_FILE).write_bytes(b"old")
-  encoder = f"{contracts.BUNDLE_QUERY_ENCODER_DIR}/saved_model.pb"
-  (out / contracts.BUNDLE_QUERY_ENCODER_DIR).mkdir()
-  (out / encoder).write_bytes(b"old")
-  (out / contracts.BUNDLE_MANIFEST_FILE).write_text(json.dumps({"files": {
-      f"{contracts.BUNDLE_LUCENE_DIR}/seg": {}, contracts.BUNDLE_INDEX_FILE: {}, encoder: {}}}))
+  bundle.run(config("reqa-1"))
+  (out / contracts.BUNDLE_LUCENE_DIR / "seg").write_bytes(b"old")  # as if the run wrote it
+  outputs.write_manifest(str(out), bundle.STAGE, outputs.settings_of(config("reqa-1")))
   (out / "my_notes.txt").write_bytes(NOTES)
-  (out / contracts.BUNDLE_QUERY_ENCODER_DIR / "assets").mkdir(parents=True)  # empty, as TF's
-  with pytest.raises(ValueError, match="not empty; a bundle is written into a new directory"):
-    bundle._claim_output(str(out), False, [])  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match=r"holds a `twotower bundle` run with other settings "
+                                       r"\(reqa: 'reqa-1' -> 'reqa-2'\); give another --out, or "
+                                       "--overwrite"):
+    bundle.run(config("reqa-2"))
   with pytest.raises(ValueError, match="the output holds an input of this run"):
-    bundle._claim_output(str(out), True, [str(out / "model")])  # pylint: disable=protected-access
-  owned = bundle._claim_output(str(out), True, [str(tmp_path / "model")])  # pylint: disable=protected-access
-  new = tmp_path / "new"
-  (new / contracts.BUNDLE_LUCENE_DIR).mkdir(parents=True)
-  (new / contracts.BUNDLE_LUCENE_DIR / "seg2").write_bytes(b"new")
-  (new / contracts.BUNDLE_MANIFEST_FILE).write_text("{}")
-  (new / contracts.BUNDLE_QUERY_ENCODER_DIR / "assets").mkdir(parents=True)
-  outputs.replace_folder(str(out), str(new), owned)
-  assert snapshot(out) == {f"{contracts.BUNDLE_LUCENE_DIR}/seg2": b"new",
-                           contracts.BUNDLE_MANIFEST_FILE: b"{}", "my_notes.txt": NOTES}
-  assert sorted(os.listdir(tmp_path)) == ["bundle"]  # the old folder gone whole
+    bundle.run(config("reqa-2", embeddings=str(out / "emb"), overwrite=True))
+  assert (tmp_path / "built").read_text() == "reqa-1"  # refused before anything was built
+  bundle.run(config("reqa-2", overwrite=True))
+  assert (tmp_path / "built").read_text() == "reqa-2"
+  made = snapshot(out)
+  assert set(made) == {f"{contracts.BUNDLE_LUCENE_DIR}/seg2", contracts.BUNDLE_MANIFEST_FILE,
+                       contracts.MANIFEST_FILE, "my_notes.txt"}
+  assert made["my_notes.txt"] == NOTES and os.path.isdir(
+      out / contracts.BUNDLE_QUERY_ENCODER_DIR / "assets")  # empty, as TF's
+  assert outputs.read_manifest(str(out))["files"] == [
+      contracts.BUNDLE_LUCENE_DIR + "/seg2", contracts.BUNDLE_MANIFEST_FILE]
+  assert sorted(os.listdir(tmp_path)) == ["built", "bundle"]  # the old folder gone whole
+  # The same settings again: this stage's own output, replaced without --overwrite.
+  bundle.run(config("reqa-2"))
+  assert snapshot(out) == made
   other = tmp_path / "pairs"
   other.mkdir()
   outputs.write_manifest(str(other), "pairs", {})
   with pytest.raises(ValueError, match="holds the output of `twotower pairs`"):
-    bundle._claim_output(str(other), True, [])  # pylint: disable=protected-access
+    bundle.run(dataclasses.replace(config("reqa-2", overwrite=True), out=str(other)))
+  # A bundle of a twotower before bundles had a stage manifest: refused before any work, with
+  # --overwrite too (the new parts would land on files no manifest gives this stage).
+  os.remove(out / contracts.MANIFEST_FILE)
+  (tmp_path / "built").unlink()
+  with pytest.raises(ValueError, match=f"{out}: holds manifest.json, query_encoder, lucene, which no "
+                                       r"twotower manifest \(_twotower.json\) records"):
+    bundle.run(config("reqa-3", overwrite=True))
+  assert not (tmp_path / "built").exists() and snapshot(out) == {
+      k: v for k, v in made.items() if k != contracts.MANIFEST_FILE}

@@ -14,6 +14,7 @@ import pytest
 
 from twotower import cli
 from twotower import contracts
+from twotower.contracts import bundle_manifest
 from twotower.deploy.serving import BundleError, Retriever, bundle
 from twotower.deploy.serving import check
 from twotower.deploy.serving import store as store_lib
@@ -21,6 +22,7 @@ from twotower.eval import fusion
 from twotower.eval import runs as runs_lib
 from twotower.contracts import codecs
 from twotower.pipelines import embed
+from bundle_manifest_fixtures import write_passages
 
 SPLIT = "test-80"
 
@@ -57,9 +59,10 @@ def test_bundle_holds_every_part_with_a_manifest_that_describes_it(serving_bundl
   path = serving_bundle["bundle"]
   candidates = codecs.read_candidates(serving_bundle["reqa"])
   manifest = json.load(open(os.path.join(path, contracts.BUNDLE_MANIFEST_FILE)))
+  # The parts, the bundle's manifest, and the stage's ownership record (twotower.outputs).
   assert sorted(os.listdir(path)) == sorted([contracts.BUNDLE_MANIFEST_FILE,
-                                             *contracts.BUNDLE_PARTS])
-  assert manifest["format_version"] == bundle.FORMAT_VERSION
+                                             contracts.MANIFEST_FILE, *contracts.BUNDLE_PARTS])
+  assert manifest["format_version"] == bundle_manifest.FORMAT_VERSION
   assert manifest["documents"]["count"] == manifest["index"]["vectors"] == \
       manifest["bm25"]["documents"] == len(candidates) == 48
   assert manifest["model"]["embedding_dim"] == manifest["index"]["dim"] == 64
@@ -70,7 +73,8 @@ def test_bundle_holds_every_part_with_a_manifest_that_describes_it(serving_bundl
   assert hybrid["weight"] in fusion.WEIGHT_GRID
   # Every file is listed with its size and checksum; no temporary folder is left beside it.
   listed = {os.path.relpath(os.path.join(root, f), path)
-            for root, _, names in os.walk(path) for f in names} - {"manifest.json"}
+            for root, _, names in os.walk(path) for f in names} - {
+                contracts.BUNDLE_MANIFEST_FILE, contracts.MANIFEST_FILE}
   assert set(manifest["files"]) == listed
   assert not [n for n in os.listdir(os.path.dirname(path)) if ".tmp-" in n]
 
@@ -209,7 +213,7 @@ def test_a_compressed_bundle_reranks_exactly_from_its_vectors(serving_bundle, tm
   assert any(name.endswith(".vectors.npy") for name in os.listdir(out))
   compressed, flat = Retriever.load(out), Retriever.load(serving_bundle["bundle"])
   try:
-    assert "fs" in compressed.manifest["index"]["factory"]
+    assert "fs" in compressed.manifest.index.factory
     queries = ["Who designed the tower in Galt?", "When was the river of Arlen built?"]
     # Every list visited and every document in the short list (48 <= 10 x 4 x ...): exact.
     for a, b in zip(compressed.search(queries, k=10, nprobe=2), flat.search(queries, k=10)):
@@ -287,8 +291,10 @@ def test_another_format_version_is_refused(broken):
     Retriever.load(broken)
 
 
-def test_bundle_into_a_non_empty_folder_is_refused(serving_bundle):
-  with pytest.raises(ValueError, match="not empty.*--overwrite"):
+def test_bundle_into_a_folder_of_another_bundle_run_is_refused(serving_bundle):
+  with pytest.raises(ValueError, match=r"holds a `twotower bundle` run with other settings "
+                                       r"\(tune_split: 'validation-80' -> ''; weight: None -> "
+                                       r"0.5\); give another --out, or --overwrite"):
     bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
                                    out=serving_bundle["bundle"], weight=0.5))
 
@@ -297,24 +303,11 @@ def test_embeddings_of_other_documents_are_refused(serving_bundle, tmp_path):
   # Embeddings of other documents (three passages) for 48 candidates: refused, nothing left.
   embeddings = str(tmp_path / "emb")
   embed.run(embed.EmbedConfig(model=serving_bundle["model"], out=embeddings,
-                              kind="passages", path=_passages(tmp_path)))
+                              kind="passages", path=write_passages(tmp_path)))
   with pytest.raises(ValueError, match="vectors for 48 documents"):
     bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
                                    out=str(tmp_path / "b"), embeddings=embeddings, weight=0.5))
   assert sorted(os.listdir(tmp_path)) == ["emb", "pairs"]
-
-
-def _passages(tmp_path) -> str:
-  """Three passages of one page (a `twotower pairs` output's passages/)."""
-  import pyarrow as pa
-  import pyarrow.parquet as pq
-  out = tmp_path / "pairs"
-  (out / "passages").mkdir(parents=True)
-  rows = [{"page_id": 7, "passage_id": i, "title": "Page", "text": f"text {i}",
-           "sentences": [f"text {i}"], "is_lead": i == 0} for i in range(3)]
-  pq.write_table(pa.Table.from_pylist(rows, schema=contracts.PASSAGE_SCHEMA),
-                 out / "passages" / "passages-00000-of-00001.parquet")
-  return str(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,6 +89,13 @@ def _update_with_file(digest, path: str) -> None:
       digest.update(block)
 
 
+def file_sha256(path: str) -> str:
+  """sha256 hex of one file's bytes, read in 1 MiB blocks (a bundle's files: its manifest)."""
+  digest = hashlib.sha256()
+  _update_with_file(digest, path)
+  return digest.hexdigest()
+
+
 def model_fingerprint(saved_model: str) -> str:
   """sha256 hex of a SavedModel's variables and assets (see the module docstring).
 

@@ -49,6 +49,7 @@ from fastapi import responses
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from twotower import lucene
+from twotower.contracts import bundle_manifest
 from twotower.deploy.serving import batcher as batcher_lib
 from twotower.deploy.serving import guard
 from twotower.deploy.serving import retriever as retriever_lib
@@ -351,7 +352,7 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
   async def info(request: fastapi.Request):
     service = service_of(request)
     retriever = service.batcher.retriever
-    manifest = {k: v for k, v in retriever.manifest.items() if k != "files"}
+    manifest = {k: v for k, v in retriever.manifest.to_json().items() if k != "files"}
     return {"api": API_VERSION, "bundle": service.public_path(retriever.path),
             "manifest": manifest if config.show_paths else _redacted(manifest),
             "limits": {"max_k": config.max_k, "max_queries": config.max_queries,
@@ -470,7 +471,7 @@ def run(config: ServeConfig) -> None:
   """Serves until interrupted (uvicorn, one process)."""
   import uvicorn  # pylint: disable=import-outside-toplevel
   # Fail fast on a path that is no bundle; the parts load (and are checked) in the background.
-  retriever_lib.read_manifest(config.bundle.rstrip("/"))
+  bundle_manifest.read(config.bundle.rstrip("/"))
   if not is_loopback(config.host):
     logger.warning("serving on %s: other machines can reach this service", config.host)
   sock = listen(config.host, config.port)

@@ -7,7 +7,7 @@
     BUNDLE/manifest.json    versions, embedding dim, counts, model (path and fingerprint),
                             index type, the hybrid's weight (and where it was tuned), the id
                             set of the store, the index and Lucene (each read back from the
-                            part), every file's size and sha256
+                            part), every file's size and sha256: contracts.bundle_manifest
     BUNDLE/query_encoder/   the query tower: the export's SavedModel (tokenizer in the graph)
     BUNDLE/index.faiss      FAISS index of the documents' embeddings (ids = document ids)
     BUNDLE/store.sqlite     document id -> title, text, sentence, page id (deploy.serving.store)
@@ -23,22 +23,21 @@ weight is given (`--weight`) or tuned on a validation split of the ReQA director
 (`--tune_split`), with the bundle's own dense and BM25 searches and `eval.fusion.tune_weight`,
 the function `twotower fuse --weight auto` uses.
 
-The bundle is built in a temporary directory beside `--out` and moved into place when whole,
-so a reader never sees half a bundle; an existing non-empty `--out` is refused unless
-`--overwrite`. `run(BundleConfig) -> BundleResult` is the typed entry point.
+The bundle is an output like every stage's (twotower.outputs): built in a folder beside
+`--out` and moved into place when whole, so a reader never sees half a bundle, with the
+stage's manifest (`_twotower.json`) beside the bundle's own; a folder of another bundle run
+is refused unless `--overwrite`, which removes only the files that run's manifest lists.
+`run(BundleConfig) -> BundleResult` is the typed entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import logging
 import os
-import platform
 import shutil
 import sys
-import tempfile
 from typing import Iterator, Optional
 
 import numpy as np
@@ -49,21 +48,29 @@ from twotower import io as tio
 from twotower import lucene
 from twotower import outputs
 from twotower import texts
+from twotower.contracts import bundle_manifest
+from twotower.contracts.bundle_manifest import BundleManifest, IdSet
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import embeddings as embeddings_lib
 from twotower.eval import faiss_index
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "twotower-retriever-bundle"
-#: Bumped when the layout or the manifest's meaning changes; a reader refuses other versions.
-FORMAT_VERSION = 2  # 2: the model's fingerprint and each part's id set
-#: Library versions recorded in the manifest (a difference at load is logged, not refused).
-RECORDED_PACKAGES = ("twotower", "tensorflow", "tensorflow-text", "faiss-cpu", "pyserini")
+#: The stage name its outputs manifest records (twotower.outputs).
+STAGE = "bundle"
 #: Weight of BM25 in the hybrid when nothing tunes it (stated in the manifest as untuned).
 DEFAULT_WEIGHT = 0.5
 #: Candidates each side contributes to the hybrid: as `twotower fuse` fuses 100-deep runs.
 DEFAULT_HYBRID_DEPTH = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class ChosenWeight:
+  """Where a given weight was chosen, when a stage before the bundle tuned it (the grid's
+  fuse cell): the manifest records it as the hybrid's `tuned_on`, `metric` and `partner`."""
+  split: Optional[str]
+  metric: Optional[str]
+  partner: Optional[str] = None  # the dense row the fuse cell kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +91,7 @@ class BundleConfig:
   hybrid_depth: int = DEFAULT_HYBRID_DEPTH
   onnx: bool = False                # also the query tower as ONNX (query_onnx/): a service
                                     # that needs no TensorFlow (model.export_hf)
+  chosen_weight: Optional[ChosenWeight] = None  # where `weight` was tuned (Python API only)
   overwrite: bool = False
   beam_args: tuple[str, ...] = ()
 
@@ -98,12 +106,14 @@ class BundleConfig:
       raise ValueError(f"--weight {self.weight} is not in [0, 1]")
     if self.hybrid_depth < 1:
       raise ValueError(f"--hybrid_depth must be >= 1, got {self.hybrid_depth}")
+    if self.chosen_weight is not None and self.weight is None:
+      raise ValueError("chosen_weight says where a given weight was tuned: give the weight")
 
 
 @dataclasses.dataclass(frozen=True)
 class BundleResult:
   path: str
-  manifest: dict
+  manifest: BundleManifest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +140,8 @@ def iter_documents(config: BundleConfig) -> Iterator[store_lib.Document]:
       cid = int(row["candidate_id"])
       # Held-out benchmark candidates are whole passages, id = passage_uid(page, passage);
       # SQuAD/NQ candidates carry no page id.
-      page = cid >> 20 if row["source"] == contracts.HELDOUT_SOURCE else None
+      page = (contracts.passage_uid_page(cid) if row["source"] == contracts.HELDOUT_SOURCE
+              else None)
       yield store_lib.Document(cid, row["title"] or "", row["passage"] or "",
                                row["sentence"] or "", page, row["source"] or "",
                                row.get("section") or "")
@@ -169,9 +180,9 @@ def resolve_saved_model(model: str) -> str:
                           f"{exported}/saved_model.pb (was the run exported?)")
 
 
-def _embed(config: BundleConfig, saved_model: str, work: str) -> str:
+def _embed(config: BundleConfig, saved_model: str, out: str) -> str:
+  """The documents' embeddings, made here with the embedding job into `out`."""
   from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
-  out = os.path.join(work, "embeddings")
   if config.reqa:
     job = embed.EmbedConfig(model=saved_model, out=out, kind="candidates",
                             path=contracts.candidates_path(config.reqa),
@@ -183,7 +194,8 @@ def _embed(config: BundleConfig, saved_model: str, work: str) -> str:
   return out
 
 
-def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
+def _build_index(config: BundleConfig, embeddings: str, path: str
+                 ) -> bundle_manifest.IndexPart:
   """The `twotower index` stage into the bundle (with `ivfpq_rerank`, its float32 vectors
   beside the index: searches re-rank exactly from them, memory-mapped)."""
   from twotower.eval import index as index_stage  # pylint: disable=import-outside-toplevel
@@ -191,13 +203,13 @@ def _build_index(config: BundleConfig, embeddings: str, path: str) -> dict:
   n, d = faiss_index.count_vectors(files)
   index_stage.run(index_stage.IndexConfig(embeddings=embeddings, out=path, index=config.index))
   # The ids the index holds, as the index stage read them back from it.
-  ids = fingerprints.read_record(fingerprints.record_path(path))["ids"]
+  ids = IdSet.of(fingerprints.read_record(fingerprints.record_path(path))["ids"])
   # The bundle's own manifest records its files, their checksums, the model and the ids: the
   # index stage's records of the file (the embeddings it came from) have no place in it.
   for record in (outputs.file_manifest_path(path), fingerprints.record_path(path)):
     outputs.discard(record)  # written into this run's own new bundle folder
-  return {"factory": config.index.resolve(n, d).factory_string(), "vectors": int(n),
-          "dim": int(d), "metric": "inner_product", "ids": ids}
+  return bundle_manifest.IndexPart(factory=config.index.resolve(n, d).factory_string(),
+                                   vectors=int(n), dim=int(d), metric="inner_product", ids=ids)
 
 
 def check_embeddings_model(embeddings: str, model: dict) -> None:
@@ -228,50 +240,25 @@ def lucene_ids(index_dir: str) -> np.ndarray:
     searcher.close()
 
 
-def check_same_ids(store_ids: np.ndarray, index: dict, bm25_ids: np.ndarray,
-                   embeddings_files: list[str], embeddings: str) -> tuple[dict, dict]:
-  """The id records of the store and Lucene, after checking that the index and Lucene hold
+def check_same_ids(store_ids: np.ndarray, index: bundle_manifest.IndexPart,
+                   bm25_ids: np.ndarray, embeddings_files: list[str], embeddings: str
+                   ) -> tuple[IdSet, IdSet]:
+  """The id sets of the store and Lucene, after checking that the index and Lucene hold
   exactly the store's ids (equal sets, not only counts: ids shifted by 7 are refused)."""
-  store = fingerprints.ids_record(store_ids)
-  if index["ids"] != store:
+  store = IdSet.of(fingerprints.ids_record(store_ids))
+  if index.ids != store:
     vector_ids = fingerprints.file_ids(embeddings_files)
     extra = np.setdiff1d(vector_ids, store_ids)
     missing = np.setdiff1d(store_ids, vector_ids)
     example = (f"id {extra[0]} has a vector but no document" if extra.size else
                f"document {missing[0]} has no vector" if missing.size else "ids repeat")
-    raise ValueError(f"{embeddings}: vectors of other ids than the {store['count']} "
+    raise ValueError(f"{embeddings}: vectors of other ids than the {store.count} "
                      f"documents' ({example}): embeddings of other documents?")
-  bm25 = fingerprints.ids_record(bm25_ids)
+  bm25 = IdSet.of(fingerprints.ids_record(bm25_ids))
   if bm25 != store:
-    raise ValueError(f"part 'lucene' holds other ids than the store ({bm25['count']} against "
-                     f"{store['count']} documents)")
+    raise ValueError(f"part 'lucene' holds other ids than the store ({bm25.count} against "
+                     f"{store.count} documents)")
   return store, bm25
-
-
-def package_versions() -> dict[str, str]:
-  """Python's and RECORDED_PACKAGES' versions, as the manifest records them."""
-  return {"python": platform.python_version(), **tio.package_versions(RECORDED_PACKAGES)}
-
-
-def sha256_of(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
-def file_digests(bundle_dir: str) -> dict[str, dict]:
-  """Every file under the bundle (but the manifest): relative path -> bytes and sha256."""
-  files = {}
-  for root, _, names in os.walk(bundle_dir):
-    for name in sorted(names):
-      path = os.path.join(root, name)
-      rel = os.path.relpath(path, bundle_dir)
-      if rel == contracts.BUNDLE_MANIFEST_FILE:
-        continue
-      files[rel] = {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
-  return dict(sorted(files.items()))
 
 
 def _tuning_split(config: BundleConfig):
@@ -287,7 +274,8 @@ def _tuning_split(config: BundleConfig):
   return split
 
 
-def _tune(config: BundleConfig, split, bundle_dir: str) -> dict:
+def _tune(config: BundleConfig, split, bundle_dir: str,
+          hybrid: bundle_manifest.Hybrid) -> bundle_manifest.Hybrid:
   """The hybrid's weight, tuned with the bundle's own searches on a validation split."""
   from twotower.deploy.serving import retriever as retriever_lib  # pylint: disable=import-outside-toplevel
   from twotower.eval import fusion  # pylint: disable=import-outside-toplevel
@@ -300,54 +288,56 @@ def _tune(config: BundleConfig, split, bundle_dir: str) -> dict:
   tuning = fusion.tune_weight(bm25, dense, split, config.tune_metric, depth=config.hybrid_depth)
   logger.info("hybrid weight %.2f tuned on %s (%d questions) by %s", tuning.weight,
               split.split, len(split.questions), tuning.metric)
-  return {"weight": tuning.weight, "tuned_on": split.split, "metric": tuning.metric,
-          "questions": len(split.questions)}
+  return dataclasses.replace(hybrid, weight=tuning.weight, tuned_on=split.split,
+                             metric=tuning.metric, questions=len(split.questions))
 
 
-def write_manifest(bundle_dir: str, manifest: dict) -> None:
-  """Writes the manifest with every file's size and checksum (the manifest is written last)."""
-  manifest["files"] = file_digests(bundle_dir)
-  tio.write_json(contracts.bundle_path(bundle_dir, contracts.BUNDLE_MANIFEST_FILE), manifest)
+def _given_hybrid(config: BundleConfig) -> bundle_manifest.Hybrid:
+  """The hybrid as given: `weight` (or the default, untuned), and where it was chosen."""
+  if config.chosen_weight is None:
+    return bundle_manifest.Hybrid(
+        weight=DEFAULT_WEIGHT if config.weight is None else config.weight,
+        depth=config.hybrid_depth)
+  chosen = config.chosen_weight  # tuned by a stage before: how many questions is its record's
+  return bundle_manifest.Hybrid(weight=config.weight, depth=config.hybrid_depth,
+                                tuned_on=chosen.split, metric=chosen.metric, questions=None,
+                                partner=chosen.partner)
 
 
-def _claim_output(out: str, overwrite: bool, inputs: list[str]) -> set[str]:
-  """Checks that `out` may take the bundle; returns the files of it that the bundle
-  replaces (twotower.outputs' rules): those the old bundle's manifest lists. No input lies
-  in `out`; with --overwrite, files no bundle manifest lists are kept (moved into the new
-  bundle's folder), and another stage's output is refused."""
-  outputs.check_inputs(out, inputs, inside=False)
-  if os.path.exists(out) and not os.path.isdir(out):
-    raise ValueError(f"{out}: exists and is not a directory")
-  if not (os.path.isdir(out) and os.listdir(out)):
-    return set()
-  if not overwrite:
-    raise ValueError(f"{out}: not empty; a bundle is written into a new directory "
-                     "(--overwrite replaces the bundle there, keeping files it did not write)")
-  stage = outputs.read_manifest(out)
-  if stage is not None:
-    raise ValueError(f"{out}: holds the output of `twotower {stage['stage']}`; give another "
-                     "--out (--overwrite replaces only a bundle)")
-  try:
-    listed = tio.read_json(contracts.bundle_path(out, contracts.BUNDLE_MANIFEST_FILE))["files"]
-    owned = {*listed, contracts.BUNDLE_MANIFEST_FILE}
-  except (OSError, ValueError, KeyError, TypeError):
-    owned = set()
-  unlisted = [name for name in (*contracts.BUNDLE_PARTS, contracts.BUNDLE_MANIFEST_FILE)
-              if os.path.lexists(os.path.join(out, name)) and not any(
-                  f == name or f.startswith(name + "/") for f in owned)]
-  if unlisted:
-    raise ValueError(f"{out}: holds {', '.join(unlisted)}, which no bundle manifest there "
-                     "lists; give another --out, or move them away")
-  logger.warning("--overwrite: replacing the bundle in %s (files it did not write are kept)",
-                 out)
-  return owned
+def _refuse_unrecorded_parts(out: str) -> None:
+  """A folder whose bundle parts no stage's manifest records (a bundle of a twotower before
+  bundles had one, or files of the user's) is refused before anything is built: the new
+  bundle would be written over them (outputs.replace_folder refuses that at the end)."""
+  from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
+  if not os.path.isdir(out) or outputs.read_manifest(out) is not None:
+    return
+  names = (contracts.BUNDLE_MANIFEST_FILE, *contracts.BUNDLE_PARTS,
+           query_encoders.QUERY_ONNX_DIR)
+  found = [name for name in names if os.path.lexists(os.path.join(out, name))]
+  if found:
+    raise ValueError(f"{out}: holds {', '.join(found)}, which no twotower manifest "
+                     f"({contracts.MANIFEST_FILE}) records (a bundle of an earlier twotower, "
+                     "or files of yours); give another --out, or move them away")
 
 
 def run(config: BundleConfig) -> BundleResult:
-  """Builds the bundle in a temporary directory beside `out`, then moves it into place."""
+  """Builds the bundle in a folder beside `out` (outputs.staged), then moves it into place."""
   out = config.out.rstrip("/")
-  owned = _claim_output(out, config.overwrite, [config.model, config.reqa, config.passages,
-                                                config.embeddings])
+  inputs = [config.model, config.reqa, config.passages, config.embeddings]
+  # Nothing of `out` is carried into the new bundle's place but the user's files: an input
+  # inside it would be read while it is replaced.
+  outputs.check_inputs(out, inputs, inside=False)
+  _refuse_unrecorded_parts(out)
+  with outputs.staged(out, STAGE, outputs.settings_of(config), inputs=inputs,
+                      overwrite=config.overwrite) as bundle_dir:
+    manifest = _build(config, bundle_dir)
+  logger.info("bundle: %d documents, index %s, hybrid weight %.2f -> %s",
+              manifest.documents.count, manifest.index.factory, manifest.hybrid.weight, out)
+  return BundleResult(out, manifest)
+
+
+def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
+  """Every part into `bundle_dir` (the stage's new folder), then the manifest, last."""
   saved_model = resolve_saved_model(config.model)
   model = fingerprints.model_record(saved_model)
   if config.embeddings:  # before anything is built
@@ -357,68 +347,55 @@ def run(config: BundleConfig) -> BundleResult:
                               "embeddings": config.embeddings or "(embedded here)",
                               "index": config.index.factory or config.index.type,
                               "weight": config.weight, "tune_split": config.tune_split,
-                              "out": out})
-  parent = os.path.dirname(os.path.abspath(out))
-  os.makedirs(parent, exist_ok=True)
-  work = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(out)}.tmp-")
-  try:
-    bundle_dir = os.path.join(work, "bundle")
-    os.makedirs(bundle_dir)
-    part = lambda name: contracts.bundle_path(bundle_dir, name)  # noqa: E731
-    shutil.copytree(saved_model, part(contracts.BUNDLE_QUERY_ENCODER_DIR))
-    if config.onnx:
-      from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
-      from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
-      export_hf.write_query_tower(saved_model, part(query_encoders.QUERY_ONNX_DIR))
-    documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE),
-                                      iter_documents(config))
-    if not documents:
-      raise ValueError(f"{config.reqa or config.passages}: no documents to bundle")
-    embeddings = config.embeddings or _embed(config, saved_model, work)
-    index = _build_index(config, embeddings, part(contracts.BUNDLE_INDEX_FILE))
-    lucene_docs = lucene.build_index(lucene_documents(config),
-                                     part(contracts.BUNDLE_LUCENE_DIR), threads=1)
-    if not index["vectors"] == documents == lucene_docs:
-      raise ValueError(f"{config.embeddings or 'the embeddings'}: {index['vectors']} vectors "
-                       f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
-                       "other documents?")
-    with store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE)) as store:
-      store_ids = np.asarray(store.ids(), dtype=np.int64)
-    store_record, bm25_record = check_same_ids(
-        store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
-        embeddings_lib.embedding_files(embeddings), config.embeddings or "the embeddings")
-    run_config = contracts.exported_config_path(saved_model)
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "versions": package_versions(),
-        "model": {"source": os.path.abspath(saved_model), "fingerprint": model["fingerprint"],
-                  "signature": contracts.QUERY_SIGNATURE,
-                  "embedding_dim": index["dim"],
-                  "config": tio.read_text(run_config) if os.path.isfile(run_config) else ""},
-        "documents": {"count": documents, "source": os.path.abspath(config.reqa or
-                                                                    config.passages),
-                      "kind": "candidates" if config.reqa else "passages",
-                      "doc_text": config.doc_text if config.reqa else "title+text",
-                      "ids": store_record},
-        "index": index,
-        "bm25": {"documents": lucene_docs, "k1": config.k1, "b": config.b,
-                 "ids": bm25_record},
-        "hybrid": {"weight": DEFAULT_WEIGHT if config.weight is None else config.weight,
-                   "tuned_on": None, "metric": None, "questions": 0,
-                   "depth": config.hybrid_depth, "method": "interpolate",
-                   "note": "BM25's weight, as `twotower fuse --run BM25 DENSE --weight W`"},
-    }
-    write_manifest(bundle_dir, manifest)
-    if split is not None:
-      manifest["hybrid"].update(_tune(config, split, bundle_dir))
-      write_manifest(bundle_dir, manifest)
-    outputs.replace_folder(out, bundle_dir, owned)  # the old bundle's files only
-  finally:
-    shutil.rmtree(work, ignore_errors=True)
-  logger.info("bundle: %d documents, index %s, hybrid weight %.2f -> %s", documents,
-              index["factory"], manifest["hybrid"]["weight"], out)
-  return BundleResult(out, manifest)
+                              "out": config.out})
+  part = lambda name: contracts.bundle_path(bundle_dir, name)  # noqa: E731
+  shutil.copytree(saved_model, part(contracts.BUNDLE_QUERY_ENCODER_DIR))
+  if config.onnx:
+    from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
+    from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
+    export_hf.write_query_tower(saved_model, part(query_encoders.QUERY_ONNX_DIR))
+  documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE), iter_documents(config))
+  if not documents:
+    raise ValueError(f"{config.reqa or config.passages}: no documents to bundle")
+  # Embeddings made here live in the new folder until the index is built from them.
+  embeddings = config.embeddings or _embed(config, saved_model, part(".embeddings"))
+  index = _build_index(config, embeddings, part(contracts.BUNDLE_INDEX_FILE))
+  lucene_docs = lucene.build_index(lucene_documents(config), part(contracts.BUNDLE_LUCENE_DIR),
+                                   threads=1)
+  if not index.vectors == documents == lucene_docs:
+    raise ValueError(f"{config.embeddings or 'the embeddings'}: {index.vectors} vectors "
+                     f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
+                     "other documents?")
+  with store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE)) as store:
+    store_ids = np.asarray(store.ids(), dtype=np.int64)
+  store_set, bm25_set = check_same_ids(
+      store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
+      embeddings_lib.embedding_files(embeddings), config.embeddings or "the embeddings")
+  if not config.embeddings:
+    outputs.discard(embeddings)  # this run's own, not a part of the bundle
+  run_config = contracts.exported_config_path(saved_model)
+  manifest = BundleManifest(
+      created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+      versions=bundle_manifest.running_versions(),
+      model=bundle_manifest.ModelPart(
+          source=os.path.abspath(saved_model), fingerprint=model["fingerprint"],
+          signature=contracts.QUERY_SIGNATURE, embedding_dim=index.dim,
+          config=tio.read_text(run_config) if os.path.isfile(run_config) else ""),
+      documents=bundle_manifest.DocumentsPart(
+          count=documents, source=os.path.abspath(config.reqa or config.passages),
+          kind="candidates" if config.reqa else "passages",
+          doc_text=config.doc_text if config.reqa else "title+text", ids=store_set),
+      index=index,
+      bm25=bundle_manifest.Bm25Part(documents=lucene_docs, k1=config.k1, b=config.b,
+                                    ids=bm25_set),
+      hybrid=_given_hybrid(config)).signed(bundle_dir)
+  manifest.write(bundle_dir)
+  if split is not None:  # with the bundle's own searches: the manifest is the one it loads
+    manifest = dataclasses.replace(manifest, hybrid=_tune(config, split, bundle_dir,
+                                                          manifest.hybrid))
+    manifest = manifest.signed(bundle_dir)
+    manifest.write(bundle_dir)
+  return manifest
 
 
 if __name__ == "__main__":

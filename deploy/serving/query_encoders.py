@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from twotower import contracts
+from twotower import saved_model
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,9 @@ class TensorFlowQueryEncoder:
   kind = "tensorflow"
 
   def __init__(self, folder: str):
-    from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
     apply_tf_threads()
-    self._fn = embed.load_signature(folder, contracts.QUERY_SIGNATURE)
-    self.dim = int(embed.embedding_dim(folder, contracts.QUERY_SIGNATURE))
+    self._fn = saved_model.load_signature(folder, contracts.QUERY_SIGNATURE)
+    self.dim = int(saved_model.embedding_dim(folder, contracts.QUERY_SIGNATURE))
 
   def encode(self, queries: Sequence[str]) -> np.ndarray:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel

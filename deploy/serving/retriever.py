@@ -24,11 +24,12 @@ then re-ranks the compressed index's top k x 4 exactly, reading them memory-mapp
 returns every document, never a -1 id; a side that finds nothing leaves the hybrid to the
 other.
 
-Loading checks the bundle: the manifest's format version and fields, every part present with
-the sha256 the manifest records (the default `verify="sha256"`: a same-size file of another
-bundle is refused; `"size"` checks sizes only, `"none"` presence only), and that the parts
-agree (embedding dims, document counts, and the id sets the build read back from the store,
-the index and Lucene). A bundle that fails is refused with a message naming the part.
+Loading checks the bundle (contracts.bundle_manifest, the one home of its format): the
+manifest's format version and fields, every part present with the sha256 the manifest records
+(the default `verify="sha256"`: a same-size file of another bundle is refused; `"size"` checks
+sizes only, `"none"` presence only), and that the parts agree (embedding dims, document
+counts, and the id sets the build read back from the store, the index and Lucene). A bundle
+that fails is refused with a message naming the part.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from twotower import contracts
-from twotower import io as tio
 from twotower import lucene
 from twotower import texts
-from twotower.deploy.serving import bundle as bundle_lib
+from twotower.contracts import bundle_manifest
+from twotower.contracts.bundle_manifest import BundleError, BundleManifest
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion
@@ -55,27 +56,14 @@ from twotower.eval.runs import Ranked, Run
 logger = logging.getLogger(__name__)
 
 MODES = ("dense", "bm25", "hybrid")
-VERIFY = ("none", "size", "sha256")
+VERIFY = bundle_manifest.VERIFY
 #: Contents, not only sizes: a same-size part of another bundle is caught. It reads every
 #: file once (measured in docs/guide/serve.md: small next to loading TensorFlow).
 DEFAULT_VERIFY = "sha256"
-#: What a reader needs of a manifest: section -> field -> type.
-MANIFEST_FIELDS = {
-    "model": {"embedding_dim": int, "fingerprint": str},
-    "documents": {"count": int, "ids": dict},
-    "index": {"ids": dict},
-    "bm25": {"k1": float, "b": float, "ids": dict},
-    "hybrid": {"weight": float, "depth": int},
-    "files": {},
-}
 #: Largest query-tower call (the embedding job's default batch, pipelines.embed).
 ENCODE_BATCH = query_encoders.ENCODE_BATCH
 #: Up to this many BM25 queries are searched one after another, more with batch_search.
 LUCENE_SEQUENTIAL = 64
-
-
-class BundleError(ValueError):
-  """A bundle that is incomplete or whose parts disagree; the message names the part."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,84 +109,11 @@ class SearchRequest:
     return (self.nprobe, self.ef_search)
 
 
-def _check_part(bundle_dir: str, manifest: dict, verify: str) -> None:
-  files = manifest.get("files")
-  if not isinstance(files, dict) or not files:
-    raise BundleError(f"{bundle_dir}: manifest lists no files")
-  for part in contracts.BUNDLE_PARTS:
-    if not os.path.exists(contracts.bundle_path(bundle_dir, part)):
-      raise BundleError(f"{bundle_dir}: part {part!r} is missing (an incomplete bundle)")
-  for rel, want in files.items():
-    path = os.path.join(bundle_dir, rel)
-    part = rel.split(os.sep, 1)[0]
-    if not os.path.isfile(path):
-      raise BundleError(f"{bundle_dir}: part {part!r} is missing its file {rel}")
-    if verify in ("size", "sha256") and os.path.getsize(path) != want["bytes"]:
-      raise BundleError(f"{bundle_dir}: part {part!r}: {rel} has {os.path.getsize(path)} "
-                        f"bytes, the manifest says {want['bytes']}")
-    if verify == "sha256":
-      if bundle_lib.sha256_of(path) != want["sha256"]:
-        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} differs from its sha256 "
-                          "checksum in the manifest (changed, or a file of another bundle)")
-
-
-def _check_fields(path: str, manifest: dict) -> None:
-  """Every field a reader uses, present with its type (a hand-edited or foreign manifest is
-  refused by name, never a KeyError)."""
-  for section, fields in MANIFEST_FIELDS.items():
-    value = manifest.get(section)
-    if not isinstance(value, dict):
-      raise BundleError(f"{path}: the manifest has no {section!r} object (not written by "
-                        "`twotower bundle`, or edited): rebuild the bundle")
-    for name, kind in fields.items():
-      field = value.get(name)
-      ok = (isinstance(field, (int, float)) if kind is float else isinstance(field, kind))
-      if not ok or isinstance(field, bool):
-        raise BundleError(f"{path}: the manifest's {section!r} has no {kind.__name__} "
-                          f"{name!r} (got {field!r}): rebuild the bundle")
-
-
-def _check_ids(bundle_dir: str, manifest: dict) -> None:
-  """The index and Lucene hold the store's ids: the build read each part's ids back and
-  recorded their digests, and the file checksums tie the parts to those digests."""
-  store = manifest["documents"]["ids"]
-  for part, ids in (("index.faiss", manifest["index"]["ids"]),
-                    ("lucene", manifest["bm25"]["ids"])):
-    if ids != store:
-      raise BundleError(f"{bundle_dir}: part {part!r} holds other ids than part "
-                        f"'store.sqlite' ({ids.get('count')} against {store.get('count')}, "
-                        "by the manifest's id digests): parts of two bundles")
-
-
-def read_manifest(bundle_dir: str) -> dict:
-  path = contracts.bundle_path(bundle_dir, contracts.BUNDLE_MANIFEST_FILE)
-  if not os.path.isdir(bundle_dir):
-    raise BundleError(f"{bundle_dir}: no such bundle directory")
-  if not os.path.isfile(path):
-    raise BundleError(f"{bundle_dir}: part 'manifest.json' is missing (not a bundle, or an "
-                      "incomplete one: `twotower bundle` writes it last)")
-  try:
-    manifest = tio.read_json(path)
-  except ValueError as e:
-    raise BundleError(f"{path}: part 'manifest.json' is not JSON ({e})") from e
-  if not isinstance(manifest, dict):
-    raise BundleError(f"{path}: part 'manifest.json' is a JSON {type(manifest).__name__}, "
-                      f"not a {bundle_lib.FORMAT} manifest (an object)")
-  if manifest.get("format") != bundle_lib.FORMAT:
-    raise BundleError(f"{path}: not a {bundle_lib.FORMAT} manifest")
-  if manifest.get("format_version") != bundle_lib.FORMAT_VERSION:
-    raise BundleError(f"{path}: bundle format version {manifest.get('format_version')}, this "
-                      f"twotower reads version {bundle_lib.FORMAT_VERSION}: rebuild it with "
-                      "`twotower bundle`")
-  _check_fields(path, manifest)
-  return manifest
-
-
 class Retriever:
   """A loaded bundle. Thread-safe: calls are serialised by one lock (the server's
   micro-batcher makes one call per batch)."""
 
-  def __init__(self, path: str, manifest: dict, encoder: Any, index: Any,
+  def __init__(self, path: str, manifest: BundleManifest, encoder: Any, index: Any,
                store: store_lib.PassageStore, searcher: Any, modes: Sequence[str] = MODES):
     self.path = path
     self.modes = tuple(modes)
@@ -210,9 +125,8 @@ class Retriever:
     self._lock = threading.Lock()
     #: Lucene's batch_search threads (FAISS's and TensorFlow's are process-wide: set_threads).
     self.threads = max(1, os.cpu_count() or 1)
-    hybrid = manifest["hybrid"]
-    self.weight = float(hybrid["weight"])
-    self.hybrid_depth = int(hybrid["depth"])
+    self.weight = float(manifest.hybrid.weight)
+    self.hybrid_depth = int(manifest.hybrid.depth)
     self.size = int(index.ntotal)
 
   # -------------------------------------------------------------------------------------------
@@ -250,19 +164,18 @@ class Retriever:
     if not modes or any(m not in MODES for m in modes):
       raise ValueError(f"modes must be among {MODES}, got {modes!r}")
     path = path.rstrip("/")
-    manifest = read_manifest(path)
-    _check_part(path, manifest, verify)
-    _check_ids(path, manifest)
-    running = bundle_lib.package_versions()
-    for name, version in manifest.get("versions", {}).items():
+    manifest = bundle_manifest.read(path)
+    manifest.check_files(path, verify)
+    manifest.check_ids(path)
+    running = bundle_manifest.running_versions()
+    for name, version in manifest.versions.items():
       have = running.get(name)
       if version and have and have != version:
         logger.warning("bundle made with %s %s, running %s", name, version, have)
     if threads or faiss_threads:
       set_threads(threads, faiss_threads)
     part = lambda name: contracts.bundle_path(path, name)  # noqa: E731
-    dim = int(manifest["model"]["embedding_dim"])
-    count = int(manifest["documents"]["count"])
+    dim, count = manifest.model.embedding_dim, manifest.documents.count
 
     try:
       query_encoder = query_encoders.load(path, encoder, threads)
@@ -298,13 +211,13 @@ class Retriever:
       from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
       searcher_cls = pyserini_env.import_lucene_searcher()
       searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
-      searcher.set_bm25(float(manifest["bm25"]["k1"]), float(manifest["bm25"]["b"]))
+      searcher.set_bm25(float(manifest.bm25.k1), float(manifest.bm25.b))
       if searcher.num_docs != count:
         raise BundleError(f"{path}: part 'lucene' holds {searcher.num_docs} documents; the "
                           f"manifest says {count}")
     logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f, query tower "
-                "%s, modes %s", path, count, dim, manifest["index"].get("factory"),
-                float(manifest["hybrid"]["weight"]), query_encoder.kind, ",".join(modes))
+                "%s, modes %s", path, count, dim, manifest.index.factory,
+                float(manifest.hybrid.weight), query_encoder.kind, ",".join(modes))
     retriever = cls(path, manifest, query_encoder, index, store, searcher, modes)
     if threads:
       retriever.threads = threads

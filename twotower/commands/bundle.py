@@ -67,10 +67,10 @@ def parse(argv: Iterable[str] | None) -> bundle.BundleConfig:
 def main(argv: Iterable[str] | None = None) -> None:
   result = bundle.run(parse(argv))
   m = result.manifest
-  hybrid = m["hybrid"]
-  tuned = (f"tuned on {hybrid['tuned_on']} ({hybrid['questions']} questions, "
-           f"{hybrid['metric']})" if hybrid["tuned_on"] else "not tuned")
-  print(f"bundle {result.path}: {m['documents']['count']} documents, dim "
-        f"{m['model']['embedding_dim']}, index {m['index']['factory']}, hybrid weight "
-        f"{hybrid['weight']:.2f} ({tuned})\n"
+  hybrid = m.hybrid
+  tuned = (f"tuned on {hybrid.tuned_on} ({hybrid.questions} questions, {hybrid.metric})"
+           if hybrid.tuned_on else "not tuned")
+  print(f"bundle {result.path}: {m.documents.count} documents, dim "
+        f"{m.model.embedding_dim}, index {m.index.factory}, hybrid weight "
+        f"{hybrid.weight:.2f} ({tuned})\n"
         f"try: twotower query {result.path} \"your question\" --mode hybrid")

@@ -172,11 +172,20 @@ def title_with_section(title: str, section: str) -> str:
   return f"{title}{SECTION_SEPARATOR}{section}" if section else title
 
 
+#: Low bits of a passage_uid that hold the passage's index in its page (2^20 per page).
+PASSAGE_ID_BITS = 20
+
+
 def passage_uid(page_id: int, passage_id: int) -> int:
   """One int64 per passage, for FAISS ids and embedding rows (2^20 passages per page)."""
-  if not 0 <= passage_id < (1 << 20):
+  if not 0 <= passage_id < (1 << PASSAGE_ID_BITS):
     raise ValueError(f"passage_id {passage_id} out of range [0, 2^20) for page {page_id}")
-  return (int(page_id) << 20) | int(passage_id)
+  return (int(page_id) << PASSAGE_ID_BITS) | int(passage_id)
+
+
+def passage_uid_page(uid: int) -> int:
+  """The page id a passage_uid was made from (passage_uid's inverse, for the page)."""
+  return int(uid) >> PASSAGE_ID_BITS
 
 
 #: tf.train.Example features of a (query, document) pair. Bytes features hold UTF-8 text.

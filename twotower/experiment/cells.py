@@ -193,19 +193,16 @@ def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
   fused = ctx.done(cell.deps[plan.BUNDLE_FUSE])
   model = ctx.dirs[cell.deps[plan.BUNDLE_MODEL + fused["partner"]]]
   tuning = fused.get("tuning") or {}
+  # The weight is the fuse cell's, chosen on its validation split: the manifest says so.
+  chosen = bundle.ChosenWeight(split=tuning.get("split"), metric=tuning.get("metric"),
+                               partner=fused["partner"])
   result = bundle.run(bundle.BundleConfig(
       model=contracts.saved_model_path(model), reqa=ctx.dep(cell, "reqa"),
       out=os.path.join(out, "bundle"),
-      doc_text=cell.params["doc_text"], weight=fused["weight"], overwrite=True,
-      beam_args=ctx.beam_args))
-  # The weight is the fuse cell's, chosen on its validation split: say so in the manifest.
-  manifest = dict(result.manifest)
-  manifest["hybrid"] = {**manifest["hybrid"], "tuned_on": tuning.get("split"),
-                        "metric": tuning.get("metric"), "questions": None,
-                        "partner": fused["partner"]}
-  bundle.write_manifest(result.path, manifest)
+      doc_text=cell.params["doc_text"], weight=fused["weight"], chosen_weight=chosen,
+      overwrite=True, beam_args=ctx.beam_args))
   return {"bundle": result.path, "partner": fused["partner"], "weight": fused["weight"],
-          "documents": manifest["documents"]["count"]}
+          "documents": result.manifest.documents.count}
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
