@@ -27,7 +27,7 @@ from typing import Optional
 
 from twotower import io as tio
 from twotower import logs
-from twotower.experiment import execute, grid, plan as plan_lib, render
+from twotower.experiment import estimate, execute, grid, plan as plan_lib, render
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +86,8 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     if restored:
       logs.progress("restored %d finished cells from %s", len(restored), records_file)
   states = execute.states(work, the_plan)
-  text, _ = plan_lib.describe(the_plan, [n for n, s in states.items() if s == "done"],
-                              execute.measured_seconds(the_plan, work, states))
+  text, _ = estimate.describe(the_plan, [n for n, s in states.items() if s == "done"],
+                             execute.measured_seconds(the_plan, work, states))
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
   if config.recheck:
