@@ -8,8 +8,12 @@ Split by concern:
 
   grid      the grid definition as data: grids/<name>.yaml -> GridSpec (rows, sizes, tables,
             ratios, seeds, steps)
+  identity  CellId: which cell (kind, dataset, row, ratio, seed); str() is its name, parse()
+            reads one back
+  params    each cell kind's typed parameters, and the one serialization its key hashes
   plan      GridSpec -> cells (pairs, vocab, reqa, hardneg, bm25, pretrain, finetune, eval,
             fuse) in dependency order + the table entries that read them (pure)
+  estimate  a rough run time per cell (--dry_run), scaled by the cells a work dir timed
   cells     one executor per cell kind: typed stage configs in, results out
   execute   runs the cells once each, resumably; one state per cell, on disk
   render    tables in the paper's layout, CSV / JSON / PNG, and the README

@@ -237,6 +237,7 @@ def _pairs(spec: GridSpec, inputs: Inputs, p: Plan, squad_text: bool,
   grid's pair settings + `extra`."""
   data = spec.data
   squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
+  # No corpus is None and the cleanup off is False: both left out of the key (added_later).
   return p.add(pairs_id(spec, squad_text, bool(inputs.squad), extra), PairsParams(
       dump=inputs.dump, squad_text=inputs.squad if squad_text else "",
       pairs={**data.pairs, **(extra or {})}, passages=dict(data.passages),
