@@ -35,7 +35,7 @@ def test_every_cell_name_of_every_grid_and_the_demo_parses_back_to_its_id(every_
       assert str(cell.id) == cell.name, where
       assert CellId.parse(cell.name) == cell.id, (where, cell.name)
       kinds.add(cell.kind)
-  assert kinds == set(plan.KINDS)  # every kind was read back
+  assert kinds == set(plan.KINDS) == set(params.BY_KIND)  # every kind was read back
 
 
 def test_a_cell_id_holds_what_its_name_says():

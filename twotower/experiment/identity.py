@@ -25,11 +25,12 @@ import re
 from typing import Optional
 
 _ROW = ("system", "variant")
-#: The fields of each kind's name, in the name's order.
+#: The fields of each kind's name, in the name's order (the kinds in plan order: plan.KINDS).
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "pairs": ("dataset",), "vocab": ("dataset",), "reqa": ("dataset",),
-    "heldout": ("dataset",), "datastats": ("dataset",), "bm25": ("dataset",),
+    "heldout": ("dataset",), "datastats": ("dataset",),
     "hardneg": ("dataset", "k"),
+    "bm25": ("dataset",),
     "pretrain": (*_ROW, "seed"),
     **{kind: ("dataset", *_ROW, "ratio", "seed") for kind in ("finetune", "eval", "fuse",
                                                               "bundle")},

@@ -42,15 +42,15 @@ from typing import Any, Mapping, Optional, Union
 from twotower import contracts
 from twotower.experiment import grid as grid_lib
 from twotower.experiment.grid import GridSpec, System, Table, Variant
-from twotower.experiment.identity import OPEN_SUFFIX, CellId
+from twotower.experiment.identity import LAYOUTS, OPEN_SUFFIX, CellId
 from twotower.experiment.params import (Bm25Params, BundleParams, CellParams, DatastatsParams,
                                         EvalParams, FinetuneParams, FuseParams, HardnegParams,
                                         PairsParams, PretrainParams, ReqaParams, VocabParams,
                                         key_params)
 from twotower.pipelines.pair_tasks import PairConfig
 
-KINDS = ("pairs", "vocab", "reqa", "heldout", "datastats", "hardneg", "bm25", "pretrain", "finetune",
-         "eval", "fuse", "bundle")
+#: The cell kinds (each named as identity.LAYOUTS says, with params.BY_KIND's parameters).
+KINDS = tuple(LAYOUTS)
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
 #: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run.
