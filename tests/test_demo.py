@@ -191,8 +191,8 @@ def test_demo_plans_its_cells_on_the_experiments_machinery():
       "pretrain/no-ssl", "bm25/heldout", "eval/heldout/ict+bfs+wlp", "eval/heldout/no-ssl",
       "bm25/reqa", "eval/reqa/ict+bfs+wlp", "eval/reqa/no-ssl"]
   for cell in plan.of_kind("bm25") + plan.of_kind("eval"):
-    assert cell.params["splits"] == [contracts.ALL_QUESTIONS] and cell.params["golds"] == ["pair"]
-  steps = {c.name: c.params["config"]["trainer"]["steps"] for c in plan.of_kind("pretrain")}
+    assert cell.params.splits == (contracts.ALL_QUESTIONS,) and cell.params.golds == ("pair",)
+  steps = {c.name: c.params.config["trainer"]["steps"] for c in plan.of_kind("pretrain")}
   assert steps == {"pretrain/ict+bfs+wlp": config.pretrain_steps, "pretrain/no-ssl": 0}
   assert [c.key for c in demo.plan(config)] == [c.key for c in plan]
   other = demo.plan(demo.DemoConfig(dump="d.xml.bz2", preset="tiny", vocab_size=900))

@@ -17,7 +17,8 @@ from twotower.commands import experiment as experiment_cmd
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower import experiment
-from twotower.experiment import execute, grid, plan, recheck, render
+from twotower.experiment import estimate, execute, grid, plan, recheck, render
+from twotower.experiment.params import key_params
 from wikidump_fixtures import DumpPage, write_dump
 
 INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",
@@ -64,17 +65,17 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   # Rows that differ in fine-tuning only reuse a pre-training.
   hn = the_plan["finetune/squad/ict+bfs+wlp-hn/base/r5/s1"]
   assert hn.deps["init"] == "pretrain/ict+bfs+wlp-pooled/base/s1"
-  assert hn.deps["hardneg"] == "hardneg/squad/k1" and hn.params["hard_negatives"] == 1
+  assert hn.deps["hardneg"] == "hardneg/squad/k1" and hn.params.hard_negatives == 1
   # No pre-training for the untrained baselines; BoW-MLP sized like the grid's towers.
   for name in ("no-ssl", "bow-mlp"):
     cell = the_plan[f"finetune/squad/{name}/base/r80/s0"]
     assert "init" not in cell.deps
-  bow = the_plan["finetune/squad/bow-mlp/base/r80/s0"].params["config"]["model"]
+  bow = the_plan["finetune/squad/bow-mlp/base/r80/s0"].params.config["model"]
   assert (bow["encoder"], bow["query_len"], bow["doc_len"], bow["embedding_dim"]) == (
       "bow_mlp", 32, 128, 128)
   # The large-batch row sees as many examples as the batch-64 row.
-  small = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"].params["config"]
-  large = the_plan["pretrain/ict+bfs+wlp-large/base/s0"].params["config"]
+  small = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"].params.config
+  large = the_plan["pretrain/ict+bfs+wlp-large/base/s0"].params.config
   assert large["data"]["batch_size"] == 1024 and large["trainer"]["grad_cache_chunk"] == 64
   assert (large["trainer"]["steps"] * 1024 == small["trainer"]["steps"] * 64)
   # Its checkpoints divide its steps: the trainer would otherwise round them up.
@@ -88,7 +89,7 @@ def test_cpu_small_plan_shares_pretraining_and_seeds_whole_chains():
   partners = {d for role, d in fuse.deps.items() if role.startswith(plan.FUSE_PARTNER)}
   assert partners == {f"eval/squad/{s}/base/r10/s0" for s in (
       "ict+bfs+wlp-pooled", "ict+bfs+wlp-hn", "ict+bfs+wlp-large", "ict+bfs+wlp-large-hn")}
-  assert fuse.params["tune_split"] == "validation-10"
+  assert fuse.params.tune_split == "validation-10"
   # The beyond rows build on the pooled row: hard negatives reuse its pre-training.
   assert the_plan["finetune/squad/ict+bfs+wlp-hn/base/r5/s0"].deps["init"] == (
       "pretrain/ict+bfs+wlp-pooled/base/s0")
@@ -113,7 +114,7 @@ def test_bow_mlp_is_the_papers_untrained_baseline_beside_the_pretrained_one():
   pretrained = the_plan["finetune/squad/bow-mlp-ict+bfs+wlp/base/r5/s0"]
   assert "init" not in untrained.deps
   assert pretrained.deps["init"] == "pretrain/bow-mlp-ict+bfs+wlp/base/s0"
-  assert untrained.params["config"]["model"]["encoder"] == "bow_mlp"
+  assert untrained.params.config["model"]["encoder"] == "bow_mlp"
 
 
 def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
@@ -127,17 +128,17 @@ def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
                                       "ict+bfs+wlp-pooled", "bow-mlp-ict+bfs+wlp"}
   assert sorted(e.seed for e in zero if e.system == "ict") == [0, 1, 2]
   cell = the_plan["eval/squad/ict/base/r0/s0"]
-  assert cell.deps["model"] == "pretrain/ict/base/s0" and cell.params["splits"] == ["all"]
-  assert the_plan["pretrain/ict/base/s0"].params["export"] is True
-  assert "export" not in the_plan["pretrain/mlm/base/s0"].params  # MLM exports no towers
+  assert cell.deps["model"] == "pretrain/ict/base/s0" and cell.params.splits == ("all",)
+  assert the_plan["pretrain/ict/base/s0"].params.export is True
+  assert "export" not in key_params(the_plan["pretrain/mlm/base/s0"].params)  # MLM: no towers
   # Rows that differ in fine-tuning only have no zero-shot entry: their pre-training's row
   # has it (the same towers).
   assert not [e for e in entries if e.system == "ict+bfs+wlp-hn" and e.ratio == 0]
   assert [e for e in entries if e.system == "ict+bfs+wlp-large" and e.ratio == 0]
-  assert "all" in the_plan["bm25/squad"].params["splits"]
+  assert "all" in the_plan["bm25/squad"].params.splits
   # Zero-shot trains on nothing: no hard negatives of a ratio 0, no fine-tuning cell.
-  assert 0 not in the_plan["hardneg/squad/k1"].params["ratios"]
-  assert not [c for c in the_plan.of_kind("finetune") if c.params["ratio"] == 0]
+  assert 0 not in the_plan["hardneg/squad/k1"].params.ratios
+  assert not [c for c in the_plan.of_kind("finetune") if c.params.ratio == 0]
   # The README's summary: a zero-shot cell a row cannot have reads "–", never "todo" (which
   # would never become a number); one not run yet reads "todo".
   values = {(e.cell, e.split): {"metrics": {"R@10": 0.8, "R@100": 0.9}, "questions": 1,
@@ -157,13 +158,13 @@ def test_the_control_row_pretrains_on_the_squad_articles_with_the_grids_vocabula
   the_plan, _ = plan.plan(spec, INPUTS)
   control = the_plan["pretrain/ict+bfs+wlp-pooled+squad/base/s0"]
   assert control.deps["pairs"] == "pairs/wiki+squad"
-  assert the_plan["pairs/wiki+squad"].params["squad_text"] == INPUTS.squad
-  assert the_plan["pairs/wiki"].params["squad_text"] == ""
+  assert the_plan["pairs/wiki+squad"].params.squad_text == INPUTS.squad
+  assert the_plan["pairs/wiki"].params.squad_text == ""
   assert control.deps["vocab"] == "vocab/wiki" and the_plan["vocab/wiki"].deps == {
       "pairs": "pairs/wiki"}
   base = the_plan["pretrain/ict+bfs+wlp-pooled/base/s0"]
   assert base.deps["pairs"] == "pairs/wiki"
-  assert control.params["config"] == base.params["config"]  # only the text differs
+  assert control.params.config == base.params.config  # only the text differs
   # Table 1 gives both texts' composition.
   assert the_plan["datastats/squad"].deps["control_pairs"] == "pairs/wiki+squad"
 
@@ -174,11 +175,11 @@ def test_the_crop_row_pretrains_on_a_second_pair_set_with_the_grids_vocabulary()
   the_plan, entries = plan.plan(grid.load("cpu-small"), INPUTS)
   crop = the_plan["pretrain/crop/base/s0"]
   assert crop.deps == {"pairs": "pairs/wiki+crop", "vocab": "vocab/wiki"}
-  own, grids = the_plan["pairs/wiki+crop"].params, the_plan["pairs/wiki"].params
+  own, grids = (key_params(the_plan[n].params) for n in ("pairs/wiki+crop", "pairs/wiki"))
   assert own["pairs"] == {**grids["pairs"], "crop_per_page": 64}
   assert {k: v for k, v in own.items() if k != "pairs"} == {
       k: v for k, v in grids.items() if k != "pairs"}
-  assert crop.params["config"]["data"]["tasks"] == ["crop"]
+  assert crop.params.config["data"]["tasks"] == ["crop"]
   assert the_plan["pretrain/ict/base/s0"].deps["pairs"] == "pairs/wiki"
   assert {e.ratio for e in entries if e.system == "crop" and e.table == "successors"} == {
       0, 1, 5, 10, 80}
@@ -204,7 +205,7 @@ def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
 def test_bow_mlp_rows_share_towers_like_the_transformer_rows_unless_labelled():
   spec = grid.load("cpu-small")
   the_plan, _ = plan.plan(spec, INPUTS)
-  model = lambda name: the_plan[name].params["config"]["model"]  # noqa: E731
+  model = lambda name: the_plan[name].params.config["model"]  # noqa: E731
   assert model("finetune/squad/ict/base/r5/s0")["shared_towers"] is True
   assert model("finetune/squad/bow-mlp/base/r5/s0")["shared_towers"] is True
   assert model("pretrain/bow-mlp-ict+bfs+wlp/base/s0")["shared_towers"] is True
@@ -350,21 +351,21 @@ def test_dry_run_estimate_is_scaled_by_the_cells_this_work_dir_timed():
   estimated ratio of their kind (of all timed cells while a kind has under three)."""
   the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)
   evals, pretrains = list(the_plan.of_kind("eval")), list(the_plan.of_kind("pretrain"))
-  guess = {c.name: plan.estimate_seconds(c, the_plan) for c in evals + pretrains}
+  guess = {c.name: estimate.estimate_seconds(c, the_plan) for c in evals + pretrains}
   # Three evals ran in half their estimate, one pre-training at its estimate.
   measured = {c.name: guess[c.name] / 2 for c in evals[:3]}
   measured[pretrains[0].name] = guess[pretrains[0].name]
-  scale = plan.calibration(the_plan, measured)
+  scale = estimate.calibration(the_plan, measured)
   assert scale["eval"] == pytest.approx(0.5) and "pretrain" not in scale
   total = sum(measured.values()) / sum(guess[n] for n in measured)
   assert scale["*"] == pytest.approx(total)
-  text, left = plan.describe(the_plan, list(measured), measured)
+  text, left = estimate.describe(the_plan, list(measured), measured)
   lines = {m[1]: m[2] for m in re.finditer(r"^  (?:todo|done)  \S+ +(\S+) +(.+)$", text, re.M)}
-  assert lines[evals[0].name] == plan.format_seconds(guess[evals[0].name] / 2)  # measured
-  assert lines[evals[3].name] == "~" + plan.format_seconds(guess[evals[3].name] * 0.5)
-  assert lines[pretrains[1].name] == "~" + plan.format_seconds(guess[pretrains[1].name] * total)
+  assert lines[evals[0].name] == estimate.format_seconds(guess[evals[0].name] / 2)  # measured
+  assert lines[evals[3].name] == "~" + estimate.format_seconds(guess[evals[3].name] * 0.5)
+  assert lines[pretrains[1].name] == "~" + estimate.format_seconds(guess[pretrains[1].name] * total)
   assert "scaled by the 4 cells timed in this work dir" in text.splitlines()[0]
-  unscaled = sum(plan.estimate_seconds(c, the_plan) for c in the_plan
+  unscaled = sum(estimate.estimate_seconds(c, the_plan) for c in the_plan
                  if c.name not in measured)
   assert 0 < left < unscaled
 # ---------------------------------------------------------------------------------------------
@@ -516,7 +517,7 @@ def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_gr
   assert f"{TINY_CELLS} of {TINY_CELLS} cells done, 0 failed, 0 blocked, 0 to do" in readme
   # What a row costs to pre-train, from its cell's record: ICT's one seed, its steps.
   cost = readme.split("## Pre-training cost per row")[1].split("\n## ")[0]
-  ict_steps = the_plan["pretrain/ict/base/s0"].params["config"]["trainer"]["steps"]
+  ict_steps = the_plan["pretrain/ict/base/s0"].params.config["trainer"]["steps"]
   assert re.search(rf"\| ict \| base \| {ict_steps} \| 1 \| \d", cost), cost
   assert "| ICT |" in (results / "tables1-2.md").read_text()
   # The grid's claim is read from the results: one seed, so an observation either way.
@@ -593,12 +594,12 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   from twotower.pipelines import textdocs
   spec = grid.load("tiny")
   plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
-  assert "corpus" not in plain.params
+  assert "corpus" not in key_params(plain.params)
   corpus = write_jsonl(tmp_path / "docs.jsonl", [jsonl_record(d) for d in linked_docs(6)])
   dump = tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2")
   inputs = plan.Inputs(dump, squad=tiny_squad(tmp_path / "squad.json"), corpus=corpus)
   cell = plan.plan(spec, inputs)[0]["pairs/wiki"]
-  assert cell.params["corpus"] == corpus and cell.key != plain.key
+  assert cell.params.corpus == corpus and cell.key != plain.key
   out = tmp_path / "pairs"
   done = cells._pairs(cell, cells.Context(work=str(tmp_path), dirs={}, done=dict), str(out))
   stats = done["stats"]
@@ -614,11 +615,11 @@ def test_the_passage_cleanup_joins_a_grid_only_when_its_file_turns_it_on(tmp_pat
   from twotower.experiment import cells
   spec = grid.load("tiny")
   plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
-  assert "text_cleanup" not in plain.params
+  assert "text_cleanup" not in key_params(plain.params)
   cleaned_spec = dataclasses.replace(spec, data=dataclasses.replace(spec.data,
                                                                     text_cleanup=True))
   cleaned = plan.plan(cleaned_spec, INPUTS)[0]["pairs/wiki"]
-  assert cleaned.params["text_cleanup"] is True and cleaned.key != plain.key
+  assert cleaned.params.text_cleanup is True and cleaned.key != plain.key
   dump = tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2")
   inputs = plan.Inputs(dump, squad=tiny_squad(tmp_path / "squad.json"))
   for name, s in (("off", spec), ("on", cleaned_spec)):
@@ -640,7 +641,7 @@ def test_recheck_remakes_a_sample_of_cells_and_finds_the_same_floats(tiny_grid, 
   result = experiment.run(dataclasses.replace(config, results_dir=str(results), recheck=2,
                                               recheck_dir=str(tmp_path / "scratch")))
   assert len(result.ran) == 2
-  assert {the_plan[name].params["ratio"] for name in result.ran} == {0, 80}
+  assert {the_plan[name].params.ratio for name in result.ran} == {0, 80}
   text = (results / "recheck.md").read_text()
   assert "2 of 2 gave every metric of every split as the same float" in text
   # Each row shows the split its table scores: every question zero-shot, test-80 at 80 %.

@@ -8,8 +8,12 @@ Split by concern:
 
   grid      the grid definition as data: grids/<name>.yaml -> GridSpec (rows, sizes, tables,
             ratios, seeds, steps)
+  identity  CellId: which cell (kind, dataset, row, ratio, seed); str() is its name, parse()
+            reads one back
+  params    each cell kind's typed parameters, and the one serialization its key hashes
   plan      GridSpec -> cells (pairs, vocab, reqa, hardneg, bm25, pretrain, finetune, eval,
             fuse) in dependency order + the table entries that read them (pure)
+  estimate  a rough run time per cell (--dry_run), scaled by the cells a work dir timed
   cells     one executor per cell kind: typed stage configs in, results out
   execute   runs the cells once each, resumably; one state per cell, on disk
   render    tables in the paper's layout, CSV / JSON / PNG, and the README
@@ -27,7 +31,7 @@ from typing import Optional
 
 from twotower import io as tio
 from twotower import logs
-from twotower.experiment import execute, grid, plan as plan_lib, render
+from twotower.experiment import estimate, execute, grid, plan as plan_lib, render
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +90,8 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     if restored:
       logs.progress("restored %d finished cells from %s", len(restored), records_file)
   states = execute.states(work, the_plan)
-  text, _ = plan_lib.describe(the_plan, [n for n, s in states.items() if s == "done"],
-                              execute.measured_seconds(the_plan, work, states))
+  text, _ = estimate.describe(the_plan, [n for n, s in states.items() if s == "done"],
+                             execute.measured_seconds(the_plan, work, states))
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
   if config.recheck:

@@ -1,6 +1,7 @@
-"""What each kind of cell does: build the stage's typed config from the cell's parameters and
-its dependencies' directories, call the stage's `run(config)`, and return what `done.json`
-keeps (stats, metrics records, run files). No argv, no re-reading of what a call returned.
+"""What each kind of cell does: build the stage's typed config from the cell's typed parameters
+(experiment.params) and its dependencies' directories, call the stage's `run(config)`, and
+return what `done.json` keeps (stats, metrics records, run files). No argv, no re-reading of
+what a call returned.
 """
 
 from __future__ import annotations
@@ -8,16 +9,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from twotower import contracts
 from twotower.experiment import plan
+from twotower.experiment.params import (Bm25Params, EvalParams, FinetuneParams, FuseParams,
+                                        GOLDS, HardnegParams, PairsParams, PretrainParams,
+                                        ReqaParams, from_key_params)
 from twotower.experiment.plan import Cell
-
-
-#: The gold conventions a result cell scores, unless its parameters name others (the demo's
-#: held-out benchmark has answer passages only).
-GOLDS = ("pair", "sentence")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,26 +33,18 @@ class Context:
     return self.dirs[cell.deps[role]]
 
 
-def _pair_inputs(params: Mapping[str, Any]) -> list[str]:
-  """A pairs cell's inputs in the order it runs them: the dump, then the corpus (its page
-  ids move into a range of their own by this position: pipelines.textdocs); the SQuAD
-  articles (a dump: ids kept) come last."""
-  corpus = params.get("corpus")
-  return params["dump"].split(",") + (corpus.split(",") if corpus else [])
-
-
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import pairs, squad_dump
-  p = cell.params
-  dump = ",".join(_pair_inputs(p))
-  if p["squad_text"]:
+  p: PairsParams = cell.params
+  dump = ",".join(p.inputs())
+  if p.squad_text:  # the SQuAD articles (a dump: ids kept) come last
     dump += "," + squad_dump.squad_articles_dump(
-        p["squad_text"], os.path.join(out, "squad-articles.xml"))
+        p.squad_text, os.path.join(out, "squad-articles.xml"))
   result = pairs.run(pairs.PairsConfig(
-      dump=dump, out=out, heldout_percent=p["heldout_percent"],
-      pairs=pairs.PairConfig(**p["pairs"]),
-      passages=pairs.PassageConfig(**p["passages"]),
-      text_cleanup=p.get("text_cleanup", False), beam_args=ctx.beam_args))
+      dump=dump, out=out, heldout_percent=p.heldout_percent,
+      pairs=pairs.PairConfig(**p.pairs),
+      passages=pairs.PassageConfig(**p.passages),
+      text_cleanup=p.text_cleanup, beam_args=ctx.beam_args))
   return {"stats": result.stats}
 
 
@@ -61,18 +52,18 @@ def _vocab(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import vocab
   result = vocab.run(vocab.VocabConfig(passages=ctx.dep(cell, "pairs"),
                                        out=os.path.join(out, contracts.VOCAB_FILE),
-                                       vocab_size=cell.params["vocab_size"]))
+                                       vocab_size=cell.params.vocab_size))
   return {"vocab": dataclasses.asdict(result)}
 
 
 def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import reqa
-  p = cell.params
+  p: ReqaParams = cell.params
   extra = {}
-  if p["open_candidates"]:
-    extra = {"extra_passages": ctx.dep(cell, "pairs"), "extra_candidates": p["open_candidates"]}
-  result = reqa.run(reqa.ReqaConfig(out=out, doc_text=p["doc_text"], beam_args=ctx.beam_args,
-                                    **{p["source"]: p["path"]}, **extra))
+  if p.open_candidates:
+    extra = {"extra_passages": ctx.dep(cell, "pairs"), "extra_candidates": p.open_candidates}
+  result = reqa.run(reqa.ReqaConfig(out=out, doc_text=p.doc_text, beam_args=ctx.beam_args,
+                                    **{p.source: p.path}, **extra))
   return {"stats": result.stats}
 
 
@@ -89,12 +80,12 @@ def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
   def table1(role: str) -> list[dict]:
     # Extracted text named by its file (a record restored without its parameters: by position).
     params = ctx.done(cell.deps[role]).get("params")
-    inputs = _pair_inputs(params) if params else ()
+    inputs = from_key_params("pairs", params).inputs() if params else ()
     return data_stats.table1(ctx.dep(cell, role), vocab, inputs=inputs)
 
   out_stats = {"table1": table1("pairs"),
                "table2": data_stats.table2(ctx.dep(cell, "reqa"), vocab,
-                                           cell.params["doc_text"])}
+                                           cell.params.doc_text)}
   if "control_pairs" in cell.deps:  # the control row's pre-training text
     out_stats["table1_control"] = table1("control_pairs")
   return out_stats
@@ -102,19 +93,17 @@ def _datastats(cell: Cell, ctx: Context, out: str) -> dict:
 
 def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import hardneg
-  p = cell.params
-  result = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p["k"],
-                                             ratios=tuple(p["ratios"]),
-                                             doc_text=p["doc_text"]))
+  p: HardnegParams = cell.params
+  result = hardneg.run(hardneg.HardNegConfig(reqa=ctx.dep(cell, "reqa"), k=p.k,
+                                             ratios=p.ratios, doc_text=p.doc_text))
   return {"stats": result.stats}
 
 
 def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import bm25
-  p = cell.params
-  result = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out,
-                                    doc_text=p["doc_text"], splits=tuple(p["splits"]),
-                                    golds=tuple(p.get("golds", GOLDS)), system=p["system"],
+  p: Bm25Params = cell.params
+  result = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out, doc_text=p.doc_text,
+                                    splits=p.splits, golds=p.golds, system=p.system,
                                     keep_index=False))
   return {"records": result.records, "run_file": result.run_file}
 
@@ -131,14 +120,15 @@ def _clear_keras() -> None:
 def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.model import config as config_lib
   from twotower.model import pretrain
-  cfg = config_lib.from_dict(cell.params["config"])
+  p: PretrainParams = cell.params
+  cfg = config_lib.from_dict(p.config)
   pairs_dir = ctx.dep(cell, "pairs")
   mlm = cfg.data.tasks == ("mlm",)
   _clear_keras()
   result = pretrain.run(pretrain.PretrainConfig(
       # Exported only where a zero-shot entry evaluates the towers themselves.
       training=cfg, out=out, vocab=_vocab_file(cell, ctx),
-      export=bool(cell.params.get("export", False)),
+      export=p.export,
       progress=ctx.progress, pairs=None if mlm else pairs_dir,
       passages=contracts.passages_dir(pairs_dir) if mlm else None))
   return {"history": result.history, "seconds_training": result.seconds}
@@ -147,42 +137,41 @@ def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
 def _finetune(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.model import config as config_lib
   from twotower.model import finetune
-  p = cell.params
+  p: FinetuneParams = cell.params
   _clear_keras()
   result = finetune.run(finetune.FinetuneConfig(
-      training=config_lib.from_dict(p["config"]), out=out, vocab=_vocab_file(cell, ctx),
+      training=config_lib.from_dict(p.config), out=out, vocab=_vocab_file(cell, ctx),
       init=ctx.dep(cell, "init") if "init" in cell.deps else "none",
-      reqa=ctx.dep(cell, "reqa"), split=str(p["ratio"]), doc_text=p["doc_text"],
-      validation_recall=False, hard_negatives=p["hard_negatives"], progress=ctx.progress))
+      reqa=ctx.dep(cell, "reqa"), split=str(p.ratio), doc_text=p.doc_text,
+      validation_recall=False, hard_negatives=p.hard_negatives, progress=ctx.progress))
   return {"history": result.history, "seconds_training": result.seconds}
 
 
 def _eval(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import dense
-  p = cell.params
+  p: EvalParams = cell.params
   result = dense.run(dense.DenseConfig(
       model=contracts.saved_model_path(ctx.dep(cell, "model")), reqa=ctx.dep(cell, "reqa"),
-      work=out, splits=tuple(p["splits"]), system=p["system"],
-      golds=tuple(p.get("golds", GOLDS)),
-      doc_text=p["doc_text"], keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args))
+      work=out, splits=p.splits, system=p.system, golds=p.golds, doc_text=p.doc_text,
+      keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args))
   return {"records": result.records, "run_file": result.run_file}
 
 
 def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import fusion
-  p = cell.params
+  p: FuseParams = cell.params
   first = ctx.done(cell.deps[plan.FUSE_FIRST])["run_file"]
   # Several partner rows: fusion.run keeps the one that fuses best on the validation split.
   partners = {ctx.done(dep)["run_file"]: role[len(plan.FUSE_PARTNER):]
               for role, dep in cell.deps.items() if role.startswith(plan.FUSE_PARTNER)}
   run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
   result = fusion.run(fusion.FuseConfig(runs=(first, *partners), out=run_file,
-                                        method=p["method"], reqa=ctx.dep(cell, "reqa"),
-                                        tune_split=p["tune_split"], tag=p["system"],
-                                        tune_metric=p["tune_metric"],
-                                        min_tune_questions=p["min_tune_questions"],
-                                        untuned_weight=p["untuned_weight"],
-                                        score_splits=tuple(p["splits"]), golds=GOLDS))
+                                        method=p.method, reqa=ctx.dep(cell, "reqa"),
+                                        tune_split=p.tune_split, tag=p.system,
+                                        tune_metric=p.tune_metric,
+                                        min_tune_questions=p.min_tune_questions,
+                                        untuned_weight=p.untuned_weight,
+                                        score_splits=p.splits, golds=GOLDS))
   tuning = dataclasses.asdict(result.tuning) if result.tuning else None
   return {"records": result.records, "run_file": result.run_file, "weight": result.weight,
           "partner": partners[result.partner], "tuning": tuning}
@@ -199,7 +188,7 @@ def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
   result = bundle.run(bundle.BundleConfig(
       model=contracts.saved_model_path(model), reqa=ctx.dep(cell, "reqa"),
       out=os.path.join(out, "bundle"),
-      doc_text=cell.params["doc_text"], weight=fused["weight"], chosen_weight=chosen,
+      doc_text=cell.params.doc_text, weight=fused["weight"], chosen_weight=chosen,
       overwrite=True, beam_args=ctx.beam_args))
   return {"bundle": result.path, "partner": fused["partner"], "weight": fused["weight"],
           "documents": result.manifest.documents.count}

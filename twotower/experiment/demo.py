@@ -41,6 +41,9 @@ from twotower import io as tio
 from twotower import logs
 from twotower import texts
 from twotower.experiment import execute
+from twotower.experiment.identity import CellId
+from twotower.experiment.params import (Bm25Params, EvalParams, HeldoutParams, PairsParams,
+                                        PretrainParams, ReqaParams, VocabParams)
 from twotower.experiment.plan import Plan
 
 logger = logging.getLogger(__name__)
@@ -86,35 +89,36 @@ def plan(config: DemoConfig) -> Plan:
   p = Plan()
   # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
   # full-Wikipedia defaults; documents cut to what cpu-small's towers read (128 pieces).
-  pairs = p.add("pairs", "pairs/demo", {
-      "dump": config.dump, "corpus": "", "squad_text": "",
-      "heldout_percent": config.heldout_percent,
-      "pairs": PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20).settings(),
-      "passages": dataclasses.asdict(PassageConfig(max_doc_tokens=128)),
-      "text_cleanup": True})  # rendered templates, no reference sections (pairs guide)
-  vocab = p.add("vocab", "vocab/demo", {"vocab_size": config.vocab_size}, {"pairs": pairs})
-  reqa_of = {"heldout": p.add("heldout", "heldout/demo", {}, {"pairs": pairs})}
+  # (corpus "": no corpus, written into the key, as the demo's cells always had it.)
+  pairs = p.add(CellId("pairs", "demo"), PairsParams(
+      dump=config.dump, corpus="", squad_text="", heldout_percent=config.heldout_percent,
+      pairs=PairConfig(ict_per_page=100, bfs_per_page=40, wlp_per_page=20).settings(),
+      passages=dataclasses.asdict(PassageConfig(max_doc_tokens=128)),
+      text_cleanup=True))  # rendered templates, no reference sections (pairs guide)
+  vocab = p.add(CellId("vocab", "demo"), VocabParams(vocab_size=config.vocab_size),
+                {"pairs": pairs})
+  reqa_of = {"heldout": p.add(CellId("heldout", "demo"), HeldoutParams(), {"pairs": pairs})}
   if config.squad:
-    reqa_of["reqa"] = p.add("reqa", "reqa/squad", {
-        "source": "squad", "path": config.squad, "doc_text": texts.DEFAULT_DOC_TEXT,
-        "open_candidates": 0})
+    reqa_of["reqa"] = p.add(CellId("reqa", "squad"), ReqaParams(
+        source="squad", path=config.squad, doc_text=texts.DEFAULT_DOC_TEXT,
+        open_candidates=0))
   models = {}
   for name in SYSTEMS:
     steps = config.pretrain_steps if name == PRETRAINED else 0
     cfg = config_lib.replace(config_lib.load(config.preset),
                              data={"tasks": contracts.PRETRAIN_TASKS}, trainer={"steps": steps})
-    models[name] = p.add("pretrain", f"pretrain/{name}",
-                         {"config": cfg.to_dict(), "export": True},
+    models[name] = p.add(CellId("pretrain", system=name),
+                         PretrainParams(config=cfg.to_dict(), export=True),
                          {"pairs": pairs, "vocab": vocab})
   # Each benchmark's every question (its `all` split); the held-out benchmark's gold is the
   # passage (ReQA's `pair` convention, the report's).
-  scored = {"splits": [contracts.ALL_QUESTIONS], "golds": ["pair"],
+  scored = {"splits": (contracts.ALL_QUESTIONS,), "golds": ("pair",),
             "doc_text": texts.DEFAULT_DOC_TEXT}
   for bench in benchmarks(config):
     reqa = reqa_of[bench]
-    p.add("bm25", f"bm25/{bench}", {**scored, "system": BM25}, {"reqa": reqa})
+    p.add(CellId("bm25", bench), Bm25Params(**scored, system=BM25), {"reqa": reqa})
     for name, model in models.items():
-      p.add("eval", f"eval/{bench}/{name}", {**scored, "system": name},
+      p.add(CellId("eval", bench, name), EvalParams(**scored, system=name),
             {"model": model, "reqa": reqa})
   return p
 
@@ -131,14 +135,14 @@ def run(config: DemoConfig) -> DemoResult:
   # A failed cell ends the demo with the stage's own error (a grid would go on).
   ran = execute.run_cells(the_plan, work, progress="epoch", stop_on_failure=True)
 
-  def done(name: str) -> dict:
+  def done(name: "CellId | str") -> dict:
     return execute.read_done(execute.cell_dir(work, the_plan[name]))
 
   # Both benchmarks score their `all` split: each record is labelled with its benchmark, so
   # that one table tells the rows apart.
   records = [{**r, "split": bench}
              for bench in benchmarks(config)
-             for name in [f"bm25/{bench}"] + [f"eval/{bench}/{m}" for m in SYSTEMS]
+             for name in [CellId("bm25", bench)] + [CellId("eval", bench, m) for m in SYSTEMS]
              for r in done(name)["records"]]
   seconds = [(name, done(name)["seconds"]) for name in ran]
 
@@ -153,10 +157,10 @@ def run(config: DemoConfig) -> DemoResult:
   timed("report", lambda: report.write_report(records, report_dir, "demo"))
   bundle_dir = os.path.join(work, "bundle")
   timed("retriever bundle (all passages)", lambda: bundle.run(bundle.BundleConfig(
-      model=execute.cell_dir(work, the_plan[f"pretrain/{PRETRAINED}"]),
-      passages=execute.cell_dir(work, the_plan["pairs/demo"]), out=bundle_dir,
+      model=execute.cell_dir(work, the_plan[CellId("pretrain", system=PRETRAINED)]),
+      passages=execute.cell_dir(work, the_plan[CellId("pairs", "demo")]), out=bundle_dir,
       overwrite=True, weight=bundle.DEFAULT_WEIGHT)))
-  dirs = {bench: execute.cell_dir(work, the_plan[the_plan[f"bm25/{bench}"].deps["reqa"]])
+  dirs = {bench: execute.cell_dir(work, the_plan[the_plan[CellId("bm25", bench)].deps["reqa"]])
           for bench in benchmarks(config)}
   return DemoResult(records, report_dir, tuple(seconds), bundle_dir, dirs)
 

@@ -28,7 +28,9 @@ from typing import Callable, Mapping, Optional
 from twotower import io as tio
 from twotower import logs
 from twotower.experiment import cells as cells_lib
-from twotower.experiment.plan import RESULT_KINDS, Cell, Plan, format_seconds
+from twotower.experiment import params as params_lib
+from twotower.experiment.estimate import format_seconds
+from twotower.experiment.plan import RESULT_KINDS, Cell, Plan
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +207,8 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
     seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
     tio.write_json(os.path.join(out, DONE_FILE),
                    {"cell": cell.name, "kind": cell.kind, "key": cell.key,
-                    "params": dict(cell.params), "deps": dict(cell.deps), "started": started,
-                    "finished": _now(), "seconds": round(seconds, 1),
+                    "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
+                    "started": started, "finished": _now(), "seconds": round(seconds, 1),
                     "cpu_seconds": round(cpu, 1), **result})
     current[cell.name] = "done"
     ran.append(cell.name)

@@ -20,10 +20,16 @@ A *cell* is one resumable unit of work with a done-marker:
     bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
-Each cell's parameters hold everything it depends on: a training cell holds its resolved
-model config (`TrainingConfig.to_dict()`), so changing a preset, a step count or a seed plans
-new cells. A cell's directory ends with a hash of its parameters and its dependencies'
-hashes: a finished cell is reused only when nothing it depends on changed.
+A cell is named by its CellId (experiment.identity) and holds its kind's typed parameters
+(experiment.params): everything it depends on; a training cell holds its resolved model
+config (`TrainingConfig.to_dict()`), so changing a preset, a step count or a seed plans new
+cells. A cell's directory ends with a hash of its parameters and its dependencies' hashes: a
+finished cell is reused only when nothing it depends on changed.
+
+`plan()` reads top to bottom: the grid's text (`_pairs`) and vocabulary, then per QA set its
+ReQA directories and data statistics (`_plan_dataset`), per table row the cell whose run is
+its entry (`_result`: BM25, a zero-shot or fine-tuned evaluation, or a fusion), each planning
+what it needs (`_pretrain`, `_finetune`, `_hardneg`), and last the bundles (`_bundles`).
 """
 
 from __future__ import annotations
@@ -31,21 +37,28 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Union
 
 from twotower import contracts
 from twotower.experiment import grid as grid_lib
-from twotower.experiment.grid import GridSpec, System, Variant
+from twotower.experiment.grid import GridSpec, System, Table, Variant
+from twotower.experiment.identity import LAYOUTS, OPEN_SUFFIX, CellId
+from twotower.experiment.params import (Bm25Params, BundleParams, CellParams, DatastatsParams,
+                                        EvalParams, FinetuneParams, FuseParams, HardnegParams,
+                                        PairsParams, PretrainParams, ReqaParams, VocabParams,
+                                        key_params)
 from twotower.pipelines.pair_tasks import PairConfig
 
-KINDS = ("pairs", "vocab", "reqa", "heldout", "datastats", "hardneg", "bm25", "pretrain", "finetune",
-         "eval", "fuse", "bundle")
+#: The cell kinds (each named as identity.LAYOUTS says, with params.BY_KIND's parameters).
+KINDS = tuple(LAYOUTS)
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
 #: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run.
 FUSE_FIRST, FUSE_PARTNER = "first", "partner:"
 #: Dependency roles of a bundle cell: its fuse cell, and each partner row's trained model.
 BUNDLE_FUSE, BUNDLE_MODEL = "fuse", "model:"
+#: The grid's pre-training text (a pairs cell and the vocabulary's dataset).
+WIKI = "wiki"
 
 
 def _slug(text: str) -> str:
@@ -57,24 +70,33 @@ class Cell:
   """One resumable unit of work.
 
   Attributes:
-    kind: one of KINDS.
-    name: readable unique name, e.g. "finetune/squad/ict/base/r5/s0".
-    params: JSON-able parameters: what the cell's executor needs besides its dependencies'
-      directories.
-    deps: the cells whose outputs this one reads, by role ({"reqa": "reqa/squad", ...}).
-    key: hash of params and of the dependencies' keys.
+    id: which cell; `name` is its str(), e.g. "finetune/squad/ict/base/r5/s0".
+    params: the kind's typed parameters: what the cell's executor needs besides its
+      dependencies' directories.
+    deps: the cells whose outputs this one reads: {role: cell name} ({"reqa": "reqa/squad"}).
+    key: hash of the parameters (params.key_params) and of the dependencies' keys.
   """
-  kind: str
-  name: str
-  params: Mapping[str, Any]
+  id: CellId
+  params: CellParams
   deps: Mapping[str, str]
   key: str
+  name: str = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    object.__setattr__(self, "name", str(self.id))
+
+  @property
+  def kind(self) -> str:
+    return self.id.kind
 
   @property
   def dirname(self) -> str:
     """Directory under the work dir: `<kind>/<slug of the rest of the name>-<key[:10]>`."""
-    rest = self.name.split("/", 1)[1] if "/" in self.name else self.name
-    return f"{self.kind}/{_slug(rest.replace('/', '_'))}-{self.key[:10]}"
+    rest = "_".join(self.id.parts) or self.kind
+    return f"{self.kind}/{_slug(rest)}-{self.key[:10]}"
+
+
+CellRef = Union[CellId, str]
 
 
 class Plan:
@@ -84,21 +106,25 @@ class Plan:
   def __init__(self):
     self.cells: dict[str, Cell] = {}
 
-  def add(self, kind: str, name: str, params: Mapping[str, Any],
-          deps: Optional[Mapping[str, str]] = None) -> str:
-    deps = dict(deps or {})
+  def add(self, cell_id: CellId, params: CellParams,
+          deps: Optional[Mapping[str, CellRef]] = None) -> CellId:
+    """Plans the cell (once: the same id again must bring the same key); returns its id."""
+    name = str(cell_id)
+    if params.KIND != cell_id.kind:
+      raise ValueError(f"cell {name!r}: {type(params).__name__} is a {params.KIND} cell's")
+    deps = {role: str(d) for role, d in (deps or {}).items()}
     for d in deps.values():
       if d not in self.cells:
         raise ValueError(f"cell {name!r} depends on unknown cell {d!r}")
-    payload = json.dumps({"kind": kind, "params": params,
+    payload = json.dumps({"kind": cell_id.kind, "params": key_params(params),
                           "deps": {role: self.cells[d].key for role, d in deps.items()}},
                          sort_keys=True)
     key = hashlib.sha256(payload.encode("utf-8")).hexdigest()
     previous = self.cells.get(name)
     if previous is not None and previous.key != key:
       raise ValueError(f"cell {name!r} planned twice with different parameters")
-    self.cells.setdefault(name, Cell(kind, name, dict(params), deps, key))
-    return name
+    self.cells.setdefault(name, Cell(cell_id, params, deps, key))
+    return cell_id
 
   def __iter__(self):
     return iter(self.cells.values())
@@ -106,8 +132,8 @@ class Plan:
   def __len__(self):
     return len(self.cells)
 
-  def __getitem__(self, name: str) -> Cell:
-    return self.cells[name]
+  def __getitem__(self, name: CellRef) -> Cell:
+    return self.cells[str(name)]
 
   def of_kind(self, kind: str) -> list[Cell]:
     return [c for c in self.cells.values() if c.kind == kind]
@@ -151,11 +177,10 @@ def eval_splits(ratio: int) -> list[str]:
   return [contracts.validation_split(ratio), contracts.scored_split(ratio)]
 
 
-def pairs_name(spec: GridSpec, squad_text: bool, have_squad: bool,
-               extra: Optional[Mapping[str, Any]] = None) -> str:
-  """The name of the pair cell whose text holds the QA file's articles or not (`squad_text`,
-  where a SQuAD file is given: `have_squad`) and whose pair settings add `extra` to the
-  grid's."""
+def pairs_id(spec: GridSpec, squad_text: bool, have_squad: bool,
+             extra: Optional[Mapping[str, Any]] = None) -> CellId:
+  """The pair cell whose text holds the QA file's articles or not (`squad_text`, where a
+  SQuAD file is given: `have_squad`) and whose pair settings add `extra` to the grid's."""
   # The grid's own pre-training text is `pairs/wiki`; the control row's other text (with or
   # without the QA file's articles) is a second pair set beside it.
   squad_text = squad_text and have_squad  # (NQ's articles are not text here)
@@ -163,8 +188,8 @@ def pairs_name(spec: GridSpec, squad_text: bool, have_squad: bool,
   # A row's own pair settings (a task the grid's set lacks): named by the tasks they add.
   added = [t for t in PairConfig(**{**spec.data.pairs, **(extra or {})}).tasks
            if t not in PairConfig(**spec.data.pairs).tasks]
-  return ("pairs/wiki" + ("+squad" if squad_text else "-squad") * other
-          + "".join(f"+{t}" for t in added))
+  return CellId("pairs", WIKI + ("+squad" if squad_text else "-squad") * other
+                + "".join(f"+{t}" for t in added))
 
 
 def has_zero_shot(system: System) -> bool:
@@ -176,153 +201,222 @@ def has_zero_shot(system: System) -> bool:
           and system.tasks != ("mlm",))
 
 
+# ---------------------------------------------------------------------------------------------
+# Planning: one function per cell kind, each planning what it needs first.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Grid:
+  """What every planning step reads: the grid, its inputs, the plan being filled, and the
+  grid's own pair set and vocabulary."""
+  spec: GridSpec
+  inputs: Inputs
+  plan: Plan
+  pairs: CellId
+  vocab: CellId
+
+  @property
+  def doc_text(self) -> str:
+    return self.spec.data.doc_text
+
+  @property
+  def all_ratios(self) -> list[int]:
+    """The whole grid's, also when narrowed (grid.restrict)."""
+    return sorted(self.spec.ratios)
+
+  @property
+  def trained_ratios(self) -> list[int]:
+    """The ratios that fine-tune (zero-shot trains on no split)."""
+    return [r for r in self.all_ratios if r != contracts.ZERO_SHOT_RATIO]
+
+
+def _pairs(spec: GridSpec, inputs: Inputs, p: Plan, squad_text: bool,
+           extra: Optional[Mapping[str, Any]] = None) -> CellId:
+  """A pair set: the dump (+ the corpus), + the QA file's articles when `squad_text`, with the
+  grid's pair settings + `extra`."""
+  data = spec.data
+  squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
+  # No corpus is None and the cleanup off is False: both left out of the key (added_later).
+  return p.add(pairs_id(spec, squad_text, bool(inputs.squad), extra), PairsParams(
+      dump=inputs.dump, squad_text=inputs.squad if squad_text else "",
+      pairs={**data.pairs, **(extra or {})}, passages=dict(data.passages),
+      heldout_percent=data.heldout_percent, corpus=inputs.corpus or None,
+      text_cleanup=bool(data.text_cleanup)))
+
+
+def _pretrain(g: _Grid, system: System, variant: Variant, seed: int) -> Optional[CellId]:
+  """The pre-training `system`'s towers start from (its own, or the row it reuses); None for
+  a row without pre-training."""
+  spec = g.spec
+  source = spec.pretraining_of(system)
+  if not source.pretrained:
+    return None
+  cfg = grid_lib.pretrain_config(spec, source, variant, seed)
+  pairs = _pairs(spec, g.inputs, g.plan, spec.squad_text_in_pretraining(source),
+                 spec.pairs_of(source))
+  # Zero-shot entries evaluate the pre-trained towers themselves: pre-training exports them.
+  export = contracts.ZERO_SHOT_RATIO in g.all_ratios and source.tasks != ("mlm",)
+  return g.plan.add(CellId("pretrain", system=source.name, variant=variant.name, seed=seed),
+                    PretrainParams(config=cfg.to_dict(), system=source.name,
+                                     variant=variant.name, seed=seed, export=export),
+                    {"pairs": pairs, "vocab": g.vocab})
+
+
+def _hardneg(g: _Grid, reqa: CellId, k: int) -> CellId:
+  """BM25 hard negatives of `reqa`'s fine-tuning pairs, every trained ratio at once."""
+  return g.plan.add(CellId("hardneg", reqa.dataset, k=k),
+                    HardnegParams(k=k, ratios=tuple(g.trained_ratios), doc_text=g.doc_text),
+                    {"reqa": reqa})
+
+
+def _finetune(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: int,
+              seed: int) -> CellId:
+  """`system` fine-tuned on `reqa`'s `ratio` split, from its pre-training if it has one."""
+  deps: dict[str, CellId] = {"vocab": g.vocab, "reqa": reqa}
+  init = _pretrain(g, system, variant, seed)
+  if init:
+    deps["init"] = init
+  if system.hard_negatives:
+    deps["hardneg"] = _hardneg(g, reqa, system.hard_negatives)
+  cfg = grid_lib.finetune_config(g.spec, system, variant, ratio, seed)
+  return g.plan.add(
+      CellId("finetune", reqa.dataset, system.name, variant.name, ratio, seed),
+      FinetuneParams(system=system.name, variant=variant.name, ratio=ratio, seed=seed,
+                       config=cfg.to_dict(), hard_negatives=system.hard_negatives,
+                       doc_text=g.doc_text), deps)
+
+
+def _bm25(g: _Grid, reqa: CellId) -> CellId:
+  """BM25 over `reqa`: one run scores every split of every ratio (and serves every seed)."""
+  splits = [s for r in g.all_ratios for s in eval_splits(r)]
+  return g.plan.add(CellId("bm25", reqa.dataset),
+                    Bm25Params(system="bm25", splits=tuple(splits), doc_text=g.doc_text),
+                    {"reqa": reqa})
+
+
+def _eval(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: int, seed: int,
+          model: CellId) -> CellId:
+  """`model`'s towers (fine-tuned, or pre-trained at zero-shot) scored on `reqa`."""
+  return g.plan.add(CellId("eval", reqa.dataset, system.name, variant.name, ratio, seed),
+                    EvalParams(system=system.name, variant=variant.name, ratio=ratio,
+                                 seed=seed, splits=tuple(eval_splits(ratio)),
+                                 doc_text=g.doc_text),
+                    {"model": model, "reqa": reqa})
+
+
+def _fuse(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa: CellId,
+          ratio: int, seed: int) -> CellId:
+  """The hybrid `system`: its first row's run fused with each partner row's; given several
+  partners, the validation split chooses one."""
+  first, *partners = system.fuse
+  deps = {FUSE_FIRST: _result(g, g.spec.systems[first], variant, reqa, train_reqa, ratio,
+                              seed)}
+  for name in partners:
+    deps[FUSE_PARTNER + name] = _result(g, g.spec.systems[name], variant, reqa, train_reqa,
+                                        ratio, seed)
+  return g.plan.add(
+      CellId("fuse", reqa.dataset, system.name, variant.name, ratio, seed),
+      FuseParams(system=system.name, method=system.fusion, ratio=ratio, seed=seed,
+                   splits=tuple(eval_splits(ratio)),
+                   tune_split=contracts.validation_split(ratio),
+                   tune_metric=system.tune_metric,
+                   min_tune_questions=system.min_tune_questions,
+                   untuned_weight=system.untuned_weight),
+      {**deps, "reqa": reqa})
+
+
+def _result(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa: CellId,
+            ratio: int, seed: int) -> Optional[CellId]:
+  """The cell whose run scores `system` on `reqa` at `ratio` / `seed`, fine-tuned on
+  `train_reqa` (the closed directory of the same QA set); None where the row has no zero-shot
+  entry (`has_zero_shot`)."""
+  if system.kind == "bm25":
+    return _bm25(g, reqa)
+  if ratio == contracts.ZERO_SHOT_RATIO:  # (a hybrid has none: has_zero_shot)
+    if not has_zero_shot(system):
+      return None
+    return _eval(g, system, variant, reqa, ratio, seed, _pretrain(g, system, variant, seed))
+  if system.kind == "hybrid":
+    return _fuse(g, system, variant, reqa, train_reqa, ratio, seed)
+  model = _finetune(g, system, variant, train_reqa, ratio, seed)
+  return _eval(g, system, variant, reqa, ratio, seed, model)
+
+
+def _stats_deps(g: _Grid) -> dict[str, CellId]:
+  """A datastats cell's pair sets: the grid's, and the control row's other text (the QA
+  articles' text in, or out) where a row pre-trains on it, so that Table 1 gives its
+  composition beside the grid's."""
+  spec = g.spec
+  texts_used = {spec.squad_text_in_pretraining(spec.systems[row.system])
+                for table in spec.tables for row in table.rows
+                if spec.pretraining_of(spec.systems[row.system]).pretrained}
+  deps = {"pairs": g.pairs, "vocab": g.vocab}
+  other = not spec.data.pretrain_text_from_squad
+  if g.inputs.squad and other in texts_used:
+    deps["control_pairs"] = _pairs(spec, g.inputs, g.plan, other)
+  return deps
+
+
+def _table_entries(g: _Grid, table: Table, dataset: str, target: CellId,
+                   reqa: CellId) -> list[Entry]:
+  """Plans `table`'s cells on `target` (its ReQA directory; models fine-tune on `reqa`);
+  returns an entry per row x ratio x seed that has one."""
+  entries = []
+  for ratio in table.ratios:
+    for row in table.rows:
+      system, variant = g.spec.systems[row.system], g.spec.variants[row.variant]
+      seeds = g.spec.seeds_for(ratio) if table.all_seeds else (0,)
+      if system.kind == "bm25":
+        seeds = (0,)  # deterministic: one run serves every seed
+      for seed in seeds:
+        cell = _result(g, system, variant, target, reqa, ratio, seed)
+        if cell is not None:
+          entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
+                               str(cell), contracts.scored_split(ratio)))
+  return entries
+
+
+def _plan_dataset(g: _Grid, dataset: str, path: str,
+                  stats_deps: Mapping[str, CellId]) -> list[Entry]:
+  """A QA set's ReQA directory (and its open-domain one, where a table asks), its data
+  statistics, and every table's cells on it."""
+  p, data = g.plan, g.spec.data
+  reqa = p.add(CellId("reqa", dataset), ReqaParams(source=dataset, path=path,
+                                                     doc_text=data.doc_text,
+                                                     open_candidates=0))
+  p.add(CellId("datastats", dataset), DatastatsParams(dataset=dataset, doc_text=data.doc_text),
+        {**stats_deps, "reqa": reqa})
+  entries, open_reqa = [], None
+  for table in g.spec.tables:
+    target = reqa
+    if table.open_domain:
+      if open_reqa is None:
+        open_reqa = p.add(CellId("reqa", dataset + OPEN_SUFFIX),
+                          ReqaParams(source=dataset, path=path, doc_text=data.doc_text,
+                                       open_candidates=data.open_candidates),
+                          {"pairs": g.pairs})
+      target = open_reqa
+    entries += _table_entries(g, table, dataset, target, reqa)
+  return entries
+
+
 def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   """Every cell the grid's tables need, in order, and the entries that read their results."""
   if not inputs.datasets():
     raise ValueError("no QA data: give --squad FILE (and/or --nq FILE)")
   p = Plan()
-  entries: list[Entry] = []
-  data = spec.data
-
-  def pairs_cell(squad_text: bool, extra: Optional[Mapping[str, Any]] = None) -> str:
-    squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
-    params = {"dump": inputs.dump, "squad_text": inputs.squad if squad_text else "",
-              "pairs": {**data.pairs, **(extra or {})}, "passages": dict(data.passages),
-              "heldout_percent": data.heldout_percent}
-    if inputs.corpus:  # (absent without a corpus: the cells of earlier runs keep their keys)
-      params["corpus"] = inputs.corpus
-    if data.text_cleanup:  # (absent when off: the cells of earlier runs keep their keys)
-      params["text_cleanup"] = True
-    return p.add("pairs", pairs_name(spec, squad_text, bool(inputs.squad), extra), params)
-
-  pairs = pairs_cell(data.pretrain_text_from_squad)
+  pairs = _pairs(spec, inputs, p, spec.data.pretrain_text_from_squad)
   # One vocabulary for every row, the control row's included: rows differ in pre-training
   # pairs only.
-  vocab = p.add("vocab", "vocab/wiki", {"vocab_size": data.vocab_size}, {"pairs": pairs})
-  # The whole grid's, also when narrowed (grid.restrict); zero-shot trains on no split.
-  all_ratios = sorted(spec.ratios)
-  trained_ratios = [r for r in all_ratios if r != contracts.ZERO_SHOT_RATIO]
-  # Zero-shot entries evaluate the pre-trained towers themselves: pre-training exports them.
-  export_pretrained = contracts.ZERO_SHOT_RATIO in all_ratios
-
-  def pretrain(system: System, variant: Variant, seed: int) -> Optional[str]:
-    source = spec.pretraining_of(system)
-    if not source.pretrained:
-      return None
-    cfg = grid_lib.pretrain_config(spec, source, variant, seed)
-    params = {"system": source.name, "variant": variant.name, "seed": seed,
-              "config": cfg.to_dict()}
-    if export_pretrained and source.tasks != ("mlm",):  # (absent: earlier keys stay)
-      params["export"] = True
-    return p.add("pretrain", f"pretrain/{source.name}/{variant.name}/s{seed}", params,
-                 {"pairs": pairs_cell(spec.squad_text_in_pretraining(source),
-                                      spec.pairs_of(source)),
-                  "vocab": vocab})
-
-  def hardneg(reqa: str, k: int) -> str:
-    return p.add("hardneg", f"hardneg/{p[reqa].name.split('/', 1)[1]}/k{k}",
-                 {"k": k, "ratios": trained_ratios, "doc_text": data.doc_text},
-                 {"reqa": reqa})
-
-  def finetune(system: System, variant: Variant, reqa: str, dataset: str, ratio: int,
-               seed: int) -> str:
-    deps = {"vocab": vocab, "reqa": reqa}
-    init = pretrain(system, variant, seed)
-    if init:
-      deps["init"] = init
-    if system.hard_negatives:
-      deps["hardneg"] = hardneg(reqa, system.hard_negatives)
-    cfg = grid_lib.finetune_config(spec, system, variant, ratio, seed)
-    return p.add("finetune",
-                 f"finetune/{dataset}/{system.name}/{variant.name}/r{ratio}/s{seed}",
-                 {"system": system.name, "variant": variant.name, "ratio": ratio, "seed": seed,
-                  "config": cfg.to_dict(), "hard_negatives": system.hard_negatives,
-                  "doc_text": data.doc_text}, deps)
-
-  def bm25(reqa: str) -> str:
-    splits = [s for r in all_ratios for s in eval_splits(r)]
-    return p.add("bm25", f"bm25/{p[reqa].name.split('/', 1)[1]}",
-                 {"system": "bm25", "splits": splits, "doc_text": data.doc_text},
-                 {"reqa": reqa})
-
-  def zero_shot(system: System, variant: Variant, reqa: str, seed: int) -> Optional[str]:
-    """The eval cell of `system`'s pre-trained towers, not fine-tuned; None where
-    `has_zero_shot` says the row has none."""
-    if not has_zero_shot(system):
-      return None
-    model = pretrain(system, variant, seed)
-    ratio = contracts.ZERO_SHOT_RATIO
-    tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
-    return p.add("eval", f"eval/{tag}",
-                 {"system": system.name, "variant": variant.name, "ratio": ratio,
-                  "seed": seed, "splits": eval_splits(ratio), "doc_text": data.doc_text},
-                 {"model": model, "reqa": reqa})
-
-  def result(system: System, variant: Variant, reqa: str, train_reqa: str, dataset: str,
-             ratio: int, seed: int) -> Optional[str]:
-    """The cell whose run scores `system` on `reqa` at `ratio` / `seed` (None: the row has
-    no zero-shot entry)."""
-    if system.kind == "bm25":
-      return bm25(reqa)
-    if ratio == contracts.ZERO_SHOT_RATIO:
-      return zero_shot(system, variant, reqa, seed)
-    tag = f"{p[reqa].name.split('/', 1)[1]}/{system.name}/{variant.name}/r{ratio}/s{seed}"
-    if system.kind == "hybrid":
-      first, *partners = system.fuse
-      deps = {FUSE_FIRST: result(spec.systems[first], variant, reqa, train_reqa, dataset,
-                                 ratio, seed)}
-      for name in partners:  # several: the best one is chosen on the validation split
-        deps[FUSE_PARTNER + name] = result(spec.systems[name], variant, reqa, train_reqa,
-                                           dataset, ratio, seed)
-      return p.add("fuse", f"fuse/{tag}",
-                   {"system": system.name, "method": system.fusion, "ratio": ratio,
-                    "seed": seed, "splits": eval_splits(ratio),
-                    "tune_split": contracts.validation_split(ratio),
-                    "tune_metric": system.tune_metric,
-                    "min_tune_questions": system.min_tune_questions,
-                    "untuned_weight": system.untuned_weight},
-                   {**deps, "reqa": reqa})
-    model = finetune(system, variant, train_reqa, dataset, ratio, seed)
-    return p.add("eval", f"eval/{tag}",
-                 {"system": system.name, "variant": variant.name, "ratio": ratio, "seed": seed,
-                  "splits": eval_splits(ratio), "doc_text": data.doc_text},
-                 {"model": model, "reqa": reqa})
-
-  # The control row's pair set (the QA articles' text in, or out), planned here so that Table 1
-  # gives its composition beside the grid's.
-  texts_used = {spec.squad_text_in_pretraining(spec.systems[row.system])
-                for table in spec.tables for row in table.rows
-                if spec.pretraining_of(spec.systems[row.system]).pretrained}
-  stats_deps = {"pairs": pairs, "vocab": vocab}
-  if inputs.squad and (not data.pretrain_text_from_squad) in texts_used:
-    stats_deps["control_pairs"] = pairs_cell(not data.pretrain_text_from_squad)
+  vocab = p.add(CellId("vocab", WIKI), VocabParams(vocab_size=spec.data.vocab_size),
+                {"pairs": pairs})
+  g = _Grid(spec, inputs, p, pairs, vocab)
+  stats_deps = _stats_deps(g)
+  entries = []
   for dataset, path in inputs.datasets():
-    reqa = p.add("reqa", f"reqa/{dataset}", {"source": dataset, "path": path,
-                                             "doc_text": data.doc_text,
-                                             "open_candidates": 0})
-    p.add("datastats", f"datastats/{dataset}", {"dataset": dataset, "doc_text": data.doc_text},
-          {**stats_deps, "reqa": reqa})
-    open_reqa = None
-    for table in spec.tables:
-      target = reqa
-      if table.open_domain:
-        if open_reqa is None:
-          open_reqa = p.add("reqa", f"reqa/{dataset}-open",
-                            {"source": dataset, "path": path, "doc_text": data.doc_text,
-                             "open_candidates": data.open_candidates}, {"pairs": pairs})
-        target = open_reqa
-      for ratio in table.ratios:
-        for row in table.rows:
-          system, variant = spec.systems[row.system], spec.variants[row.variant]
-          seeds = spec.seeds_for(ratio) if table.all_seeds else (0,)
-          if system.kind == "bm25":
-            seeds = (0,)  # deterministic: one run serves every seed
-          for seed in seeds:
-            cell = result(system, variant, target, reqa, dataset, ratio, seed)
-            if cell is not None:
-              entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,
-                                   cell, contracts.scored_split(ratio)))
-  _bundles(p, max(all_ratios))
+    entries += _plan_dataset(g, dataset, path, stats_deps)
+  _bundles(p, max(g.all_ratios))
   return p, entries
 
 
@@ -330,107 +424,13 @@ def _bundles(p: Plan, ratio: int) -> None:
   """A bundle cell for each hybrid at `ratio`, seed 0, over the closed ReQA set: the grid ends
   with a retriever one can query (its dense side is the row the fuse cell chose)."""
   for fuse in p.of_kind("fuse"):
-    reqa = fuse.deps["reqa"]
-    if fuse.params["ratio"] != ratio or fuse.params["seed"] != 0 or \
-        p[reqa].params["open_candidates"]:
+    reqa = p[fuse.deps["reqa"]]
+    if fuse.id.ratio != ratio or fuse.id.seed != 0 or reqa.params.open_candidates:
       continue
     models = {BUNDLE_MODEL + role[len(FUSE_PARTNER):]: p[dep].deps["model"]
               for role, dep in fuse.deps.items()
               if role.startswith(FUSE_PARTNER) and p[dep].kind == "eval"}
     if models:
-      p.add("bundle", "bundle/" + fuse.name.split("/", 1)[1],
-            {"doc_text": p[reqa].params["doc_text"]},
-            {BUNDLE_FUSE: fuse.name, "reqa": reqa, **models})
-
-
-# ---------------------------------------------------------------------------------------------
-# Run-time estimate (for --dry_run): rough, calibrated on this 2-core machine.
-# ---------------------------------------------------------------------------------------------
-
-#: Seconds per training example per unit of (q+d) x L x H^2, and fixed costs per cell. Measured
-#: idle: 100 cpu-small steps at batch 64 (q 32 + d 128, L2, H128) in 40 s.
-_EXAMPLE_COST = 1.2e-9
-_BOW_EXAMPLE = 1.5e-3
-_TRAIN_OVERHEAD, _EVAL_OVERHEAD = 30.0, 45.0
-#: Documents embedded per second per unit of d x L x H^2 (forward only, about a third of a
-#: training example's cost, one tower).
-_CANDIDATES = 11_000
-
-
-def example_seconds(model: Mapping[str, Any]) -> float:
-  if model.get("encoder") == "bow_mlp":
-    return _BOW_EXAMPLE
-  return _EXAMPLE_COST * (model["query_len"] + model["doc_len"]) * max(model["num_layers"], 1) \
-      * model["hidden_dim"] ** 2
-
-
-def estimate_seconds(cell: Cell, plan_: Plan) -> float:
-  """A rough wall time of one cell on 2 cores."""
-  fixed = {"pairs": 60.0, "vocab": 30.0, "reqa": 60.0, "datastats": 20.0, "hardneg": 60.0,
-           "bm25": 40.0, "fuse": 10.0, "bundle": 90.0}
-  if cell.kind in fixed:
-    return fixed[cell.kind]
-  if cell.kind == "eval":
-    cfg = plan_[cell.deps["model"]].params["config"]
-    return _EVAL_OVERHEAD + _CANDIDATES * example_seconds(cfg["model"]) / 3
-  cfg = cell.params["config"]
-  if cell.kind == "pretrain":
-    examples = cfg["trainer"]["steps"] * cfg["data"]["batch_size"]
-  else:
-    examples = cfg["trainer"]["finetune_steps"] * cfg["trainer"]["finetune_batch_size"]
-  return _TRAIN_OVERHEAD + examples * example_seconds(cfg["model"])
-
-
-def format_seconds(seconds: float) -> str:
-  if seconds < 90:
-    return f"{seconds:.0f} s"
-  if seconds < 5400:
-    return f"{seconds / 60:.0f} min"
-  return f"{seconds / 3600:.1f} h"
-
-
-#: Finished cells of a kind needed before their measured times scale that kind's estimates.
-_CALIBRATION_MIN_CELLS = 3
-
-
-def calibration(plan_: Plan, measured: Mapping[str, float]) -> dict[str, float]:
-  """{kind: measured / estimated wall seconds} over the finished cells this run timed, for
-  each kind with enough of them, and under "*" over all of them: the formula above was fit on
-  one machine under no load, and a work dir's own cells say what this machine does."""
-  actual: dict[str, float] = {}
-  guessed: dict[str, float] = {}
-  count: dict[str, int] = {}
-  for name, seconds in measured.items():
-    cell = plan_[name]
-    for key in (cell.kind, "*"):
-      actual[key] = actual.get(key, 0.0) + seconds
-      guessed[key] = guessed.get(key, 0.0) + estimate_seconds(cell, plan_)
-      count[key] = count.get(key, 0) + 1
-  return {k: actual[k] / guessed[k] for k in actual
-          if count[k] >= _CALIBRATION_MIN_CELLS and guessed[k] > 0}
-
-
-def describe(plan_: Plan, done: Sequence[str] = (),
-             measured: Optional[Mapping[str, float]] = None) -> tuple[str, float]:
-  """One line per cell with its state and time, a header line; the seconds left.
-  `measured`: {finished cell: its wall seconds} of cells run in this work dir: shown for
-  those cells, and they scale the estimates of the others (`calibration`)."""
-  done, measured = set(done), dict(measured or {})
-  scale = calibration(plan_, measured)
-  lines, remaining = [], 0.0
-  for cell in plan_:
-    if cell.name in measured:
-      shown = format_seconds(measured[cell.name])
-    else:
-      seconds = estimate_seconds(cell, plan_) * scale.get(cell.kind, scale.get("*", 1.0))
-      shown = "~" + format_seconds(seconds)
-      if cell.name not in done:
-        remaining += seconds
-    lines.append(f"  {'done' if cell.name in done else 'todo'}  {cell.kind:<8} "
-                 f"{cell.name:<58} {shown}")
-  counts = {k: len(plan_.of_kind(k)) for k in KINDS if plan_.of_kind(k)}
-  basis = (f"scaled by the {len(measured)} cells timed in this work dir"
-           if scale else "on 2 cores")
-  head = (f"{len(plan_)} cells ({', '.join(f'{v} {k}' for k, v in counts.items())}); rough "
-          f"estimate of what is left ({basis}): {format_seconds(remaining)}")
-  return "\n".join([head] + lines), remaining
+      p.add(dataclasses.replace(fuse.id, kind="bundle"),
+            BundleParams(doc_text=reqa.params.doc_text),
+            {BUNDLE_FUSE: fuse.id, "reqa": reqa.id, **models})

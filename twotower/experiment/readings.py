@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from typing import Iterable, Mapping, Optional, Sequence
 
 from twotower import contracts
@@ -34,6 +33,7 @@ from twotower import io as tio
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import plan as plan_lib
 from twotower.experiment.grid import Claim, GridSpec, RowRef
+from twotower.experiment.identity import CellId
 
 READING_FILE = "reading.md"
 HOLDS = "holds, resolved"
@@ -216,9 +216,6 @@ class PretrainCheck:
     return self.heldout_accuracy >= self.chance + self.margin
 
 
-_PRETRAIN_CELL = re.compile(r"^pretrain/(?P<system>[^/]+)/(?P<variant>[^/]+)/s(?P<seed>\d+)$")
-
-
 def pretrain_checks(spec: GridSpec, records: Iterable[Mapping]) -> list[PretrainCheck]:
   """A check per pre-training record (cells.json values) whose history logs the held-out
   in-batch accuracy (MLM logs none; a record restored from an older file may hold no
@@ -228,20 +225,19 @@ def pretrain_checks(spec: GridSpec, records: Iterable[Mapping]) -> list[Pretrain
   pair_stats = {r.get("cell"): r.get("stats") or {} for r in records if r.get("kind") == "pairs"}
   # Whether the grid ran with a SQuAD file (the names of the control row's pair cells say
   # so; without a control row, every row's is pairs/wiki either way).
-  have_squad = any("squad" in str(cell) for cell in pair_stats)
+  have_squad = any("squad" in CellId.parse(cell).dataset for cell in pair_stats)
   out = []
   for record in records:
-    match = _PRETRAIN_CELL.match(str(record.get("cell", "")))
     history = record.get("history") or {}
-    if record.get("kind") != "pretrain" or not match or not history.get(
-        "val_in_batch_accuracy"):
+    if record.get("kind") != "pretrain" or not history.get("val_in_batch_accuracy"):
       continue
-    system, variant = spec.systems.get(match["system"]), spec.variants.get(match["variant"])
-    if system is None or variant is None:
+    cell = CellId.parse(record["cell"])
+    system, variant = spec.systems.get(cell.system), spec.variants.get(cell.variant)
+    if system is None or variant is None or cell.seed is None:
       continue
-    cfg = grid_lib.pretrain_config(spec, system, variant, int(match["seed"]))
-    stats = pair_stats.get(plan_lib.pairs_name(
-        spec, spec.squad_text_in_pretraining(system), have_squad, spec.pairs_of(system)), {})
+    cfg = grid_lib.pretrain_config(spec, system, variant, cell.seed)
+    stats = pair_stats.get(str(plan_lib.pairs_id(
+        spec, spec.squad_text_in_pretraining(system), have_squad, spec.pairs_of(system))), {})
     counts = [stats.get(f"pairs_{task}_heldout") for task in cfg.data.tasks]
     out.append(PretrainCheck(
         record["cell"], _label(spec, RowRef(system.name, variant.name), ""),

@@ -69,7 +69,7 @@ def sample(cells: Sequence[Cell], n: int, seed: int) -> list[Cell]:
   rng = random.Random(seed)
   by_ratio: dict[int, list[Cell]] = {}
   for cell in sorted(cells, key=lambda c: c.name):
-    by_ratio.setdefault(int(cell.params.get("ratio", 0)), []).append(cell)
+    by_ratio.setdefault(cell.id.ratio or contracts.ZERO_SHOT_RATIO, []).append(cell)
   for group in by_ratio.values():
     rng.shuffle(group)
   picked: list[Cell] = []
@@ -131,7 +131,7 @@ def recheck(plan: Plan, work: str, scratch: str, n: int, seed: int = 0,
     before, after = _metrics(recorded), _metrics(remade)
     diffs = [abs(a[k] - b[k]) for a, b in zip(before, after) for k in a]
     same = len(before) == len(after) and all(a == b for a, b in zip(before, after))
-    split = contracts.scored_split(int(cell.params.get("ratio", contracts.ZERO_SHOT_RATIO)))
+    split = contracts.scored_split(cell.id.ratio or contracts.ZERO_SHOT_RATIO)
     results.append(Recheck(cell.name, split, tuple(c.name for c in chain),
                            _scored(recorded, split), _scored(remade, split), same,
                            max(diffs, default=0.0)))

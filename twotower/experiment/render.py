@@ -20,7 +20,9 @@ from twotower import io as tio
 from twotower.eval import report
 from twotower.experiment import execute, readings
 from twotower.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
-from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, format_seconds, has_zero_shot
+from twotower.experiment.estimate import format_seconds
+from twotower.experiment.identity import CellId
+from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, has_zero_shot
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
@@ -197,7 +199,7 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
                  results_dir: str) -> Written:
   """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
   results.json, summary.md, reading.md; returns the README's sections and the summaries."""
-  stats = [(c.params["dataset"], execute.read_done(execute.cell_dir(work, c)))
+  stats = [(c.params.dataset, execute.read_done(execute.cell_dir(work, c)))
            for c in plan.of_kind("datastats")]
   # The reading's pre-training check reads the pre-training records and their pair cells'.
   pretrain = [execute.read_done(execute.cell_dir(work, c))
@@ -265,8 +267,7 @@ def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
   fields = [f.name for f in dataclasses.fields(Entry)]
   entries = [Entry(**{k: e[k] for k in fields}) for e in results["per_seed"]]
   values = {(e["cell"], e["split"]): e["record"] for e in results["per_seed"]}
-  # A datastats cell is named datastats/<dataset>.
-  stats = [(r["cell"].split("/", 1)[1], r) for r in records if r.get("kind") == "datastats"]
+  stats = [(CellId.parse(r["cell"]).dataset, r) for r in records if r.get("kind") == "datastats"]
   return entries, values, stats, [r for r in records if r.get("kind") in ("pretrain", "pairs")]
 
 
@@ -347,8 +348,8 @@ def pretraining_costs(plan: Plan, done: Mapping[str, Optional[dict]]) -> list[st
   for cell in plan:
     if cell.kind != "pretrain":
       continue
-    key = (cell.params["system"], cell.params["variant"])
-    steps[key] = cell.params["config"]["trainer"]["steps"]
+    key = (cell.params.system, cell.params.variant)
+    steps[key] = cell.params.config["trainer"]["steps"]
     rows.setdefault(key, [])
     if done.get(cell.name):
       rows[key].append(done[cell.name])
