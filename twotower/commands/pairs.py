@@ -8,7 +8,7 @@ import argparse
 from typing import Iterable
 
 from twotower.commands import flags
-from twotower.pipelines import links, pairs, passages
+from twotower.pipelines import links, pairs, pairs_stats, passages
 from twotower.pipelines.pair_tasks import PairConfig
 
 
@@ -124,4 +124,4 @@ def parse(argv: Iterable[str] | None) -> pairs.PairsConfig:
 def main(argv: Iterable[str] | None = None) -> None:
   config = parse(argv)
   result = pairs.run(config)
-  print(pairs.summary_table(result.stats, result.out))
+  print(pairs_stats.summary_table(result.stats, result.out))
