@@ -126,3 +126,55 @@ def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
   assert cli.main(["pairs", "--dump", "d.xml", "--out", str(tmp_path / "out"), *argv]) == 2
   err = capsys.readouterr().err
   assert error in err and err.strip().splitlines()[-1].startswith("twotower pairs: error:")
+
+
+# ---------------------------------------------------------------------------------------------
+# The other commands whose flags come from their config: defaults, and every flag read back
+# ---------------------------------------------------------------------------------------------
+
+def _command_cases(out: str):
+  from twotower.eval import bm25
+  from twotower.pipelines import hardneg, heldout, vocab
+  return [
+      ("vocab", ["--passages", "p", "--out", "v.txt"], vocab.VocabConfig("p", "v.txt"),
+       ["--vocab_size", "500", "--max_texts", "10", "--no-exclude_heldout", "--overwrite"],
+       vocab.VocabConfig("p", "v.txt", 500, 10, False, True)),
+      ("heldout", ["--pairs", "p", "--out", out], heldout.HeldoutConfig("p", out),
+       ["--heldout_percent", "7", "--task", "bfs", "--overwrite"],
+       heldout.HeldoutConfig("p", out, 7.0, "bfs", True)),
+      ("hardneg", ["--reqa", "r"], hardneg.HardNegConfig("r"),
+       ["--ratios", "5,1", "--k", "2", "--depth", "50", "--doc_text", "sentence", "--k1", "1.2",
+        "--b", "0.7", "--threads", "2", "--num_shards", "3", "--overwrite"],
+       hardneg.HardNegConfig("r", (5, 1), 2, 50, "sentence", 1.2, 0.7, 2, True, 3)),
+      ("bm25", ["--reqa", "r", "--out", out], bm25.Bm25Config("r", out),
+       ["--doc_text", "sentence", "--k1", "1.2", "--b", "0.7", "--split", "a, b", "--gold",
+        "pair", "--threads", "2", "--hits", "10", "--batch_size", "5", "--system", "s",
+        "--overwrite"],
+       bm25.Bm25Config("r", out, "sentence", 1.2, 0.7, ("a", "b"), ("pair",), 2, 10, 5, "s",
+                       overwrite=True)),
+  ]
+
+
+@pytest.mark.parametrize("stage", ["vocab", "heldout", "hardneg", "bm25"])
+def test_converted_commands_default_to_their_config_and_read_every_flag(stage, tmp_path):
+  import importlib
+  command = importlib.import_module(f"twotower.commands.{stage}")
+  case = {c[0]: c for c in _command_cases(str(tmp_path / "out"))}[stage]
+  _, required, defaults, changed, expected = case
+  assert command.parse(required) == defaults
+  assert command.parse(required + changed) == expected
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["hardneg", "--reqa", "r", "--ratios", "1,x"], "--ratios '1,x': expected a comma list"),
+    (["hardneg", "--reqa", "r", "--k", "5", "--depth", "2"], "need 1 <= --k <= --depth"),
+    (["bm25", "--reqa", "r", "--out", "o", "--hits", "0"], "argument --hits: must be >= 1"),
+    (["vocab", "--passages", "p", "--out", "v", "--vocab_size", "3"], "--vocab_size must exceed"),
+    (["heldout", "--pairs", "p", "--out", "o", "--task", "crop"],
+     "argument --task: invalid choice: 'crop'"),
+])
+def test_converted_commands_keep_their_usage_errors(argv, error, capsys):
+  from twotower import cli
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err
+  assert error in err and err.strip().splitlines()[-1].startswith(f"twotower {argv[0]}: error:")
