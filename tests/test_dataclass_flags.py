@@ -133,9 +133,31 @@ def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 
 def _command_cases(out: str):
-  from twotower.eval import bm25
-  from twotower.pipelines import hardneg, heldout, vocab
+  from twotower.eval import bm25, fusion, search
+  from twotower.pipelines import hardneg, heldout, reqa, vocab
   return [
+      ("reqa", ["--squad", "s.json", "--out", out], reqa.ReqaConfig(out, squad="s.json"),
+       ["--splitter", "spacy", "--extra_passages", "p", "--extra_candidates", "all",
+        "--validation_percent", "5", "--seed", "x", "--doc_text", "sentence", "--num_shards",
+        "2", "--overwrite", "--runner=DirectRunner"],
+       reqa.ReqaConfig(out, squad="s.json", splitter="spacy", extra_passages="p",
+                       extra_candidates=reqa.ALL_EXTRA, validation_percent=5.0, seed="x",
+                       doc_text="sentence", num_shards=2, overwrite=True,
+                       beam_args=("--runner=DirectRunner",))),
+      ("search", ["--index", "i", "--queries", "q", "--out", "r.trec"],
+       search.SearchConfig("i", "q", "r.trec"),
+       ["--k", "5", "--nprobe", "3", "--ef_search", "9", "--batch_size", "7", "--threads", "2",
+        "--mmap", "--rerank", "0", "--tag", "t", "--reference", "e", "--report", "r.json",
+        "--overwrite"],
+       search.SearchConfig("i", "q", "r.trec", 5, 3, 9, 7, 2, True, 0, "t", "e", "r.json", True)),
+      ("fuse", ["--run", "a", "b", "--out", "f.trec", "--weight", "0.5"],
+       fusion.FuseConfig(("a", "b"), "f.trec", weight=0.5),
+       ["--method", "rrf", "--reqa", "q", "--tune_split", "validation-5",
+        "--tune_metric", "MRR", "--min_tune_questions", "4", "--depth", "9", "--rrf_k", "7",
+        "--tag", "t", "--overwrite"],
+       fusion.FuseConfig(("a", "b"), "f.trec", method="rrf", weight=0.5, reqa="q",
+                         tune_split="validation-5", tune_metric="MRR", min_tune_questions=4,
+                         depth=9, rrf_k=7, tag="t", overwrite=True)),
       ("vocab", ["--passages", "p", "--out", "v.txt"], vocab.VocabConfig("p", "v.txt"),
        ["--vocab_size", "500", "--max_texts", "10", "--no-exclude_heldout", "--overwrite"],
        vocab.VocabConfig("p", "v.txt", 500, 10, False, True)),
@@ -155,7 +177,8 @@ def _command_cases(out: str):
   ]
 
 
-@pytest.mark.parametrize("stage", ["vocab", "heldout", "hardneg", "bm25"])
+@pytest.mark.parametrize("stage", ["vocab", "heldout", "hardneg", "bm25", "reqa", "search",
+                                   "fuse"])
 def test_converted_commands_default_to_their_config_and_read_every_flag(stage, tmp_path):
   import importlib
   command = importlib.import_module(f"twotower.commands.{stage}")
@@ -172,6 +195,16 @@ def test_converted_commands_default_to_their_config_and_read_every_flag(stage, t
     (["vocab", "--passages", "p", "--out", "v", "--vocab_size", "3"], "--vocab_size must exceed"),
     (["heldout", "--pairs", "p", "--out", "o", "--task", "crop"],
      "argument --task: invalid choice: 'crop'"),
+    (["reqa", "--squad", "s", "--nq", "n", "--out", "o"],
+     "argument --nq: not allowed with argument --squad"),
+    (["reqa", "--out", "o"], "one of the arguments --squad --nq is required"),
+    (["reqa", "--squad", "s", "--out", "o", "--extra_candidates", "-1"],
+     "argument --extra_candidates: must be >= 0 or 'all', got -1"),
+    (["search", "--index", "i", "--queries", "q", "--out", "o", "--k", "0"],
+     "argument --k: must be >= 1, got 0"),
+    (["fuse", "--run", "a", "b", "--out", "o", "--weight", "x"], "--weight 'x': expected a"),
+    (["fuse", "--run", "a", "b", "--out", "o", "--method", "max"],
+     "argument --method: invalid choice: 'max'"),
 ])
 def test_converted_commands_keep_their_usage_errors(argv, error, capsys):
   from twotower import cli
