@@ -133,9 +133,17 @@ def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 
 def _command_cases(out: str):
-  from twotower.eval import bm25, fusion, search
+  from twotower.eval import bm25, faiss_index, fusion, index, search
   from twotower.pipelines import hardneg, heldout, reqa, vocab
   return [
+      ("index", ["--embeddings", "e", "--out", "i.faiss"], index.IndexConfig("e", "i.faiss"),
+       ["--type", "ivfpq", "--factory", "IVF4,Flat", "--nlist", "4", "--pq_m", "2",
+        "--pq_nbits", "4", "--hnsw_m", "8", "--ef_construction", "9", "--train_size", "10",
+        "--kmeans_niter", "3", "--seed", "5", "--nprobe", "2", "--opq", "--fast_scan",
+        "--store_vectors", "--num_index_shards", "2", "--block_rows", "64", "--threads", "1",
+        "--overwrite"],
+       index.IndexConfig("e", "i.faiss", faiss_index.IndexSpec(
+           "ivfpq", "IVF4,Flat", 4, 2, 4, 8, 9, 10, 3, 5, 2, True, True, True), 2, 64, 1, True)),
       ("reqa", ["--squad", "s.json", "--out", out], reqa.ReqaConfig(out, squad="s.json"),
        ["--splitter", "spacy", "--extra_passages", "p", "--extra_candidates", "all",
         "--validation_percent", "5", "--seed", "x", "--doc_text", "sentence", "--num_shards",
@@ -178,7 +186,7 @@ def _command_cases(out: str):
 
 
 @pytest.mark.parametrize("stage", ["vocab", "heldout", "hardneg", "bm25", "reqa", "search",
-                                   "fuse"])
+                                   "fuse", "index"])
 def test_converted_commands_default_to_their_config_and_read_every_flag(stage, tmp_path):
   import importlib
   command = importlib.import_module(f"twotower.commands.{stage}")
@@ -203,6 +211,10 @@ def test_converted_commands_default_to_their_config_and_read_every_flag(stage, t
     (["search", "--index", "i", "--queries", "q", "--out", "o", "--k", "0"],
      "argument --k: must be >= 1, got 0"),
     (["fuse", "--run", "a", "b", "--out", "o", "--weight", "x"], "--weight 'x': expected a"),
+    (["index", "--embeddings", "e", "--out", "o", "--type", "lsh"],
+     "argument --type: invalid choice: 'lsh'"),
+    (["index", "--embeddings", "e", "--out", "o", "--block_rows", "0"],
+     "argument --block_rows: must be >= 1, got 0"),
     (["fuse", "--run", "a", "b", "--out", "o", "--method", "max"],
      "argument --method: invalid choice: 'max'"),
 ])
