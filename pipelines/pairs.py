@@ -8,7 +8,8 @@ pairs.
       --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id;
                         crop per page, only with --crop_per_page > 0)
                         --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
-    every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
+    every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task;
+                      pipelines.pairs_stats)
 
 Inputs (pipelines.textdocs): `--dump` is a comma list of globs; each file's format is read
 from its first bytes. The first wiki's dumps keep their page ids; another wiki's dumps and
