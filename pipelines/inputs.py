@@ -57,6 +57,7 @@ class InputFile:
   pattern: str   # that glob
   wiki: str = ""  # a dump's <dbname> ("" for text, or a dump that names none)
   id_offset: int = -1  # added to its page ids (module docstring); -1: by position
+  size: int = 0  # bytes as stored (compressed or not), from the match
 
   def __post_init__(self):
     if self.id_offset < 0:  # alone (tests, callers outside match_inputs): by position
@@ -164,7 +165,8 @@ def match_inputs(pattern: str) -> list[InputFile]:
     if tio.is_local(entry) and os.path.isdir(entry):
       raise ValueError(f"{entry} is a directory; give the files in it as a glob, e.g. "
                        f"--dump '{entry.rstrip('/')}/*.bz2'")
-    paths = [m.path for m in FileSystems.match([entry])[0].metadata_list]
+    sizes = {m.path: m.size_in_bytes for m in FileSystems.match([entry])[0].metadata_list}
+    paths = list(sizes)
     if not paths:
       what = f"(one of the inputs of --dump {pattern!r})" if len(entries) > 1 else ""
       raise FileNotFoundError(f"no file matches {entry!r} {what}".rstrip())
@@ -178,7 +180,7 @@ def match_inputs(pattern: str) -> list[InputFile]:
       seen[path] = entry
       fmt = sniff_format(path)
       wiki = wikidump.read_siteinfo(path).dbname if fmt == MEDIAWIKI else ""
-      files.append(InputFile(path, fmt, index, entry, wiki))
+      files.append(InputFile(path, fmt, index, entry, wiki, size=sizes[path]))
   return _with_id_offsets(files)
 
 

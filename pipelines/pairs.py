@@ -8,7 +8,8 @@ pairs.
       --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id;
                         crop per page, only with --crop_per_page > 0)
                         --WritePairs--> pairs/<task>/<split>-SSSSS-of-NNNNN.tfrecord
-    every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task)
+    every counter --> stats.json (+ Table 1 columns: mean query / document lengths per task;
+                      pipelines.pairs_stats)
 
 Inputs (pipelines.textdocs): `--dump` is a comma list of globs; each file's format is read
 from its first bytes. The first wiki's dumps keep their page ids; another wiki's dumps and
@@ -48,11 +49,11 @@ import dataclasses
 import functools
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
 import uuid
+from typing import Optional, Sequence
 
 import apache_beam as beam
 
@@ -62,6 +63,7 @@ from twotower import outputs
 from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
+from twotower.pipelines import pairs_stats
 from twotower.pipelines import passages as passages_lib
 from twotower.pipelines import shards
 from twotower.pipelines import shuffle as shuffle_lib
@@ -99,9 +101,9 @@ class _PairRecords:
     if split != contracts.TRAIN:
       self._inc(C.pairs(task, split))
     if self.per_input:
-      self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task)))
+      self._inc(inputs_lib.per_input_counter(pair.query_page_id, C.pairs(task)))
       if split != contracts.TRAIN:
-        self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task, split)))
+        self._inc(inputs_lib.per_input_counter(pair.query_page_id, C.pairs(task, split)))
     yield _output_name(task, split), codecs.encode_pair(pair)
 
 
@@ -117,7 +119,7 @@ class _CountKeptPerInput(beam.DoFn):
     self.counters: dict = {}
 
   def process(self, element):
-    name = textdocs.per_input_counter(element[0], C.PAGES_KEPT)
+    name = inputs_lib.per_input_counter(element[0], C.PAGES_KEPT)
     if name not in self.counters:
       self.counters[name] = tio.counter(name)
     self.counters[name].inc()
@@ -131,7 +133,7 @@ class _CountLinksPerInput(beam.DoFn):
     self.counters: dict = {}
 
   def process(self, page):
-    name = textdocs.per_input_counter(page.page_id, C.LINKS_TOTAL)
+    name = inputs_lib.per_input_counter(page.page_id, C.LINKS_TOTAL)
     if name not in self.counters:
       self.counters[name] = tio.counter(name)
     self.counters[name].inc(len(page.links))
@@ -262,29 +264,33 @@ _EXPANSION = {".bz2": 4, ".gz": 4}
 
 
 def build(pipeline: beam.Pipeline, config: PairsConfig,
-          shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()) -> None:
+          shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
+          files: Optional[Sequence[inputs_lib.InputFile]] = None) -> None:
   """Adds the whole pairs job to `pipeline`; `shuffle` says how its joins move data (Beam's
-  GroupByKey by default; `run` picks the disk shuffle on the local runner)."""
+  GroupByKey by default; `run` picks the disk shuffle on the local runner). `files`: the
+  inputs of `config.dump` as `run` matched them (inputs.match_inputs); None matches them
+  here."""
   from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
-  files = textdocs.match_inputs(config.dump)
-  texts = [f for f in files if f.format != textdocs.MEDIAWIKI]
-  per_input = is_multi_input(config.dump)
+  if files is None:
+    files = inputs_lib.match_inputs(config.dump)
+  texts = [f for f in files if f.format != inputs_lib.MEDIAWIKI]
+  per_input = pairs_stats.is_multi_input(files)
   articles, redirects = [], []
   own_titles = inputs_lib.own_title_spaces(files)
-  wikis = sorted({f.id_offset for f in files if f.format == textdocs.MEDIAWIKI})
+  wikis = sorted({f.id_offset for f in files if f.format == inputs_lib.MEDIAWIKI})
   for offset in wikis:
     # Each wiki's dumps are read on their own, in its id range (the first wiki, with no
     # suffix on its stage names, as a run over one wiki always was).
     space = inputs_lib.id_space(offset)
     suffix = str(space) if offset else ""
     dumps = {f.path: f.index for f in files
-             if f.format == textdocs.MEDIAWIKI and f.id_offset == offset}
+             if f.format == inputs_lib.MEDIAWIKI and f.id_offset == offset}
     # RawPage, one per page id
     raw = pipeline | f"ReadDump{suffix}" >> wikidump.ReadDumpPages(
         config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
-        id_offset=offset)
+        id_offset=offset, paths=list(dumps))
     # .articles: Page; .redirects: (source_title, target_title)
     parsed = raw | f"ParsePages{suffix}" >> wikitext.ParsePages(text_cleanup=config.text_cleanup)
     articles.append(parsed.articles)
@@ -334,46 +340,15 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
                                             distribute=not shuffle.on_disk))
 
 
-def is_multi_input(pattern: str) -> bool:
-  """Whether `--dump` is a comma list of several inputs (stats.json then counts per input)."""
-  return len([p for p in pattern.split(",") if p.strip()]) > 1
+def dump_xml_bytes(files: Sequence[inputs_lib.InputFile]) -> int:
+  """Estimated decompressed size of the input files (their sizes as matched)."""
+  return sum(f.size * _EXPANSION.get(os.path.splitext(f.path)[1], 1) for f in files)
 
 
-def check_inputs_gave_pages(stats: dict, files: list, dump: str) -> None:
-  """An input that gave no page (an empty dump or corpus, a dump cut before its first page)
-  is an error naming it, after the run and before its output replaces --out."""
-  if is_multi_input(dump):
-    by_input: dict[int, list] = {}
-    for f in files:
-      by_input.setdefault(f.index, []).append(f)
-    empty = [group for index, group in sorted(by_input.items())
-             if not stats.get(C.per_input(index, C.PAGES_READ), 0)]
-  else:
-    empty = [files] if not stats.get(C.PAGES_READ, 0) else []
-  for group in empty:
-    names = ", ".join(f.path for f in group[:3]) + (" ..." if len(group) > 3 else "")
-    raise ValueError(f"{group[0].pattern}: no page or document read from {names} "
-                     f"({group[0].format}); is it empty, or cut before its first record? "
-                     "Give a file with pages")
-  if not stats.get(C.PAGES_KEPT, 0):
-    skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.items())
-                        if k.startswith(C.PAGES_SKIPPED_PREFIX) and v) or "none skipped"
-    raise ValueError(f"{dump}: {stats.get(C.PAGES_READ, 0)} pages read, no article kept "
-                     f"({skipped}); give a dump or corpus with articles")
-
-
-def dump_xml_bytes(pattern: str) -> int:
-  """Estimated decompressed size of the dump files matching `pattern`."""
-  from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-  total = 0
-  for path in tio.match_files(pattern):
-    size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
-    total += size * _EXPANSION.get(os.path.splitext(path)[1], 1)
-  return total
-
-
-def make_shuffle(config: PairsConfig) -> shuffle_lib.Shuffle:
-  """The shuffle `run` uses: on disk for the local runner (or when asked), else Beam's."""
+def make_shuffle(config: PairsConfig,
+                 files: Sequence[inputs_lib.InputFile]) -> shuffle_lib.Shuffle:
+  """The shuffle `run` uses: on disk for the local runner (or when asked), else Beam's;
+  `files` (the matched inputs) size the disk shuffle's buckets."""
   if config.shuffle not in SHUFFLES:
     raise ValueError(f"shuffle must be one of {SHUFFLES}, got {config.shuffle!r}")
   if config.shuffle == "beam" or (config.shuffle == "auto"
@@ -385,79 +360,8 @@ def make_shuffle(config: PairsConfig) -> shuffle_lib.Shuffle:
     directory = os.path.join(config.out, f".shuffle-{uuid.uuid4().hex[:12]}")
   else:
     directory = tempfile.mkdtemp(prefix="twotower-shuffle-")
-  buckets = config.shuffle_buckets or shuffle_lib.buckets_for(dump_xml_bytes(config.dump))
+  buckets = config.shuffle_buckets or shuffle_lib.buckets_for(dump_xml_bytes(files))
   return shuffle_lib.Shuffle(directory, buckets)
-
-
-def finish_stats(counters: dict[str, int],
-                 tasks: tuple[str, ...] = contracts.PRETRAIN_TASKS) -> dict:
-  """stats.json: every counter, plus the Table 1 columns and the link resolution share;
-  `tasks`: those the run wrote (PairConfig.tasks), each counted, 0 included."""
-  stats: dict = dict(counters)
-  for name in C.PAIRS_ALWAYS:
-    stats.setdefault(name, 0)
-  if any(name in stats for name in C.CLEANUP_ALWAYS):  # a run that cleaned its text
-    for name in C.CLEANUP_ALWAYS:
-      stats.setdefault(name, 0)
-  # Every input of a run over several counts its pairs, 0 included (Beam reports only the
-  # counters something incremented): a text input without links says "0 WLP pairs".
-  for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:
-    prefix = kept[:-len(C.PAGES_KEPT)]
-    for task in tasks:
-      stats.setdefault(prefix + C.pairs(task), 0)
-    if prefix != C.MEDIAWIKI_PREFIX:  # a text input: its links before resolution
-      stats.setdefault(prefix + C.LINKS_TOTAL, 0)
-  if contracts.CROP_TASK in tasks:
-    for reason in pair_tasks.CropSkip:
-      stats.setdefault(C.crop_skipped(reason), 0)
-  for task in tasks:
-    stats.setdefault(C.pairs(task), 0)
-    tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
-    tio.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
-  total = stats.get(C.LINKS_TOTAL, 0)
-  stats[C.LINKS_RESOLVED_PERCENT] = (round(100 * stats.get(C.LINKS_RESOLVED, 0) / total, 2)
-                                     if total else 0.0)
-  return stats
-
-
-def tasks_in(stats: dict) -> tuple[str, ...]:
-  """The tasks a run wrote, from its stats.json: the paper's three, + crop when it ran."""
-  return contracts.PRETRAIN_TASKS + tuple(t for t in contracts.PAIR_TASKS
-                                          if t not in contracts.PRETRAIN_TASKS
-                                          and C.pairs(t) in stats)
-
-
-def summary_table(stats: dict, out: str) -> str:
-  """The command's result: page accounting, links, and the Table 1 columns per task."""
-  tasks = tasks_in(stats)
-  skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
-  lines = [f"pages read {stats.get('pages_read', 0)}: kept {stats.get('pages_kept', 0)}, "
-           f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}",
-           f"links {stats.get('links_total', 0)}: resolved {stats.get('links_resolved', 0)} "
-           f"({stats.get('links_resolved_percent', 0.0):.1f} %), unresolved "
-           f"{stats.get('links_unresolved', 0)}, redirect loops "
-           f"{stats.get('links_redirect_loop', 0)}",
-           f"passages {stats.get('passages', 0)}", "",
-           f"{'task':<5} {'pairs':>9} {'heldout':>8} {'query tok':>10} {'doc tok':>8}"]
-  for task in tasks:
-    lines.append(f"{task:<5} {stats.get(f'pairs_{task}', 0):>9} "
-                 f"{stats.get(f'pairs_{task}_heldout', 0):>8} "
-                 f"{stats.get(f'mean_query_tokens_{task}', 0.0):>10.1f} "
-                 f"{stats.get(f'mean_doc_tokens_{task}', 0.0):>8.1f}")
-  inputs = sorted({k.split("_", 1)[0] for k in stats
-                   if k.startswith(C.MEDIAWIKI_PREFIX) or re.match(r"input\d+_", k)})
-  if inputs:
-    lines += ["", f"{'input':<10} {'read':>8} {'kept':>8} "
-              + " ".join(f"{'pairs ' + t:>10}" for t in tasks)]
-    for name in inputs:
-      # A dump's pages kept and pairs are on the "mediawiki" line (dumps share an id space).
-      dump = f"{name}_{C.PAGES_KEPT}" not in stats and name != "mediawiki"
-      lines.append(f"{name:<10} {stats.get(f'{name}_{C.PAGES_READ}', '-'):>8} "
-                   f"{'-' if dump else stats.get(f'{name}_{C.PAGES_KEPT}', 0):>8} "
-                   + " ".join(f"{'-' if dump else stats.get(f'{name}_{C.pairs(t)}', 0):>10}"
-                              for t in tasks))
-  lines += ["", f"written to {out} (pairs/, passages/, {contracts.STATS_FILE})"]
-  return "\n".join(lines)
 
 
 def recorded_settings(config: PairsConfig) -> dict:
@@ -484,8 +388,8 @@ def run(config: PairsConfig) -> outputs.StageResult:
   there) are read in place and kept."""
   tio.log_settings("twotower pairs", dataclasses.asdict(config))
   # A clear error now (a glob matching nothing, a directory, a file in no known format)
-  # rather than an empty run.
-  files = textdocs.match_inputs(config.dump)
+  # rather than an empty run. The one expansion of --dump in a run: the job reads these files.
+  files = inputs_lib.match_inputs(config.dump)
   inputs = [f.path for f in files]
   markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
@@ -493,18 +397,18 @@ def run(config: PairsConfig) -> outputs.StageResult:
     staged = dataclasses.replace(config, out=out)
     # The settings as given (--out the folder readers see, not the temporary one).
     tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
-    shuffle = make_shuffle(staged)
+    shuffle = make_shuffle(staged, files)
     if shuffle.on_disk:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
-      stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle),
+      stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle, files),
                                config.beam_args, stats_dir=out,
-                               finish=functools.partial(finish_stats,
+                               finish=functools.partial(pairs_stats.finish_stats,
                                                         tasks=config.pairs.tasks))
     finally:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)
-    check_inputs_gave_pages(stats, files, config.dump)
+    pairs_stats.check_inputs_gave_pages(stats, files, config.dump)
   return outputs.StageResult.of(config.out, stats)
 
 

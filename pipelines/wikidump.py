@@ -62,7 +62,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterator, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -524,20 +524,24 @@ class ReadDumpPages(beam.PTransform):
   """
 
   def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
-               input_index: Optional[dict[str, int]] = None, id_offset: int = 0):
+               input_index: Optional[dict[str, int]] = None, id_offset: int = 0,
+               paths: Optional[Sequence[str]] = None):
     """`input_index` (path -> position in the --dump comma list; pipelines.textdocs): read
     exactly these files, and count `input<k>_pages_read` per input; `file_pattern` then only
-    names them in log lines. `id_offset` is added to every page id (the input's range,
+    names them in log lines. `paths`: read exactly these files, already matched by the caller
+    (pipelines.pairs matches --dump once per run), counted per input only where
+    `input_index` names them. `id_offset` is added to every page id (the input's range,
     pipelines.inputs)."""
     super().__init__()
     self.file_pattern = file_pattern
     self.shuffle = shuffle
     self.input_index = dict(input_index or {})
+    self.paths = tuple(paths if paths is not None else self.input_index)
     self.id_offset = id_offset
 
   def expand(self, pbegin):
-    paths = (sorted(self.input_index, key=lambda path: (os.path.basename(path), path))
-             if self.input_index else tio.match_files(self.file_pattern))
+    paths = (sorted(self.paths, key=lambda path: (os.path.basename(path), path))
+             if self.paths else tio.match_files(self.file_pattern))
     logger.info("ReadDumpPages: %d file(s) match %s", len(paths), self.file_pattern)
     ranks = {path: rank for rank, path in enumerate(paths)}
     offsets = {path: self.id_offset for path in paths}

@@ -162,6 +162,43 @@ def test_no_training_pair_touches_a_heldout_page(tmp_path):
   assert stats["pairs_wlp_heldout"] >= rerouted
 
 
+def test_the_dump_globs_are_matched_once_per_run_and_size_the_disk_shuffle(tmp_path,
+                                                                          monkeypatch):
+  """`--dump` is expanded once, when the run starts (issue 39: it was matched three times,
+  four for one glob, and each file once more to size the shuffle); the job reads, and the
+  disk shuffle's buckets are sized from, those files (bz2 counted x4, as decompressed)."""
+  from apache_beam.io.filesystems import FileSystems
+  from twotower.pipelines import inputs, pairs
+  inputs_dir = tmp_path / "in"
+  inputs_dir.mkdir()
+  first = write_dump(inputs_dir / "testwiki-pages-articles1.xml.bz2", CASES[:6])
+  second = write_dump(inputs_dir / "testwiki-pages-articles2.xml", CASES[6:])
+  patterns = [f"{inputs_dir}/*articles1.xml.bz2", f"{inputs_dir}/*articles2.xml"]
+  files = inputs.match_inputs(",".join(patterns))
+  assert [f.path for f in files] == [first, second]
+  size = pathlib.Path(first).stat().st_size * 4 + pathlib.Path(second).stat().st_size
+  assert pairs.dump_xml_bytes(files) == size
+  matched = []
+  match = FileSystems.match
+
+  def counting_match(patterns_, *args, **kwargs):
+    matched.extend(p for p in patterns_ if str(inputs_dir) in p)
+    return match(patterns_, *args, **kwargs)
+
+  monkeypatch.setattr(FileSystems, "match", staticmethod(counting_match))
+  one_glob = run_pairs(f"{inputs_dir}/testwiki-*", tmp_path / "one", "--heldout_percent", "0")
+  assert matched == [f"{inputs_dir}/testwiki-*"]
+  matched.clear()
+  two_globs = run_pairs(",".join(patterns), tmp_path / "two", "--heldout_percent", "0")
+  assert matched == patterns
+  # Both runs read every page of both files; the comma list also counts per input.
+  assert one_glob["pages_read"] == two_globs["pages_read"] == len(CASES)
+  assert two_globs["input0_pages_read"] == 6 and two_globs["input1_pages_read"] == 6
+  records = [{k: v for k, v in output_digest(str(tmp_path / name)).items() if k != "stats"}
+             for name in ("one", "two")]
+  assert records[0] == records[1]  # the same pairs and passages
+
+
 @pytest.mark.slow
 def test_single_and_multi_process_runs_and_both_shuffles_write_the_same_outputs(tmp_path):
   """One process or two, joins through files (the local default) or through Beam's

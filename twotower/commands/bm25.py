@@ -4,30 +4,38 @@ eval.bm25)."""
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Iterable
 
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.eval import bm25, report
+
+#: Each flag's help; name, type and default come from Bm25Config (commands.dataclass_flags).
+HELP = {
+    "reqa": "a `twotower reqa` output directory",
+    "out": "output directory (index/, run.trec, metrics.*)",
+    "doc_text": "what a candidate's Lucene document holds",
+    "k1": "BM25 k1 (Pyserini's default)",
+    "b": "BM25 b (Pyserini's default)",
+    "threads": "indexing and search threads (1: one query at a time)",
+    "hits": "candidates retrieved per question",
+    "batch_size": "questions per batch_search call",
+    "system": "system name in metrics (default bm25-<doc_text>)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   d = bm25.Bm25Config(reqa="", out="")
   p = flags.parser("bm25", bm25.__doc__)
-  p.add_argument("--reqa", required=True, help="a `twotower reqa` output directory")
-  p.add_argument("--out", required=True, help="output directory (index/, run.trec, metrics.*)")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
-                 help="what a candidate's Lucene document holds")
-  p.add_argument("--k1", type=float, default=d.k1, help="BM25 k1 (Pyserini's default)")
-  p.add_argument("--b", type=float, default=d.b, help="BM25 b (Pyserini's default)")
+  add = functools.partial(dataclass_flags.add_fields, p, bm25.Bm25Config, HELP)
+  add(names=("reqa", "out", "doc_text", "k1", "b"),
+      kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
+  # Singular flag names for the splits / golds fields (comma lists).
   p.add_argument("--split", default=",".join(d.splits), help="split(s) to search and evaluate")
   p.add_argument("--gold", default=",".join(d.golds), help="gold convention(s): pair, sentence")
-  p.add_argument("--threads", type=flags.positive_int, default=d.threads,
-                 help="indexing and search threads (1: one query at a time)")
-  p.add_argument("--hits", type=flags.positive_int, default=d.hits, help="candidates retrieved per question")
-  p.add_argument("--batch_size", type=flags.positive_int, default=d.batch_size,
-                 help="questions per batch_search call")
-  p.add_argument("--system", default="", help="system name in metrics (default bm25-<doc_text>)")
+  add(names=("threads", "hits", "batch_size", "system"),
+      kwargs={name: {"type": flags.positive_int} for name in ("threads", "hits", "batch_size")})
   flags.add_overwrite(p)
   return p
 
@@ -35,10 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
-  return bm25.Bm25Config(reqa=args.reqa, out=flags.out_folder(p, args.out),
-                         doc_text=args.doc_text, k1=args.k1, b=args.b, splits=flags.csv(args.split), golds=flags.csv(args.gold),
-                         threads=args.threads, hits=args.hits, batch_size=args.batch_size,
-                         system=args.system, overwrite=args.overwrite)
+  return dataclass_flags.config_from(args, bm25.Bm25Config, out=flags.out_folder(p, args.out),
+                                    splits=flags.csv(args.split), golds=flags.csv(args.gold))
 
 
 def main(argv: Iterable[str] | None = None) -> None:

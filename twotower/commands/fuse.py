@@ -4,34 +4,40 @@ given or tuned on a validation split) or reciprocal-rank fusion (the flags of ev
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.eval import fusion
+
+#: Each flag's help; name, type and default come from FuseConfig (commands.dataclass_flags).
+HELP = {
+    "out": "fused run file (TREC, or .parquet)",
+    "method": "interpolate: min-max normalised scores, weight*A + (1-weight)*B; rrf: "
+              "reciprocal-rank fusion",
+    "reqa": "ReQA directory (to tune the weight)",
+    "tune_split": "validation split that chooses the weight, e.g. validation-5 (a test split "
+                  "is refused)",
+    "tune_metric": "what the weight maximises: mean_R@k (the mean of R@1..100), or one metric "
+                   "(R@100, MRR, ...)",
+    "min_tune_questions": "fewest questions of --tune_split that may choose the weight",
+    "depth": "candidates kept per question",
+    "rrf_k": "RRF's k",
+    "tag": "TREC run tag",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("fuse", fusion.__doc__)
+  add = functools.partial(dataclass_flags.add_fields, p, fusion.FuseConfig, HELP)
+  # --run (two files, FuseConfig.runs) and --weight ('auto' = None) are spelt apart.
   p.add_argument("--run", required=True, nargs=2, metavar=("RUN_A", "RUN_B"),
                  help="the two run files (TREC or .parquet), e.g. BM25 then dense")
-  p.add_argument("--out", required=True, help="fused run file (TREC, or .parquet)")
-  p.add_argument("--method", choices=fusion.METHODS, default="interpolate",
-                 help="interpolate: min-max normalised scores, weight*A + (1-weight)*B; "
-                      "rrf: reciprocal-rank fusion")
+  add(names=("out", "method"), kwargs={"method": {"choices": fusion.METHODS}})
   p.add_argument("--weight", default="auto",
                  help="weight of RUN_A in [0, 1], or 'auto' to tune it on --tune_split")
-  p.add_argument("--reqa", default="", help="ReQA directory (to tune the weight)")
-  p.add_argument("--tune_split", default="",
-                 help="validation split that chooses the weight, e.g. validation-5 (a test "
-                      "split is refused)")
-  p.add_argument("--tune_metric", default=fusion.MEAN_RECALL,
-                 help="what the weight maximises: mean_R@k (the mean of R@1..100), or one "
-                 "metric (R@100, MRR, ...)")
-  p.add_argument("--min_tune_questions", type=int, default=fusion.MIN_TUNE_QUESTIONS,
-                 help="fewest questions of --tune_split that may choose the weight")
-  p.add_argument("--depth", type=flags.positive_int, default=100, help="candidates kept per question")
-  p.add_argument("--rrf_k", type=flags.positive_int, default=fusion.RRF_K, help="RRF's k")
-  p.add_argument("--tag", default="fused", help="TREC run tag")
+  add(names=("reqa", "tune_split", "tune_metric", "min_tune_questions", "depth", "rrf_k", "tag"),
+      kwargs={"depth": {"type": flags.positive_int}, "rrf_k": {"type": flags.positive_int}})
   flags.add_overwrite(p)
   return p
 
@@ -45,11 +51,8 @@ def parse(argv: Iterable[str] | None) -> fusion.FuseConfig:
     p.error(f"--weight {args.weight!r}: expected a number in [0, 1] or 'auto'")
   flags.hybrid_tuning(p, weight, args.tune_split, args.tune_metric)
   try:
-    return fusion.FuseConfig(runs=tuple(args.run), out=args.out, method=args.method,
-                             weight=weight, reqa=args.reqa, tune_split=args.tune_split,
-                             tune_metric=args.tune_metric,
-                             min_tune_questions=args.min_tune_questions, depth=args.depth,
-                             rrf_k=args.rrf_k, tag=args.tag, overwrite=args.overwrite)
+    return dataclass_flags.config_from(args, fusion.FuseConfig, runs=tuple(args.run),
+                                      weight=weight)
   except ValueError as e:
     p.error(str(e))
 

@@ -8,29 +8,29 @@ from typing import Iterable
 
 from twotower import contracts
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import hardneg
+
+#: Each flag's help; name, type and default come from HardNegConfig (commands.dataclass_flags).
+HELP = {
+    "reqa": "a `twotower reqa` output dir; its finetune/ receives the new pairs",
+    "ratios": "train ratios whose finetune/train-<ratio> pairs get negatives",
+    "k": "hard negatives per pair",
+    "depth": "BM25 hits searched per question for the k negatives",
+    "doc_text": "candidate layout (index and negative documents): the one `twotower reqa` "
+                "wrote the pairs with",
+    "k1": "BM25 k1 (Pyserini's default)",
+    "b": "BM25 b (Pyserini's default)",
+    "threads": "Lucene indexing and search threads",
+    "num_shards": "TFRecord shards per output split",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("hardneg", hardneg.__doc__)
-  d = hardneg.HardNegConfig(reqa="")
-  p.add_argument("--reqa", required=True,
-                 help="a `twotower reqa` output dir; its finetune/ receives the new pairs")
-  p.add_argument("--ratios", default=",".join(map(str, d.ratios)),
-                 help="train ratios whose finetune/train-<ratio> pairs get negatives")
-  p.add_argument("--k", type=int, default=d.k, help="hard negatives per pair")
-  p.add_argument("--depth", type=int, default=d.depth,
-                 help="BM25 hits searched per question for the k negatives")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
-                 help="candidate layout (index and negative documents): the one `twotower "
-                      "reqa` wrote the pairs with")
-  p.add_argument("--k1", type=float, default=d.k1, help="BM25 k1 (Pyserini's default)")
-  p.add_argument("--b", type=float, default=d.b, help="BM25 b (Pyserini's default)")
-  p.add_argument("--threads", type=int, default=d.threads,
-                 help="Lucene indexing and search threads")
-  p.add_argument("--num_shards", type=int, default=d.num_shards,
-                 help="TFRecord shards per output split")
+  # --ratios stays a string here: parse() reads it, with its own one-line error.
+  dataclass_flags.add_fields(p, hardneg.HardNegConfig, HELP, exclude=("overwrite",),
+                             kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
   flags.add_overwrite(p)
   return p
 
@@ -49,10 +49,7 @@ def parse(argv: Iterable[str] | None) -> hardneg.HardNegConfig:
     p.error(f"need 1 <= --k <= --depth, got --k {args.k} --depth {args.depth}")
   if args.threads < 1 or args.num_shards < 1:
     p.error("--threads and --num_shards must be >= 1")
-  return hardneg.HardNegConfig(reqa=args.reqa, ratios=ratios, k=args.k, depth=args.depth,
-                               doc_text=args.doc_text, k1=args.k1, b=args.b,
-                               threads=args.threads, num_shards=args.num_shards,
-                               overwrite=args.overwrite)
+  return dataclass_flags.config_from(args, hardneg.HardNegConfig, ratios=ratios)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

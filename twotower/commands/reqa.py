@@ -8,8 +8,25 @@ import argparse
 from typing import Iterable
 
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import reqa, sentences
+
+#: Each flag's help; name, type and default come from ReqaConfig (commands.dataclass_flags).
+HELP = {
+    "squad": "SQuAD v1.1/v2.0 JSON file(s) (a glob, any Beam filesystem)",
+    "nq": "Natural Questions simplified jsonl[.gz] file(s) (a glob)",
+    "out": "output directory",
+    "splitter": f"sentence splitter ({', '.join(sentences.SPLITTER_NAMES)}); `reqa` reproduces "
+                "ReQA's counts",
+    "extra_passages": "a `twotower pairs` output dir (or its passages/) whose passages supply "
+                      "open-domain candidates",
+    "extra_candidates": "(sentence, passage) candidates sampled from --extra_passages, or "
+                        "`all`; one whose passage is a ReQA paragraph is removed and counted",
+    "validation_percent": "percent of each train side held out for validation",
+    "seed": "salt of the split and sampling hashes",
+    "doc_text": "doc_text layout of the fine-tuning pairs (twotower.texts)",
+    "num_shards": "TFRecord shards per fine-tuning split",
+}
 
 
 def extra_count(value: str) -> int:
@@ -27,26 +44,14 @@ def extra_count(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("reqa", reqa.__doc__)
-  d = reqa.ReqaConfig(out="")
-  src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument("--squad", help="SQuAD v1.1/v2.0 JSON file(s) (a glob, any Beam filesystem)")
-  src.add_argument("--nq", help="Natural Questions simplified jsonl[.gz] file(s) (a glob)")
-  p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--splitter", default=d.splitter,
-                 help=f"sentence splitter ({', '.join(sentences.SPLITTER_NAMES)}); `reqa` "
-                      "reproduces ReQA's counts")
-  p.add_argument("--extra_passages", help="a `twotower pairs` output dir (or its passages/) "
-                 "whose passages supply open-domain candidates")
-  p.add_argument("--extra_candidates", type=extra_count, default=d.extra_candidates,
-                 help="(sentence, passage) candidates sampled from --extra_passages, or `all`; "
-                      "one whose passage is a ReQA paragraph is removed and counted")
-  p.add_argument("--validation_percent", type=float, default=d.validation_percent,
-                 help="percent of each train side held out for validation")
-  p.add_argument("--seed", default=d.seed, help="salt of the split and sampling hashes")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
-                 help="doc_text layout of the fine-tuning pairs (twotower.texts)")
-  p.add_argument("--num_shards", type=int, default=d.num_shards,
-                 help="TFRecord shards per fine-tuning split")
+  # One source: --squad or --nq.
+  dataclass_flags.add_fields(p.add_mutually_exclusive_group(required=True), reqa.ReqaConfig,
+                             HELP, names=("squad", "nq"))
+  dataclass_flags.add_fields(
+      p, reqa.ReqaConfig, HELP,
+      exclude=("squad", "nq", "ratios", "overwrite", "beam_args"),  # ratios: no flag
+      kwargs={"extra_candidates": {"type": extra_count},
+              "doc_text": {"choices": texts.DOC_TEXT_MODES}})
   flags.add_overwrite(p)
   return p
 
@@ -59,13 +64,8 @@ def parse(argv: Iterable[str] | None) -> reqa.ReqaConfig:
     p.error("--extra_candidates needs --extra_passages")
   if not 0 <= args.validation_percent <= 100:
     p.error(f"--validation_percent must be in [0, 100], got {args.validation_percent}")
-  return reqa.ReqaConfig(out=flags.out_folder(p, args.out), squad=args.squad, nq=args.nq,
-                         splitter=args.splitter,
-                         extra_passages=args.extra_passages,
-                         extra_candidates=args.extra_candidates,
-                         validation_percent=args.validation_percent, seed=args.seed,
-                         doc_text=args.doc_text, num_shards=args.num_shards,
-                         overwrite=args.overwrite, beam_args=beam_args)
+  return dataclass_flags.config_from(args, reqa.ReqaConfig, out=flags.out_folder(p, args.out),
+                                    beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

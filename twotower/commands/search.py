@@ -6,42 +6,43 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.eval import search
+
+#: Each flag's help; name, type and default come from SearchConfig (commands.dataclass_flags).
+HELP = {
+    "index": "index file, or a glob / comma list of index shards (IndexShards)",
+    "queries": ("query embeddings (string ids): folder(s), files or globs, comma-separated, "
+                "as index --embeddings"),
+    "out": "run file: *.parquet (RUN_SCHEMA) or TREC",
+    "k": "candidates per question",
+    "nprobe": "IVF lists visited per query",
+    "ef_search": "HNSW search beam width",
+    "batch_size": "queries per FAISS call",
+    "threads": "FAISS OpenMP threads (0: all)",
+    "mmap": "memory-map the index file(s) (flat, HNSW storage, IVF lists); a type FAISS cannot "
+            "map (fast-scan IVF) is refused",
+    "rerank": "re-rank the top k*R candidates exactly from the vectors stored beside the index "
+              "(default: 4 when they exist, else off; 0: off)",
+    "tag": "TREC run tag",
+    "reference": "document embeddings the index was built from: report Recall@k against exact "
+                 "flat inner-product search and queries/s",
+    "report": "where to write that report (default: OUT + '.report.json')",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("search", search.__doc__)
-  p.add_argument("--index", required=True,
-                 help="index file, or a glob / comma list of index shards (IndexShards)")
-  p.add_argument("--queries", required=True, help="query embeddings (string ids): folder(s), "
-                 "files or globs, comma-separated, as index --embeddings")
-  p.add_argument("--out", required=True, help="run file: *.parquet (RUN_SCHEMA) or TREC")
-  p.add_argument("--k", type=flags.positive_int, default=100, help="candidates per question")
-  p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited per query")
-  p.add_argument("--ef_search", type=int, default=None, help="HNSW search beam width")
-  p.add_argument("--batch_size", type=flags.positive_int, default=4096, help="queries per FAISS call")
-  p.add_argument("--threads", type=int, default=0, help="FAISS OpenMP threads (0: all)")
-  p.add_argument("--mmap", action="store_true",
-                 help="memory-map the index file(s) (flat, HNSW storage, IVF lists); a type "
-                      "FAISS cannot map (fast-scan IVF) is refused")
-  p.add_argument("--rerank", type=int, default=None,
-                 help="re-rank the top k*R candidates exactly from the vectors stored beside "
-                      "the index (default: 4 when they exist, else off; 0: off)")
-  p.add_argument("--tag", default="twotower", help="TREC run tag")
-  p.add_argument("--reference", default=None,
-                 help="document embeddings the index was built from: report Recall@k "
-                      "against exact flat inner-product search and queries/s")
-  p.add_argument("--report", default=None,
-                 help="where to write that report (default: OUT + '.report.json')")
+  dataclass_flags.add_fields(p, search.SearchConfig, HELP, exclude=("overwrite",),
+                             kwargs={"k": {"type": flags.positive_int},
+                                     "batch_size": {"type": flags.positive_int}})
   flags.add_overwrite(p)
   return p
 
 
 def parse(argv: Iterable[str] | None) -> search.SearchConfig:
   args = build_parser().parse_args(None if argv is None else list(argv))
-  fields = {k: v for k, v in vars(args).items() if k != "verbose"}
-  return search.SearchConfig(**fields)
+  return dataclass_flags.config_from(args, search.SearchConfig)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -7,25 +7,23 @@ import argparse
 from typing import Iterable
 
 from twotower import contracts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import vocab
+
+#: Each flag's help; name, type and default come from VocabConfig (commands.dataclass_flags).
+HELP = {
+    "passages": "passages Parquet: the `twotower pairs` output dir, its passages/ dir, or a glob",
+    "out": "vocabulary file to write (one token a line)",
+    "vocab_size": "largest vocabulary size",
+    "max_texts": "read at most this many passages (0 = all)",
+    "exclude_heldout": "skip the passages of pages the pair pipeline held out (its "
+                       f"{contracts.PAIRS_CONFIG_FILE} gives the share)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("vocab", vocab.__doc__)
-  d = vocab.VocabConfig(passages="", out="")
-  p.add_argument("--passages", required=True,
-                 help="passages Parquet: the `twotower pairs` output dir, its passages/ dir, "
-                      "or a glob")
-  p.add_argument("--out", required=True, help="vocabulary file to write (one token a line)")
-  p.add_argument("--vocab_size", type=int, default=d.vocab_size,
-                 help="largest vocabulary size")
-  p.add_argument("--max_texts", type=int, default=d.max_texts,
-                 help="read at most this many passages (0 = all)")
-  p.add_argument("--exclude_heldout", action=argparse.BooleanOptionalAction,
-                 default=d.exclude_heldout,
-                 help="skip the passages of pages the pair pipeline held out (its "
-                      f"{contracts.PAIRS_CONFIG_FILE} gives the share)")
+  dataclass_flags.add_fields(p, vocab.VocabConfig, HELP, exclude=("overwrite",))
   flags.add_overwrite(p)
   return p
 
@@ -36,9 +34,7 @@ def parse(argv: Iterable[str] | None) -> vocab.VocabConfig:
   if args.vocab_size <= len(contracts.RESERVED_TOKENS):
     p.error(f"--vocab_size must exceed {len(contracts.RESERVED_TOKENS)}, got {args.vocab_size}")
   flags.non_negative(p, args, ("max_texts",))
-  return vocab.VocabConfig(passages=args.passages, out=args.out, vocab_size=args.vocab_size,
-                           max_texts=args.max_texts, exclude_heldout=args.exclude_heldout,
-                           overwrite=args.overwrite)
+  return dataclass_flags.config_from(args, vocab.VocabConfig)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -1,0 +1,225 @@
+"""Flags derived from config dataclasses (twotower.commands.dataclass_flags), and the commands
+built on them: every field's flag has the field's default, and each flag lands in its field."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Optional
+
+import pytest
+
+from twotower.commands import dataclass_flags
+
+
+@dataclasses.dataclass(frozen=True)
+class Toy:
+  name: str
+  count: int = 3
+  share: Optional[float] = None
+  fast: bool = False
+  cache: bool = True
+  cleanup: bool = True
+  ks: tuple[int, ...] = (1, 5)
+  mode: str = dataclasses.field(default="a", metadata={"help": "the mode (metadata)"})
+
+
+TOY_HELP = {"name": "a name", "count": "how many", "share": "a share", "fast": "go fast",
+            "cache": "keep a cache", "cleanup": "clean up", "ks": "cut-offs"}
+
+
+def toy_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="toy")
+  dataclass_flags.add_fields(
+      p, Toy, TOY_HELP,
+      kwargs={"cleanup": dataclass_flags.ON_OFF, "mode": {"choices": ("a", "b")},
+              "ks": {"type": lambda v: tuple(int(k) for k in v.split(","))}})
+  return p
+
+
+def test_defaults_types_and_switches_come_from_the_dataclass():
+  p = toy_parser()
+  assert dataclass_flags.config_from(p.parse_args(["--name", "x"]), Toy) == Toy(name="x")
+  args = p.parse_args(["--name", "y", "--count", "7", "--share", "0.5", "--fast", "--no-cache",
+                       "--cleanup", "off", "--ks", "10,20", "--mode", "b"])
+  assert dataclass_flags.config_from(args, Toy) == Toy("y", 7, 0.5, True, False, False,
+                                                        (10, 20), "b")
+  assert dataclass_flags.config_from(args, Toy, count=9, name="z").count == 9
+  text = p.format_help()
+  assert "the mode (metadata)" in text and "keep a cache" in text
+
+
+@pytest.mark.parametrize("argv, error", [
+    ([], "the following arguments are required: --name"),
+    (["--name", "x", "--count", "many"], "argument --count: invalid int value: 'many'"),
+    (["--name", "x", "--mode", "c"], "argument --mode: invalid choice: 'c'"),
+    (["--name", "x", "--cleanup", "yes"], "argument --cleanup: invalid choice: 'yes'"),
+])
+def test_bad_flags_are_usage_errors(argv, error, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    toy_parser().parse_args(argv)
+  assert exit_.value.code == 2
+  assert error in capsys.readouterr().err
+
+
+def test_a_field_without_help_or_an_unknown_name_is_refused():
+  with pytest.raises(TypeError, match="no help for Toy.count"):
+    dataclass_flags.add_fields(argparse.ArgumentParser(), Toy, {"name": "a name"})
+  with pytest.raises(TypeError, match="Toy has no field 'nmae'"):
+    dataclass_flags.add_fields(argparse.ArgumentParser(), Toy, TOY_HELP, names=("nmae",))
+  with pytest.raises(TypeError, match="Toy has no field 'nmae'"):
+    dataclass_flags.config_from(argparse.Namespace(name="x"), Toy, nmae=1)
+  p = argparse.ArgumentParser()
+  dataclass_flags.add_fields(p, Toy, TOY_HELP, names=("name", "ks"))
+  with pytest.raises(TypeError, match="--ks is still a string"):
+    dataclass_flags.config_from(p.parse_args(["--name", "x"]), Toy)
+
+
+# ---------------------------------------------------------------------------------------------
+# `twotower pairs`: PairsConfig, PassageConfig, PairConfig
+# ---------------------------------------------------------------------------------------------
+
+#: A value other than the default for every flag of a config field, and the field it sets.
+PAIRS_FLAGS = {
+    "splitter": ("reqa", "passages"), "max_doc_tokens": ("200", "passages"),
+    "max_passage_tokens": ("100", "passages"), "min_passage_tokens": ("30", "passages"),
+    "min_passage_words": ("0", "passages"), "text_cleanup": ("off", None),
+    "doc_title_section": (None, "pairs"), "ict_per_page": ("1", "pairs"),
+    "bfs_per_page": ("5", "pairs"), "wlp_per_page": ("0", "pairs"),
+    "ict_keep_prob": ("0.1", "pairs"), "min_query_words": ("3", "pairs"),
+    "min_doc_words": ("8", "pairs"), "crop_per_page": ("2", "pairs"),
+    "crop_min_ratio": ("0.2", "pairs"), "crop_max_ratio": ("0.6", "pairs"),
+    "crop_delete_prob": ("0.0", "pairs"), "max_redirect_hops": ("2", None),
+    "heldout_percent": ("10", None), "num_shards": ("3", None), "shuffle": ("beam", None),
+    "shuffle_dir": ("/tmp/s", None), "shuffle_buckets": ("16", None),
+}
+
+
+def test_pairs_flags_default_to_the_configs_and_each_sets_its_field(tmp_path):
+  from twotower.commands import pairs as pairs_cmd
+  from twotower.pipelines import pairs
+  dump, out = "d.xml.bz2", str(tmp_path / "out")
+  base = pairs_cmd.parse(["--dump", dump, "--out", out])
+  assert base == pairs.PairsConfig(dump=dump, out=out)
+  for name, (value, part) in PAIRS_FLAGS.items():
+    config = pairs_cmd.parse(["--dump", dump, "--out", out, f"--{name}",
+                              *([value] if value is not None else [])])
+    holder = getattr(config, part) if part else config
+    assert getattr(holder, name) != getattr(getattr(base, part) if part else base, name), name
+    changed = {f.name for f in dataclasses.fields(config)
+               if getattr(config, f.name) != getattr(base, f.name)}
+    assert changed == {part or name}, name
+  assert pairs_cmd.parse(["--dump", dump, "--out", out, "--text_cleanup", "off",
+                          "--overwrite", "--runner=DirectRunner"]) == pairs.PairsConfig(
+      dump=dump, out=out, text_cleanup=False, overwrite=True, beam_args=("--runner=DirectRunner",))
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--crop_per_page", "1", "--crop_min_ratio", "0"], "--crop_min_ratio must be in (0, 1]"),
+    (["--heldout_percent", "101"], "--heldout_percent must be in [0, 100], got 101.0"),
+    (["--ict_per_page", "-1"], "--ict_per_page must be >= 0, got -1"),
+    (["--text_cleanup", "maybe"], "argument --text_cleanup: invalid choice: 'maybe'"),
+    (["--shuffle", "memory"], "argument --shuffle: invalid choice: 'memory'"),
+])
+def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
+  from twotower import cli
+  assert cli.main(["pairs", "--dump", "d.xml", "--out", str(tmp_path / "out"), *argv]) == 2
+  err = capsys.readouterr().err
+  assert error in err and err.strip().splitlines()[-1].startswith("twotower pairs: error:")
+
+
+# ---------------------------------------------------------------------------------------------
+# The other commands whose flags come from their config: defaults, and every flag read back
+# ---------------------------------------------------------------------------------------------
+
+def _command_cases(out: str):
+  from twotower.eval import bm25, faiss_index, fusion, index, search
+  from twotower.pipelines import hardneg, heldout, reqa, vocab
+  return [
+      ("index", ["--embeddings", "e", "--out", "i.faiss"], index.IndexConfig("e", "i.faiss"),
+       ["--type", "ivfpq", "--factory", "IVF4,Flat", "--nlist", "4", "--pq_m", "2",
+        "--pq_nbits", "4", "--hnsw_m", "8", "--ef_construction", "9", "--train_size", "10",
+        "--kmeans_niter", "3", "--seed", "5", "--nprobe", "2", "--opq", "--fast_scan",
+        "--store_vectors", "--num_index_shards", "2", "--block_rows", "64", "--threads", "1",
+        "--overwrite"],
+       index.IndexConfig("e", "i.faiss", faiss_index.IndexSpec(
+           "ivfpq", "IVF4,Flat", 4, 2, 4, 8, 9, 10, 3, 5, 2, True, True, True), 2, 64, 1, True)),
+      ("reqa", ["--squad", "s.json", "--out", out], reqa.ReqaConfig(out, squad="s.json"),
+       ["--splitter", "spacy", "--extra_passages", "p", "--extra_candidates", "all",
+        "--validation_percent", "5", "--seed", "x", "--doc_text", "sentence", "--num_shards",
+        "2", "--overwrite", "--runner=DirectRunner"],
+       reqa.ReqaConfig(out, squad="s.json", splitter="spacy", extra_passages="p",
+                       extra_candidates=reqa.ALL_EXTRA, validation_percent=5.0, seed="x",
+                       doc_text="sentence", num_shards=2, overwrite=True,
+                       beam_args=("--runner=DirectRunner",))),
+      ("search", ["--index", "i", "--queries", "q", "--out", "r.trec"],
+       search.SearchConfig("i", "q", "r.trec"),
+       ["--k", "5", "--nprobe", "3", "--ef_search", "9", "--batch_size", "7", "--threads", "2",
+        "--mmap", "--rerank", "0", "--tag", "t", "--reference", "e", "--report", "r.json",
+        "--overwrite"],
+       search.SearchConfig("i", "q", "r.trec", 5, 3, 9, 7, 2, True, 0, "t", "e", "r.json", True)),
+      ("fuse", ["--run", "a", "b", "--out", "f.trec", "--weight", "0.5"],
+       fusion.FuseConfig(("a", "b"), "f.trec", weight=0.5),
+       ["--method", "rrf", "--reqa", "q", "--tune_split", "validation-5",
+        "--tune_metric", "MRR", "--min_tune_questions", "4", "--depth", "9", "--rrf_k", "7",
+        "--tag", "t", "--overwrite"],
+       fusion.FuseConfig(("a", "b"), "f.trec", method="rrf", weight=0.5, reqa="q",
+                         tune_split="validation-5", tune_metric="MRR", min_tune_questions=4,
+                         depth=9, rrf_k=7, tag="t", overwrite=True)),
+      ("vocab", ["--passages", "p", "--out", "v.txt"], vocab.VocabConfig("p", "v.txt"),
+       ["--vocab_size", "500", "--max_texts", "10", "--no-exclude_heldout", "--overwrite"],
+       vocab.VocabConfig("p", "v.txt", 500, 10, False, True)),
+      ("heldout", ["--pairs", "p", "--out", out], heldout.HeldoutConfig("p", out),
+       ["--heldout_percent", "7", "--task", "bfs", "--overwrite"],
+       heldout.HeldoutConfig("p", out, 7.0, "bfs", True)),
+      ("hardneg", ["--reqa", "r"], hardneg.HardNegConfig("r"),
+       ["--ratios", "5,1", "--k", "2", "--depth", "50", "--doc_text", "sentence", "--k1", "1.2",
+        "--b", "0.7", "--threads", "2", "--num_shards", "3", "--overwrite"],
+       hardneg.HardNegConfig("r", (5, 1), 2, 50, "sentence", 1.2, 0.7, 2, True, 3)),
+      ("bm25", ["--reqa", "r", "--out", out], bm25.Bm25Config("r", out),
+       ["--doc_text", "sentence", "--k1", "1.2", "--b", "0.7", "--split", "a, b", "--gold",
+        "pair", "--threads", "2", "--hits", "10", "--batch_size", "5", "--system", "s",
+        "--overwrite"],
+       bm25.Bm25Config("r", out, "sentence", 1.2, 0.7, ("a", "b"), ("pair",), 2, 10, 5, "s",
+                       overwrite=True)),
+  ]
+
+
+@pytest.mark.parametrize("stage", ["vocab", "heldout", "hardneg", "bm25", "reqa", "search",
+                                   "fuse", "index"])
+def test_converted_commands_default_to_their_config_and_read_every_flag(stage, tmp_path):
+  import importlib
+  command = importlib.import_module(f"twotower.commands.{stage}")
+  case = {c[0]: c for c in _command_cases(str(tmp_path / "out"))}[stage]
+  _, required, defaults, changed, expected = case
+  assert command.parse(required) == defaults
+  assert command.parse(required + changed) == expected
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["hardneg", "--reqa", "r", "--ratios", "1,x"], "--ratios '1,x': expected a comma list"),
+    (["hardneg", "--reqa", "r", "--k", "5", "--depth", "2"], "need 1 <= --k <= --depth"),
+    (["bm25", "--reqa", "r", "--out", "o", "--hits", "0"], "argument --hits: must be >= 1"),
+    (["vocab", "--passages", "p", "--out", "v", "--vocab_size", "3"], "--vocab_size must exceed"),
+    (["heldout", "--pairs", "p", "--out", "o", "--task", "crop"],
+     "argument --task: invalid choice: 'crop'"),
+    (["reqa", "--squad", "s", "--nq", "n", "--out", "o"],
+     "argument --nq: not allowed with argument --squad"),
+    (["reqa", "--out", "o"], "one of the arguments --squad --nq is required"),
+    (["reqa", "--squad", "s", "--out", "o", "--extra_candidates", "-1"],
+     "argument --extra_candidates: must be >= 0 or 'all', got -1"),
+    (["search", "--index", "i", "--queries", "q", "--out", "o", "--k", "0"],
+     "argument --k: must be >= 1, got 0"),
+    (["fuse", "--run", "a", "b", "--out", "o", "--weight", "x"], "--weight 'x': expected a"),
+    (["index", "--embeddings", "e", "--out", "o", "--type", "lsh"],
+     "argument --type: invalid choice: 'lsh'"),
+    (["index", "--embeddings", "e", "--out", "o", "--block_rows", "0"],
+     "argument --block_rows: must be >= 1, got 0"),
+    (["fuse", "--run", "a", "b", "--out", "o", "--method", "max"],
+     "argument --method: invalid choice: 'max'"),
+])
+def test_converted_commands_keep_their_usage_errors(argv, error, capsys):
+  from twotower import cli
+  assert cli.main(argv) == 2
+  err = capsys.readouterr().err
+  assert error in err and err.strip().splitlines()[-1].startswith(f"twotower {argv[0]}: error:")
