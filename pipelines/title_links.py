@@ -27,8 +27,10 @@ each measured against the real links of the English slice and ltgwiki
   (`max_lowercase_share`, counted over all pages: "Art", "Atom", "April" are common words;
   "Aristotle", "Paris" are not), when shorter than `min_word_chars`, when only digits and
   punctuation (years), or when in the small list of English function words below.
-* Qualifiers: "Mercury (planet)" is also found as "Mercury", unless that name is itself a
-  title or a redirect, or is the stripped name of another title (ambiguous).
+* Qualifiers (`strip_qualifiers`, off by default): "Mercury (planet)" is also found as
+  "Mercury", unless that name is itself a title or a redirect, or is the stripped name of
+  another title (ambiguous).
+* Hubs: a target found on too many pages (`max_target_share`) is left out.
 * Disambiguation pages are never targets.
 * Redirects are aliases of their final target (chains followed, dangling ones dropped).
 
@@ -92,7 +94,11 @@ class TitleLinkConfig:
       two capitals or more).
     max_lowercase_share: a one-word title is a common word, not matched, when more than this
       share of the word's occurrences in the corpus are in lower case (1.0: never).
-    strip_qualifiers: "Name (qualifier)" is also matched as "Name" where unambiguous.
+    strip_qualifiers: "Name (qualifier)" is also matched as "Name" where unambiguous among
+      the titles. Off by default: on the slice and ltgwiki it adds only wrong links, and in
+      a partial corpus a qualifier says the plain name means something else in the world
+      ("English (2018 film)" made "English" a link on 1 page in 12 of the WikiExtractor
+      corpus).
     max_redirect_hops: redirect chains longer than this are dropped.
     max_target_share, min_hub_pages: a target found on more than this share of the searched
       pages, and on more than `min_hub_pages`, is a hub ("Asia", a country): mentioned far
@@ -105,7 +111,7 @@ class TitleLinkConfig:
   lower_first_multiword: bool = True
   min_word_chars: int = 3
   max_lowercase_share: float = 0.2
-  strip_qualifiers: bool = True
+  strip_qualifiers: bool = False
   max_redirect_hops: int = 5
   skip_name_parts: bool = True
   max_target_share: float = 0.02

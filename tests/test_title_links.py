@@ -4,6 +4,8 @@ ResolveLinks -> MakePassages -> MakePairs)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -70,10 +72,12 @@ def test_redirects_are_aliases_and_qualifiers_are_stripped_when_unambiguous():
   titles = ["Mercury (planet)", "Venus (planet)", "Venus (mythology)", "United Kingdom"]
   redirects = [("UK", "United Kingdom"), ("Great Britain and Ireland", "United Kingdom"),
                ("Dangling", "Nowhere")]
-  assert found("Mercury, Venus and the UK; Dangling.", titles, redirects) == [
+  strip = dataclasses.replace(LOCAL, strip_qualifiers=True)
+  assert found("Mercury, Venus and the UK; Dangling.", titles, redirects, config=strip) == [
       "Mercury (planet)", "UK"]
+  assert found("Mercury, Venus and the UK; Dangling.", titles, redirects) == ["UK"]
   # A stripped name that is a title itself is not an alias.
-  assert found("Mercury.", ["Mercury (planet)", "Mercury"]) == ["Mercury"]
+  assert found("Mercury.", ["Mercury (planet)", "Mercury"], config=strip) == ["Mercury"]
 
 
 def test_disambiguation_titles_are_never_targets():
