@@ -69,7 +69,8 @@ def real_links(dump: Dump) -> set[tuple[int, str]]:
 def recovered(dump: Dump, config: title_links.TitleLinkConfig) -> set[tuple[int, str]]:
   """(page id, target article) of every link recovered from the pages' text alone."""
   stripped = [dataclasses.replace(p, links=()) for p in dump.pages]
-  index = title_links.TitleIndex.build([p.title for p in stripped], dump.redirects, config)
+  targets = [p.title for p in stripped if not title_links.is_disambiguation(p)]
+  index = title_links.TitleIndex.build(targets, dump.redirects, config)
   if config.max_lowercase_share < 1:
     counts: collections.Counter = collections.Counter()
     words = index.one_word()

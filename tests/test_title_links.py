@@ -82,6 +82,20 @@ def test_redirects_are_aliases_and_qualifiers_are_stripped_when_unambiguous():
 
 def test_disambiguation_titles_are_never_targets():
   assert found("See Mercury here.", ["Mercury (disambiguation)"]) == []
+  assert tl.is_disambiguation(page(2, "Sonder", "Sonder may refer to:", "Sonder (album)"))
+  assert tl.is_disambiguation(page(3, "Giacobbi", "Giacobbi is a surname and may refer to:"))
+  assert not tl.is_disambiguation(page(4, "Sonder (album)", "Sonder is an album."))
+
+
+def test_own_name_without_qualifier_and_titles_without_letters():
+  assert found("Sonder is the fourth album of Sonder fans.", ["Sonder"],
+               own="Sonder (album)") == []
+  assert found("They won 3-2 in 1984.", ["3-2", "1984"]) == []
+
+
+def test_a_capitalised_word_after_a_quote_still_makes_a_name():
+  assert found('as well as "Jean Seberg, Shirley MacLaine".', ["Seberg"]) == []
+  assert found('He said: Seberg is a film.', ["Seberg"]) == ["Seberg"]
 
 
 def test_common_words_and_hubs_from_corpus_counts():
@@ -109,7 +123,7 @@ def _run_transform(pages, redirects, config):
 
 
 def test_transform_emits_pages_with_links_and_counts_every_branch():
-  config = tl.TitleLinkConfig(min_hub_pages=2, max_target_share=0.5)
+  config = tl.TitleLinkConfig(min_hub_pages=2, max_target_share=0.4)
   pages = [
       page(1, "Aristotle", "Aristotle taught in Athens. His art was philosophy."),
       page(2, "Athens", "Athens is a city. Plato and Aristotle lived in Athens.",
@@ -118,27 +132,31 @@ def test_transform_emits_pages_with_links_and_counts_every_branch():
       page(4, "Art", "Art is made. The art of Greece; art in Plato's Republic."),
       page(5, "Linked", "Aristotle again.", links=("Plato",)),
       page(6, "Academy of Athens", "The Academy was founded by Plato."),
+      page(7, "Greece", "Greece may refer to: a country, or a ship."),  # no target
   ]
   pipeline, out = _run_transform(pages, [("Academy", "Academy of Athens")], config)
   assert_that(out | beam.Map(lambda p: (p.page_id, p.links)), equal_to([
       (1, ("Athens",)),  # "art": a common word (the corpus writes it 4 times of 5 in lower case)
       (2, ("Aristotle",)),  # its own title 3 times; "Plato": a hub
       (3, ("Aristotle", "Academy of Athens")),  # first mention first; longest match
-      (4, ()),  # "Plato" (a hub: on 3 of 5 searched pages > max(0.5 x 5, 2)); "Greece" no title
+      (4, ()),  # "Plato" (a hub: on 3 of 6 searched pages > max(0.4 x 6, 2)); "Greece" no target
       (5, ("Plato",)),  # its own links: not searched
       (6, ()),  # the own-title alias "Academy" is skipped; "Plato" a hub
+      (7, ()),
   ]))
   result = pipeline.run()
   result.wait_until_finish()
   counters = tio.beam_counters(result)
-  assert counters["title_links_pages"] == 5
+  assert counters["title_links_pages"] == 6
+  assert counters["title_links_disambiguation"] == 1
   assert counters["title_links_pages_with_links"] == 1
   assert counters["title_links_found"] == 4
   assert counters["title_links_multi_word"] == 1
   assert counters["title_links_one_word"] == 3
   assert counters["title_links_hub"] == 3  # Plato on pages 2, 4, 6
   assert counters["title_links_common_words"] == 1  # Art
-  # Aristotle 1, Athens 3, Plato 1, Academy 1 (Art, a common word, is matched nowhere)
+  # Aristotle 1, Athens 3, Plato 1, Academy 1 (Art, a common word, and Greece, no target,
+  # are in no index)
   assert counters["title_links_own_title"] == 6
   assert counters.get("title_links_via_alias", 0) == 0
 

@@ -102,6 +102,7 @@ TITLE_LINKS_VIA_ALIAS = "title_links_via_alias"  # a redirect's or a stripped qu
 TITLE_LINKS_OWN_TITLE = "title_links_own_title"  # mentions of the page itself, not linked
 TITLE_LINKS_HUB = "title_links_hub"  # found, left out: a target on too many pages
 TITLE_LINKS_COMMON_WORDS = "title_links_common_words"  # one-word titles left out as common
+TITLE_LINKS_DISAMBIGUATION = "title_links_disambiguation"  # pages that are no link target
 
 class SectionSkip(enum.StrEnum):
   """Why a section of a kept page is not text (pipelines.nonprose), counted as
