@@ -17,8 +17,12 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 _QUALIFIER = re.compile(r"^(.+?) \([^()]+\)$")
 #: The first paragraph of a disambiguation page of extracted text ("Sonder may refer to:",
 #: "Giacobbi is a surname and may refer to:"), which WikiExtractor keeps as an article.
+#: Name lists ("Daskal is a surname. Notable people with the surname include:") are one too:
+#: a surname alone in text names a person, not the list.
 _DISAMBIGUATION_LEAD = re.compile(
-    r"\b(?:may|might|can|could) (?:also )?(?:refer|be a reference) to\b", re.IGNORECASE)
+    r"\b(?:may|might|can|could) (?:also )?(?:refer|be a reference) to\b"
+    r"|\bnotable people (?:with (?:the|this|that) (?:\w+ )?name|by (?:the|this|that) name"
+    r"|named)\b|\bis an? (?:[\w-]+ ){0,4}?(?:surname|given name)\b", re.IGNORECASE)
 
 #: English function words that are also article titles ("The", "It", "Who", "This", ...):
 #: never linked as one-word titles, whatever their case counts say (a sentence starts with
@@ -213,8 +217,9 @@ def _inside_name(toks: list[str], i: int) -> bool:
 
 
 def is_disambiguation(page: Page) -> bool:
-  """Whether a page lists the meanings of its title, as its title or its first paragraph
-  says: never a link target (its lead would be a WLP query such as "X may refer to:")."""
+  """Whether a page lists the meanings of its title, or the people of a name, as its title
+  or its first paragraph says: never a link target (its lead would be a WLP query such as
+  "X may refer to:")."""
   if nonprose.is_disambiguation_title(page.title):
     return True
   first = next((p for s in page.sections for p in s.paragraphs), "")

@@ -84,7 +84,12 @@ def test_disambiguation_titles_are_never_targets():
   assert found("See Mercury here.", ["Mercury (disambiguation)"]) == []
   assert tl.is_disambiguation(page(2, "Sonder", "Sonder may refer to:", "Sonder (album)"))
   assert tl.is_disambiguation(page(3, "Giacobbi", "Giacobbi is a surname and may refer to:"))
+  assert tl.is_disambiguation(page(5, "Daskal", "Daskal is a surname. Notable people with "
+                                   "the surname include:"))
+  assert tl.is_disambiguation(page(6, "Mikito", "Mikito is a masculine Japanese given name."))
   assert not tl.is_disambiguation(page(4, "Sonder (album)", "Sonder is an album."))
+  assert not tl.is_disambiguation(page(7, "Ann Smith", "Ann Smith is a painter, known by "
+                                  "her surname."))
 
 
 def test_own_name_without_qualifier_and_titles_without_letters():
