@@ -40,7 +40,7 @@ who whom why will with would you your yours yourself
 
 @dataclasses.dataclass(frozen=True)
 class TitleLinkConfig:
-  """How titles are found in text (see the module docstring for why each rule is there).
+  """How titles are found in text (see pipelines.title_links for why each rule is there).
 
   Attributes:
     only_unlinked: search only pages without links of their own (extracted text); False

@@ -1,10 +1,12 @@
 """Links for text without links: recover `[[link]]` targets by finding other pages' titles
 (and redirects) in a page's text, so that WLP has pairs on extracted text (WikiExtractor
-output has no links).
+output has no links). The matching itself is pure Python: pipelines.title_index.
 
-    articles (Page) + redirects --BuildIndex (once, a side input)--> TitleIndex per title space
-    articles --CountWordCase--> one-word titles that the corpus mostly writes in lower case
-    articles --RecoverLinks--> Page with `links` = the titles found in its text
+    articles (Page) --NoDisambiguation--> titles; + redirects --BuildIndex--> (space, TitleIndex)
+    articles --Route--> pages to search (pages with links of their own pass, `only_unlinked`)
+    pages --CountWordCase--> one-word titles the corpus writes mostly in lower case: dropped
+    pages --FindTitles (index as a side input)--> (Page, Entries)
+    Entries --PagesPerTarget--> hub targets; --Link--> Page with `links` = the titles found
 
 The output is the input of pipelines.links.ResolveLinks, as parsed dump pages are: `links`
 holds normalised titles (an article's, or a redirect's name when a redirect matched), so
@@ -15,32 +17,39 @@ characters, and every other non-space character alone), so a match is whole word
 token the longest title starting there wins and its tokens are consumed (leftmost-longest:
 "New York City" hides "New York" and "York"); a page links each target once, at its first
 mention, within one paragraph (a title never spans two). The rules that make it precise,
-each measured against the real links of the English slice and ltgwiki
-(benchmarks/link_recovery.py; README of the benchmark for the numbers):
+measured against the real links of the English slice and ltgwiki and read on samples of the
+WikiExtractor corpus (`python -m benchmarks.link_recovery`, with `--errors N`, `--corpus`):
 
 * Case: a title matches as written (MediaWiki titles are case-sensitive after the first
   letter); a title of several words also with its first letter in lower case ("political
   philosophy" for "Political philosophy"), as running text writes a common noun phrase.
-* The page's own title (and every alias of it) is matched but never linked, so that it
-  hides the titles inside it.
+* The page's own title (and every alias of it, and its name without a qualifier: "Sonder" in
+  "Sonder (album)") is matched but never linked, so that it hides the titles inside it.
 * One-word titles: skipped when the corpus writes the word mostly in lower case
-  (`max_lowercase_share`, counted over all pages: "Art", "Atom", "April" are common words;
-  "Aristotle", "Paris" are not), when shorter than `min_word_chars`, when only digits and
-  punctuation (years), or when in the small list of English function words below.
-* Qualifiers (`strip_qualifiers`, off by default): "Mercury (planet)" is also found as
-  "Mercury", unless that name is itself a title or a redirect, or is the stripped name of
-  another title (ambiguous).
-* Hubs: a target found on too many pages (`max_target_share`) is left out.
-* Disambiguation pages are never targets: by title, or by a first paragraph "X may refer
-  to:" (WikiExtractor keeps them as articles). A page's name without its qualifier is the
-  page itself ("Sonder" in "Sonder (album)"), not a link to the page "Sonder".
+  (`max_lowercase_share`, counted over all searched pages: "Art", "Atom", "April" are common
+  words; "Aristotle", "Paris" are not), when shorter than `min_word_chars` (acronyms such as
+  "UK" excepted), when an English function word (title_index.STOP_WORDS), and where the word
+  is part of a longer name that is no title ("Apollo" in "Apollo 11", "Seberg" in "Jean
+  Seberg"; `skip_name_parts`).
 * Titles without a letter (years, scores such as "3-2") are never matched.
+* Hubs: a target found on more than `max_target_share` of the searched pages is left out
+  (a place mentioned far more often than linked, "Asia").
+* Disambiguation pages and name lists are never targets: by title, or by a first paragraph
+  "X may refer to:" / "X is a surname. Notable people with the surname include:"
+  (WikiExtractor keeps them as articles).
+* Qualifiers (`strip_qualifiers`, off by default: on the WikiExtractor corpus nearly every
+  stripped name named something else, "Time" for "Time (Leo Ieiri album)"): "Mercury
+  (planet)" is also found as "Mercury", unless that name is a title, a redirect, or the
+  stripped name of another title.
 * Redirects are aliases of their final target (chains followed, dangling ones dropped).
 
-Memory: the index holds every title and redirect of a title space as token tuples
-(measured in the benchmark: about 40 MB for the 96k titles of the WikiExtractor corpus), as
-a side input: fine for a corpus of that size, not for all of English Wikipedia's 17M titles
-and redirects (ResolveLinks' joins are what scale there).
+Memory: the index holds every title and redirect of a title space as token tuples, one
+side input (tracemalloc: 18.6 MB for the 66,196 phrases of the 36,542 titles of the
+WikiExtractor corpus, 23 MB while built). Fine for a corpus of that size, not for all of
+English Wikipedia's 17M titles and redirects (ResolveLinks' joins are what scale there).
+The searching steps wait for the side inputs, so a runner holds the pages meanwhile (the
+corpus through ReadTextPages -> this -> ResolveLinks -> MakePassages -> MakePairs on the
+DirectRunner: 1.0 GB peak RSS, `benchmarks.link_recovery --corpus`).
 
 Counters (stats.json): title_links_pages (pages searched), title_links_pages_with_links
 (pages that kept their own links, not searched), title_links_found (links recovered; of
