@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         "| P ratio | rules found | seconds |")
   print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
   for path in args.dumps.split(","):
+    if not pathlib.Path(path).exists():
+      print(f"| {path} | absent: skipped | | | | | | | | | |")
+      continue
     dump = load(path)
     real = real_links(dump)
     naive = scores(recovered(dump, title_links.NAIVE), real)

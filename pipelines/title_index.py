@@ -201,6 +201,7 @@ def _follow(source: str, redirect_next: dict[str, str], articles: set[str],
 
 #: Tokens after which a capitalised word may be a sentence's (or a quotation's) first word.
 _OPENERS = frozenset(".!?:;")
+_APOSTROPHES = frozenset("'’")
 
 
 def _is_name_word(token: str) -> bool:
@@ -210,8 +211,10 @@ def _is_name_word(token: str) -> bool:
 def _inside_name(toks: list[str], i: int) -> bool:
   """Whether the one-word match at `i` is part of a longer capitalised name that is no title
   ("Apollo" in "Apollo 11", "Mexico" in "New Mexico"): the next token is a capitalised word
-  or a number, or the previous one is a capitalised word that does not start a sentence."""
-  if i + 1 < len(toks) and _is_name_word(toks[i + 1]):
+  or a number (also after an apostrophe: "Stormin' Normans"), or the previous one is a
+  capitalised word that does not start a sentence."""
+  after = i + 2 if i + 2 < len(toks) and toks[i + 1] in _APOSTROPHES else i + 1
+  if after < len(toks) and _is_name_word(toks[after]):
     return True
   return (i > 0 and toks[i - 1][:1].isupper() and i > 1 and toks[i - 2] not in _OPENERS)
 

@@ -65,6 +65,7 @@ def test_one_word_rules_stop_words_numbers_short_and_name_parts():
   assert found("The book of 1984 by an Ox.", titles) == []
   # "Apollo" of "Apollo 11" and "Mexico" of "New Mexico" are parts of longer names.
   assert found("The Apollo 11 crew flew over New Mexico.", titles) == []
+  assert found("Stormin' Normans and Apollo's lyre.", ["Stormin", "Apollo"]) == ["Apollo"]
   assert found("In Mexico, Apollo was a god.", titles) == ["Mexico", "Apollo"]
 
 
