@@ -49,6 +49,9 @@ BENCHMARKS = {
     "hostile_dump": Benchmark(
         "`pairs` peak memory on a whitespace-bomb dump vs on the slice",
         quick=("--whitespace_gb", "0.2"), needs=SLICE, needs_flag="--dump"),
+    "link_recovery": Benchmark(
+        "links recovered from titles in text vs the real links; precision/recall vs naive",
+        needs=SLICE, needs_flag="--dumps"),
     "bm25_speed": Benchmark(
         "Pyserini search one query at a time vs batched multi-threaded",
         quick=("--queries", "300", "--repeats", "1"), needs=SQUAD, needs_flag="--squad"),

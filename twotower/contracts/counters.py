@@ -92,6 +92,17 @@ LINKS_VIA_REDIRECT = "links_via_redirect"
 LINKS_SELF = "links_self"
 LINKS_DUPLICATE = "links_duplicate"
 LINKS_RESOLVED_PERCENT = "links_resolved_percent"  # derived
+# pipelines.title_links (`--recover_links`): links found as titles in text without links.
+TITLE_LINKS_PAGES = "title_links_pages"  # pages searched
+TITLE_LINKS_PAGES_WITH_LINKS = "title_links_pages_with_links"  # had links: not searched
+TITLE_LINKS_FOUND = "title_links_found"  # = title_links_one_word + title_links_multi_word
+TITLE_LINKS_ONE_WORD = "title_links_one_word"
+TITLE_LINKS_MULTI_WORD = "title_links_multi_word"
+TITLE_LINKS_VIA_ALIAS = "title_links_via_alias"  # a redirect's or a stripped qualifier's name
+TITLE_LINKS_OWN_TITLE = "title_links_own_title"  # mentions of the page itself, not linked
+TITLE_LINKS_HUB = "title_links_hub"  # found, left out: a target on too many pages
+TITLE_LINKS_COMMON_WORDS = "title_links_common_words"  # one-word titles left out as common
+TITLE_LINKS_DISAMBIGUATION = "title_links_disambiguation"  # pages that are no link target
 
 class SectionSkip(enum.StrEnum):
   """Why a section of a kept page is not text (pipelines.nonprose), counted as
