@@ -68,6 +68,7 @@ from twotower.pipelines import passages as passages_lib
 from twotower.pipelines import shards
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import textdocs
+from twotower.pipelines import title_links
 from twotower.contracts import Pair, Passage
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
@@ -249,6 +250,9 @@ class PairsConfig:
   # passages (pipelines.templates, nonprose); False: the text of before, for comparisons.
   text_cleanup: bool = True
   max_redirect_hops: int = links_lib.DEFAULT_MAX_HOPS
+  # Find other pages' titles in text that has no links (pipelines.title_links), so that WLP
+  # has pairs on extracted text; recorded in config.json and the manifest only when on.
+  recover_links: bool = False
   heldout_percent: float = 5.0
   num_shards: int = 0  # 0: the runner decides
   shuffle: str = "auto"  # "auto" (disk on the local runner, else beam) | "beam" | "disk"
@@ -311,6 +315,11 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
     redirects = [pipeline | "NoRedirects" >> beam.Create([])]
   if len(redirects) > 1:
     redirects = [tuple(redirects) | "AllRedirects" >> beam.Flatten()]
+  if config.recover_links:
+    articles = [{"articles": articles[0], "redirects": redirects[0]}
+                | "RecoverLinks" >> title_links.RecoverTitleLinks(
+                    title_links.TitleLinkConfig(max_redirect_hops=config.max_redirect_hops),
+                    own_titles)]
   resolved = ({"articles": articles[0], "redirects": redirects[0]}
               | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle,
                                                          own_titles))
@@ -367,14 +376,25 @@ def make_shuffle(config: PairsConfig,
 def recorded_settings(config: PairsConfig) -> dict:
   """The settings as config.json records them: every field, the pair settings as
   PairConfig.settings() gives them (no crop_* field while crop is off, as before crop)."""
-  return {**dataclasses.asdict(config), "pairs": config.pairs.settings()}
+  return _without_default_off({**dataclasses.asdict(config),
+                               "pairs": config.pairs.settings()})
 
 
 def output_settings(config: PairsConfig) -> dict:
   """The settings that decide what `run` writes (how the joins shuffle does not); the pair
   settings as PairConfig.settings() gives them."""
-  return {**outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets")),
-          "pairs": config.pairs.settings()}
+  return _without_default_off(
+      {**outputs.settings_of(config, skip=("shuffle", "shuffle_dir", "shuffle_buckets")),
+       "pairs": config.pairs.settings()})
+
+
+#: Settings added after outputs were recorded: left out while off, so that a run without them
+#: records what runs before them recorded (and is recognised as the same run).
+_ADDED_OFF = ("recover_links",)
+
+
+def _without_default_off(settings: dict) -> dict:
+  return {k: v for k, v in settings.items() if not (k in _ADDED_OFF and v is False)}
 
 
 def run(config: PairsConfig) -> outputs.StageResult:

@@ -58,6 +58,9 @@ def finish_stats(counters: dict[str, int],
   if any(name in stats for name in C.CLEANUP_ALWAYS):  # a run that cleaned its text
     for name in C.CLEANUP_ALWAYS:
       stats.setdefault(name, 0)
+  if any(name in stats for name in C.TITLE_LINKS_ALWAYS):  # a run that recovered links
+    for name in C.TITLE_LINKS_ALWAYS:
+      stats.setdefault(name, 0)
   # Every input of a run over several counts its pairs, 0 included (Beam reports only the
   # counters something incremented): a text input without links says "0 WLP pairs".
   for kept in [k for k in stats if k.endswith(f"_{C.PAGES_KEPT}") and k != C.PAGES_KEPT]:

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from twotower import cli, contracts
+from twotower.contracts import counters
 from twotower.contracts import Page, Section
 from twotower.pipelines import textdocs
 from outputs_fixtures import output_digest, read_pairs, read_passages
@@ -266,3 +267,27 @@ def test_table1_counts_pairs_per_input_as_stats_json_does(mixed_inputs, mixed_ru
       {names.get(k, k): v for k, v in r["by_input"].items()} for r in rows]
   assert "| task | AA-wiki_*.bz2 | docs.jsonl.gz | mediawiki | nolinks.json |" in \
       data_stats.markdown(named, [])
+
+
+def test_recover_links_gives_text_without_links_its_wlp_pairs(tmp_path):
+  """`--recover_links`: each document names the next two by title ("See Subject 3."), with no
+  link marks; the titles found become links, and those links WLP pairs. Without the flag the
+  same text has no link and no WLP pair, and its config.json does not name the setting (runs
+  from before it record the same settings)."""
+  dump = write_wikiextractor(tmp_path / "wiki_00.bz2", linked_docs(12), links=False)
+  plain = run_pairs(dump, tmp_path / "plain")
+  recovered = run_pairs(dump, tmp_path / "recovered", "--recover_links")
+  assert plain[counters.LINKS_TOTAL] == 0 and plain[counters.pairs("wlp")] == 0
+  assert "title_links_pages" not in plain
+  assert recovered["title_links_pages"] == 12
+  assert recovered["title_links_found"] == recovered["title_links_multi_word"] == 24
+  assert recovered[counters.LINKS_TOTAL] == recovered[counters.LINKS_RESOLVED] == 24
+  assert recovered[counters.pairs("wlp")] > 0
+  assert ({k: v for k, v in recovered.items() if not k.startswith("title_links_")
+           and "wlp" not in k and "link" not in k and not k.startswith("mean_")}
+          == {k: v for k, v in plain.items() if "wlp" not in k and "link" not in k
+              and not k.startswith("mean_")})
+  config = json.loads((tmp_path / "recovered" / contracts.PAIRS_CONFIG_FILE).read_text())
+  assert config["recover_links"] is True
+  assert "recover_links" not in json.loads(
+      (tmp_path / "plain" / contracts.PAIRS_CONFIG_FILE).read_text())

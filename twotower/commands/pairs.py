@@ -52,6 +52,10 @@ HELP = {
     "crop_delete_prob": "probability that a crop drops each of its words, in [0, 1) "
                         "(Contriever's 0.1)",
     "max_redirect_hops": "longest redirect chain followed",
+    "recover_links": "text without links (WikiExtractor, JSONL) gets links by finding other "
+                     "pages' titles in it, first mention, longest match "
+                     "(pipelines.title_links), so that WLP has pairs; a dump's pages keep "
+                     "their own links",
     "heldout_percent": "percent of pages held out (by a stable hash of the page id); a pair "
                        "with a held-out query or document page goes to the heldout split",
     "num_shards": "shards per output (pairs per task and split, passages); 0 = runner's choice",
@@ -74,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
       kwargs={"text_cleanup": dataclass_flags.ON_OFF})
   add(PairConfig, names=("doc_title_section",))
   add(PairConfig, exclude=("doc_title_section",))
-  add(pairs.PairsConfig, names=("max_redirect_hops", "heldout_percent", "num_shards", "shuffle",
+  add(pairs.PairsConfig, names=("max_redirect_hops", "recover_links", "heldout_percent", "num_shards", "shuffle",
                                 "shuffle_dir", "shuffle_buckets"),
       kwargs={"shuffle": {"choices": pairs.SHUFFLES}})
   flags.add_overwrite(p)

@@ -186,6 +186,11 @@ PAIRS_ALWAYS = (PAGES_READ, PAGES_KEPT, PAGES_REDIRECT, LINKS_TOTAL, LINKS_RESOL
 CLEANUP_ALWAYS = (pages_skipped(PageSkip.DISAMBIGUATION),
                   *(sections_skipped(r) for r in SectionSkip),
                   *(passages_skipped(r) for r in PassageSkip))
+#: What link recovery (`--recover_links`) counts, always in a run that recovers links.
+TITLE_LINKS_ALWAYS = (TITLE_LINKS_PAGES, TITLE_LINKS_PAGES_WITH_LINKS, TITLE_LINKS_FOUND,
+                      TITLE_LINKS_ONE_WORD, TITLE_LINKS_MULTI_WORD, TITLE_LINKS_VIA_ALIAS,
+                      TITLE_LINKS_OWN_TITLE, TITLE_LINKS_HUB, TITLE_LINKS_COMMON_WORDS,
+                      TITLE_LINKS_DISAMBIGUATION)
 
 # ---------------------------------------------------------------------------------------------
 # twotower reqa (pipelines.squad, nq, reqa).
