@@ -26,8 +26,6 @@ import os
 import re
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from twotower import io as tio
 from twotower.contracts import counters as C
 from twotower.pipelines import wikidump
@@ -164,11 +162,11 @@ def match_inputs(pattern: str) -> list[InputFile]:
     if tio.is_local(entry) and os.path.isdir(entry):
       raise ValueError(f"{entry} is a directory; give the files in it as a glob, e.g. "
                        f"--dump '{entry.rstrip('/')}/*.bz2'")
-    paths = [m.path for m in FileSystems.match([entry])[0].metadata_list]
+    paths = tio.match_files(entry, missing_ok=True)
     if not paths:
       what = f"(one of the inputs of --dump {pattern!r})" if len(entries) > 1 else ""
       raise FileNotFoundError(f"no file matches {entry!r} {what}".rstrip())
-    for path in sorted(set(paths), key=lambda p: (os.path.basename(p), p)):
+    for path in paths:
       if tio.is_local(path) and os.path.isdir(path):
         raise ValueError(f"{path} (matched by {entry!r}) is a directory; make the glob match "
                          "files only")

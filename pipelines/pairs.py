@@ -59,6 +59,7 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
@@ -87,7 +88,7 @@ class _PairRecords:
 
   def _inc(self, name: str, value: int = 1):
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc(value)
 
   def __call__(self, pair: Pair):
@@ -99,9 +100,9 @@ class _PairRecords:
     if split != contracts.TRAIN:
       self._inc(C.pairs(task, split))
     if self.per_input:
-      self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task)))
+      self._inc(inputs_lib.per_input_counter(pair.query_page_id, C.pairs(task)))
       if split != contracts.TRAIN:
-        self._inc(textdocs.per_input_counter(pair.query_page_id, C.pairs(task, split)))
+        self._inc(inputs_lib.per_input_counter(pair.query_page_id, C.pairs(task, split)))
     yield _output_name(task, split), codecs.encode_pair(pair)
 
 
@@ -117,9 +118,9 @@ class _CountKeptPerInput(beam.DoFn):
     self.counters: dict = {}
 
   def process(self, element):
-    name = textdocs.per_input_counter(element[0], C.PAGES_KEPT)
+    name = inputs_lib.per_input_counter(element[0], C.PAGES_KEPT)
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc()
     return ()
 
@@ -131,9 +132,9 @@ class _CountLinksPerInput(beam.DoFn):
     self.counters: dict = {}
 
   def process(self, page):
-    name = textdocs.per_input_counter(page.page_id, C.LINKS_TOTAL)
+    name = inputs_lib.per_input_counter(page.page_id, C.LINKS_TOTAL)
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc(len(page.links))
     return ()
 
@@ -152,7 +153,7 @@ class _CropPairs(beam.DoFn):
     for reason, n in skipped.items():
       name = C.crop_skipped(reason)
       if name not in self.counters:
-        self.counters[name] = tio.counter(name)
+        self.counters[name] = beam_jobs.counter(name)
       self.counters[name].inc(n)
     return pairs
 
@@ -268,19 +269,19 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
-  files = textdocs.match_inputs(config.dump)
-  texts = [f for f in files if f.format != textdocs.MEDIAWIKI]
+  files = inputs_lib.match_inputs(config.dump)
+  texts = [f for f in files if f.format != inputs_lib.MEDIAWIKI]
   per_input = is_multi_input(config.dump)
   articles, redirects = [], []
   own_titles = inputs_lib.own_title_spaces(files)
-  wikis = sorted({f.id_offset for f in files if f.format == textdocs.MEDIAWIKI})
+  wikis = sorted({f.id_offset for f in files if f.format == inputs_lib.MEDIAWIKI})
   for offset in wikis:
     # Each wiki's dumps are read on their own, in its id range (the first wiki, with no
     # suffix on its stage names, as a run over one wiki always was).
     space = inputs_lib.id_space(offset)
     suffix = str(space) if offset else ""
     dumps = {f.path: f.index for f in files
-             if f.format == textdocs.MEDIAWIKI and f.id_offset == offset}
+             if f.format == inputs_lib.MEDIAWIKI and f.id_offset == offset}
     # RawPage, one per page id
     raw = pipeline | f"ReadDump{suffix}" >> wikidump.ReadDumpPages(
         config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
@@ -377,7 +378,7 @@ def make_shuffle(config: PairsConfig) -> shuffle_lib.Shuffle:
   if config.shuffle not in SHUFFLES:
     raise ValueError(f"shuffle must be one of {SHUFFLES}, got {config.shuffle!r}")
   if config.shuffle == "beam" or (config.shuffle == "auto"
-                                  and not tio.runs_locally(config.beam_args)):
+                                  and not beam_jobs.runs_locally(config.beam_args)):
     return shuffle_lib.Shuffle()
   if config.shuffle_dir:
     directory = os.path.join(config.shuffle_dir, f".shuffle-{uuid.uuid4().hex[:12]}")
@@ -412,8 +413,8 @@ def finish_stats(counters: dict[str, int],
       stats.setdefault(C.crop_skipped(reason), 0)
   for task in tasks:
     stats.setdefault(C.pairs(task), 0)
-    tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
-    tio.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
+    beam_jobs.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
+    beam_jobs.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
   total = stats.get(C.LINKS_TOTAL, 0)
   stats[C.LINKS_RESOLVED_PERCENT] = (round(100 * stats.get(C.LINKS_RESOLVED, 0) / total, 2)
                                      if total else 0.0)
@@ -485,11 +486,10 @@ def run(config: PairsConfig) -> outputs.StageResult:
   tio.log_settings("twotower pairs", dataclasses.asdict(config))
   # A clear error now (a glob matching nothing, a directory, a file in no known format)
   # rather than an empty run.
-  files = textdocs.match_inputs(config.dump)
+  files = inputs_lib.match_inputs(config.dump)
   inputs = [f.path for f in files]
-  markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
-                      overwrite=config.overwrite, markers=markers) as out:
+                      overwrite=config.overwrite) as out:
     staged = dataclasses.replace(config, out=out)
     # The settings as given (--out the folder readers see, not the temporary one).
     tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
@@ -497,7 +497,7 @@ def run(config: PairsConfig) -> outputs.StageResult:
     if shuffle.on_disk:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
-      stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle),
+      stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle),
                                config.beam_args, stats_dir=out,
                                finish=functools.partial(finish_stats,
                                                         tasks=config.pairs.tasks))
