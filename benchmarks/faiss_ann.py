@@ -57,6 +57,7 @@ import pyarrow.parquet as pq
 from twotower import contracts
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
+from twotower.eval import searcher
 
 logger = logging.getLogger(__name__)
 K = 100
@@ -344,12 +345,11 @@ def sharded_demo(x: np.ndarray, q: np.ndarray, args) -> str:
     report = dict(line.split()[1:] for line in result.stdout.splitlines()
                   if line.startswith("RSS "))
     peak, baseline = int(report["peak"]) * 1024, int(report["baseline"]) * 1024
-    served = faiss_index.load_index(os.path.join(tmp, "index-*-of-00004.faiss"))
-    assert isinstance(served, faiss.IndexShards) and served.ntotal == n
+    served = searcher.load_searcher(os.path.join(tmp, "index-*-of-00004.faiss"), rerank=0)
+    assert len(served.parts) == 4 and served.ntotal == n
     lines = []
     for nprobe in args.pq_nprobes or SYNTHETIC_PQ_NPROBES:
-      faiss_index.set_search_params(served, nprobe=nprobe)
-      _, ids, secs = faiss_index.search(served, q, K)
+      _, ids, secs = faiss_index.search(served, q, K, nprobe=nprobe)
       lines.append(f"| IVF{nlist},PQ{args.sharded_pq_m}x8 as IndexShards(4) | "
                    f"nprobe={nprobe} | {faiss_index.recall_vs_reference(ids, gt, K):.4f} | "
                    f"{len(q) / secs:,.0f} |")

@@ -31,7 +31,7 @@ import random
 import sys
 import time
 
-from twotower.pipelines import title_links, wikidump, wikitext
+from twotower.pipelines import beam_jobs, title_links, wikidump, wikitext
 
 DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wiki"
 DEFAULT_DUMPS = (str(DATA / "enwiki-slice-pages-articles.xml.bz2"),
@@ -120,17 +120,17 @@ def corpus_wlp(path: str, sample: int) -> dict:
   import apache_beam as beam  # pylint: disable=import-outside-toplevel
   from twotower import contracts, io as tio  # pylint: disable=import-outside-toplevel
   from twotower.contracts import counters as C  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines import links, passages, textdocs  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines import inputs, links, passages, textdocs  # pylint: disable=import-outside-toplevel
   from twotower.pipelines.pairs import MakePairs  # pylint: disable=import-outside-toplevel
 
   def count(pair):
-    tio.counter(C.pairs("wlp")).inc()
+    beam_jobs.counter(C.pairs("wlp")).inc()
     if contracts.pair_split(pair.query_page_id, pair.doc_page_id, 5.0) != contracts.TRAIN:
-      tio.counter(C.pairs("wlp", contracts.HELDOUT)).inc()
+      beam_jobs.counter(C.pairs("wlp", contracts.HELDOUT)).inc()
     return pair
 
   def build(pipeline):
-    articles = pipeline | textdocs.ReadTextPages(textdocs.match_inputs(path))
+    articles = pipeline | textdocs.ReadTextPages(inputs.match_inputs(path))
     redirects = pipeline | "NoRedirects" >> beam.Create([])
     linked = ({"articles": articles, "redirects": redirects}
               | title_links.RecoverTitleLinks())
@@ -144,7 +144,7 @@ def corpus_wlp(path: str, sample: int) -> dict:
            | beam.Map(lambda p: print(f"  WLP q=[{p.query_page_id}] {p.query[:150]!r}\n"
                                       f"      d=[{p.doc_title}] {p.doc_text[:300]!r}")))
 
-  return tio.run_beam_job(build)
+  return beam_jobs.run_beam_job(build)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Does a bundle answer as the batch path does, on real data? (deploy.serving.check)
+"""Does a bundle answer as the batch path does, on real data? (twotower.testing.batch_path)
 
   .venv/bin/python -m benchmarks.serve_equivalence --bundle runs/squad-bundle \
       --model runs/demo/pretrain/ict+bfs+wlp-* --reqa runs/squad-reqa --split test-5 [--k 100]
@@ -19,7 +19,8 @@ import tempfile
 from twotower import contracts
 from twotower import logs
 from twotower.contracts import codecs
-from twotower.deploy.serving import Retriever, check
+from twotower.deploy.serving import Retriever
+from twotower.testing import batch_path as check
 
 
 def main() -> None:

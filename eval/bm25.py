@@ -78,8 +78,7 @@ def run(config: Bm25Config) -> Bm25Result:
   # Written beside --out and moved into place at the end (outputs.staged): a failed run
   # leaves the folder as it was; the ReQA folder is an input, never the output.
   with outputs.staged(out, "bm25", settings, inputs=[config.reqa],
-                      overwrite=config.overwrite,
-                      markers=(contracts.BM25_RUN_FILE, contracts.METRICS_FILE)) as work:
+                      overwrite=config.overwrite) as work:
     started = time.perf_counter()
     n = lucene.build_index(lucene.candidate_documents(config.reqa, config.doc_text),
                            f"{work}/index", config.threads)

@@ -55,8 +55,9 @@ def source_of(page_id: int, inputs: Sequence[str] = ()) -> str:
   pair run's `--dump` comma list) or "input<k>" (k: the glob's position) without it;
   QA_ARTICLES for the QA file's articles written as a dump (pipelines.squad_dump's id
   range); "mediawiki" for the other dumps' pages."""
-  from twotower.pipelines import squad_dump, textdocs  # pylint: disable=import-outside-toplevel
-  index = textdocs.input_of(page_id)
+  from twotower.pipelines import inputs as inputs_lib  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines import squad_dump  # pylint: disable=import-outside-toplevel
+  index = inputs_lib.input_of(page_id)
   if index is not None:
     return os.path.basename(inputs[index]) if index < len(inputs) else f"input{index}"
   return QA_ARTICLES if page_id >= squad_dump.SQUAD_PAGE_ID_BASE else "mediawiki"
@@ -70,7 +71,7 @@ def table1(pairs_dir: str, vocab_path: str, splits: Sequence[str] = contracts.PA
   (Contriever's) when the run wrote it."""
   rows = []
   written = [t for t in contracts.PAIR_TASKS if t not in contracts.PRETRAIN_TASKS
-             and any(codecs.match(contracts.pairs_pattern(pairs_dir, t, split))
+             and any(tio.match_files(contracts.pairs_pattern(pairs_dir, t, split), missing_ok=True)
                      for split in contracts.PAIR_SPLITS)]
   for task in contracts.PRETRAIN_TASKS + tuple(written):
     pairs = [p for split in splits

@@ -13,7 +13,7 @@ a seeded sample drawn while streaming, then vectors are added block by block wit
 codes + ids, m·nbits/8 + 8 bytes per vector) grows with the corpus; the estimate is logged
 first, as FAISS contrib's `big_batch_search` does. `iter_index_shards` builds several
 independent shards from one trained template, one at a time, to be served together through
-`faiss.IndexShards` (`load_index` with several paths).
+`faiss.IndexShards` (eval.searcher.load_searcher with several paths: the one loader).
 """
 
 from __future__ import annotations
@@ -382,32 +382,35 @@ def read_index_file(path: str, mmap: bool = False) -> faiss.Index:
   return index
 
 
-def load_index(paths: str | Sequence[str], mmap: bool = False,
-               threaded: bool = True) -> faiss.Index:
-  """One index file, or several shard files (a glob or a list) served as `IndexShards`:
-  each query goes to every shard and the top-k lists are merged by inner product."""
-  if isinstance(paths, str):
-    paths = tio.match_files(paths) if any(c in paths for c in "*?,") else [paths]
-  indexes = [read_index_file(p, mmap) for p in paths]
-  for p, index in zip(paths, indexes):
-    check_inner_product(index, p)
-  if len(indexes) == 1:
-    return indexes[0]
-  shards = faiss.IndexShards(indexes[0].d, threaded, False)  # keep the shards' own ids
-  for index in indexes:
-    shards.add_shard(index)
-  check_inner_product(shards, "IndexShards")
-  return shards
+def _unwrap(index: faiss.Index) -> faiss.Index:
+  """The index under IDMap / PreTransform wrappers (what nprobe / efSearch apply to)."""
+  index = faiss.downcast_index(index)
+  while isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2, faiss.IndexPreTransform)):
+    index = faiss.downcast_index(index.index)
+  return index
 
 
-def set_search_params(index: faiss.Index, nprobe: Optional[int] = None,
-                      ef_search: Optional[int] = None) -> None:
-  """nprobe (IVF) / efSearch (HNSW), through IDMap and IndexShards wrappers."""
-  ps = faiss.ParameterSpace()
+def search_params(index: faiss.Index, what: str, nprobe: Optional[int] = None,
+                  ef_search: Optional[int] = None) -> Optional[faiss.SearchParameters]:
+  """A FAISS SearchParameters for one call, or None (the index's own settings). A parameter
+  the index has no use for is an error rather than silently ignored."""
+  inner = _unwrap(index)
+  is_ivf = faiss.try_extract_index_ivf(index) is not None
+  is_hnsw = isinstance(inner, faiss.IndexHNSW)
+  if nprobe is not None and not is_ivf:
+    raise ValueError(f"{what}: nprobe is for IVF indexes; this is {type(inner).__name__}")
+  if ef_search is not None and not is_hnsw:
+    raise ValueError(f"{what}: ef_search is for HNSW indexes; this is {type(inner).__name__}")
   if nprobe is not None:
-    ps.set_index_parameter(index, "nprobe", nprobe)
+    if nprobe < 1:
+      raise ValueError(f"{what}: nprobe must be >= 1, got {nprobe}")
+    return faiss.SearchParametersIVF(nprobe=int(nprobe))
   if ef_search is not None:
-    ps.set_index_parameter(index, "efSearch", ef_search)
+    if ef_search < 1:
+      raise ValueError(f"{what}: ef_search must be >= 1, got {ef_search}")
+    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+  return None
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,8 +430,7 @@ def search(index, queries: np.ndarray, k: int, batch_size: int = 4096,
   t0 = time.perf_counter()
   params = {key: v for key, v in params.items() if v is not None}
   if params and isinstance(index, faiss.Index):  # per call, the index left as it is
-    from twotower.eval import searcher  # pylint: disable=import-outside-toplevel
-    params = {"params": searcher.search_params(index, "index", **params)}
+    params = {"params": search_params(index, "index", **params)}
   for i in tqdm(range(0, len(queries), batch_size), desc="search",
                 disable=None if progress else True):
     scores[i:i + batch_size], ids[i:i + batch_size] = index.search(

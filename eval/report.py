@@ -114,12 +114,6 @@ def write_report(records: Sequence[dict], out_dir: str, stem: str = "metrics",
   return paths
 
 
-def read_records(path: str) -> list[dict]:
-  """The records of a metrics.json (one object or a list)."""
-  data = tio.read_json(path)
-  return data if isinstance(data, list) else [data]
-
-
 def with_gold(record: dict, gold: str) -> dict:
   """`record` plus the gold convention it was computed under."""
   return {**record, "gold": gold}

@@ -28,36 +28,6 @@ from twotower.eval import rerank as rr
 logger = logging.getLogger(__name__)
 
 
-def _unwrap(index: faiss.Index) -> faiss.Index:
-  """The index under IDMap / PreTransform wrappers (what nprobe / efSearch apply to)."""
-  index = faiss.downcast_index(index)
-  while isinstance(index, (faiss.IndexIDMap, faiss.IndexIDMap2, faiss.IndexPreTransform)):
-    index = faiss.downcast_index(index.index)
-  return index
-
-
-def search_params(index: faiss.Index, what: str, nprobe: Optional[int] = None,
-                  ef_search: Optional[int] = None) -> Optional[faiss.SearchParameters]:
-  """A FAISS SearchParameters for one call, or None (the index's own settings). A parameter
-  the index has no use for is an error rather than silently ignored."""
-  inner = _unwrap(index)
-  is_ivf = faiss.try_extract_index_ivf(index) is not None
-  is_hnsw = isinstance(inner, faiss.IndexHNSW)
-  if nprobe is not None and not is_ivf:
-    raise ValueError(f"{what}: nprobe is for IVF indexes; this is {type(inner).__name__}")
-  if ef_search is not None and not is_hnsw:
-    raise ValueError(f"{what}: ef_search is for HNSW indexes; this is {type(inner).__name__}")
-  if nprobe is not None:
-    if nprobe < 1:
-      raise ValueError(f"{what}: nprobe must be >= 1, got {nprobe}")
-    return faiss.SearchParametersIVF(nprobe=int(nprobe))
-  if ef_search is not None:
-    if ef_search < 1:
-      raise ValueError(f"{what}: ef_search must be >= 1, got {ef_search}")
-    return faiss.SearchParametersHNSW(efSearch=int(ef_search))
-  return None
-
-
 @dataclasses.dataclass(frozen=True)
 class Part:
   """One index file and, if written beside it, its mapped vectors."""
@@ -102,7 +72,7 @@ class Searcher:
                    rerank: Optional[int] = None) -> None:
     """Raises ValueError for parameters this index cannot take (before any search: a
     server refuses such a request alone, with this message)."""
-    search_params(self.parts[0].index, self.what, nprobe, ef_search)
+    faiss_index.search_params(self.parts[0].index, self.what, nprobe, ef_search)
     if rerank and not self.can_rerank:
       raise ValueError(f"{self.what}: no re-rank vectors beside the index; rerank must be 0")
 
@@ -119,7 +89,7 @@ class Searcher:
     if k < 1:
       raise ValueError(f"{self.what}: k must be >= 1, got {k}")
     r = self.rerank if rerank is None else rerank
-    params = search_params(self.parts[0].index, self.what, nprobe, ef_search)
+    params = faiss_index.search_params(self.parts[0].index, self.what, nprobe, ef_search)
     if not r:
       index = self._shards if self._shards is not None else self.parts[0].index
       return index.search(queries, k, params=params)

@@ -93,7 +93,7 @@ def count_pairs(pairs_root: str, task: str, split: str) -> int:
   every pair, `pairs_<task>_heldout` the held-out ones), else by reading the shards."""
   stats_path = contracts.stats_path(pairs_root)
   total, heldout = counters.pairs(task), counters.pairs(task, contracts.HELDOUT)
-  if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
+  if split in contracts.PAIR_SPLITS and tio.match_files(stats_path, missing_ok=True):
     stats = tio.read_json(stats_path)
     if total in stats:
       if split == contracts.HELDOUT:
@@ -109,7 +109,7 @@ def has_pairs(pairs_root: str, task: str, split: str) -> bool:
   """Whether a task has any pair in a split: from stats.json, else from the first record of
   its shards (FileNotFoundError when it has no shards)."""
   stats_path = contracts.stats_path(pairs_root)
-  if split in contracts.PAIR_SPLITS and contracts.codecs.match(stats_path):
+  if split in contracts.PAIR_SPLITS and tio.match_files(stats_path, missing_ok=True):
     if counters.pairs(task) in tio.read_json(stats_path):
       return count_pairs(pairs_root, task, split) > 0
   return any(True for _ in contracts.codecs.read_tfrecords(pair_files(pairs_root, task, split)))

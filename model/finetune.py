@@ -36,6 +36,7 @@ import tensorflow as tf
 from twotower import contracts
 from twotower import metrics as metrics_lib
 from twotower import texts
+from twotower.contracts import manifests
 from twotower.model import config as config_lib
 from twotower.model import train
 
@@ -175,11 +176,11 @@ def run(job: FinetuneConfig) -> train.TrainResult:
   # hardneg`'s (beside hn<k>-stats.json) for those with negatives.
   if k:
     pattern = contracts.hard_negatives_pattern(job.reqa, train_split, k)
-    files = contracts.codecs.owned_files(
+    files = manifests.listed_files(
         job.reqa, pattern, main=contracts.hard_negatives_stats_path(job.reqa, k))
   else:
     pattern = contracts.finetune_pattern(job.reqa, train_split)
-    files = contracts.codecs.owned_files(job.reqa, pattern)
+    files = manifests.listed_files(job.reqa, pattern)
   if not files:
     hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
             if k else "")

@@ -293,10 +293,6 @@ def config_text(cfg: config_lib.TrainingConfig, extra: Mapping | None = None) ->
   return text
 
 
-def write_config(out_dir: str, cfg: config_lib.TrainingConfig, extra: Mapping | None = None) -> None:
-  io.write_text(contracts.run_config_path(out_dir), config_text(cfg, extra))
-
-
 def run_settings(text: str) -> dict:
   """The settings of a run that decide what it trains, from its config.yaml text: where it
   runs (`runtime`, the replica count) may change when a run resumes, nothing else may."""
@@ -309,19 +305,15 @@ def run_settings(text: str) -> dict:
 
 def claim_run_dir(job: TrainRunConfig, text: str) -> None:
   """Refuses (outputs.claim) a run dir that holds another run: fine-tuning split 10 into a
-  split-5 run, other --tasks, another hidden_dim would resume or overwrite it. A run dir of
-  a version without manifests is judged by its config.yaml. Then records this run's
-  manifest, before anything is trained, so that a killed run resumes."""
+  split-5 run, other --tasks, another hidden_dim would resume or overwrite it. Then records
+  this run's manifest, before anything is trained, so that a killed run resumes."""
   settings = run_settings(text)
-  path = contracts.run_config_path(job.out)
-  legacy = run_settings(io.read_text(path)) if io.is_local(path) and os.path.exists(path) \
-      else None
   # --init is read where the run writes its checkpoints: never the run dir or inside it.
   # The vocabulary may sit in it: kept, as every file the run did not write (outputs).
   if job.init and job.init.lower() != "none":
     outputs.check_inputs(job.out, [job.init], inside=False)
   resumed = outputs.claim(job.out, job.STAGE, settings, overwrite=job.overwrite,
-                          legacy=legacy, inputs=[job.vocab])
+                          inputs=[job.vocab])
   outputs.start(job.out, job.STAGE, settings, inputs=[job.vocab], resumed=resumed)
 
 

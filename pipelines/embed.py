@@ -49,6 +49,7 @@ from twotower import outputs
 from twotower import texts
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.saved_model import LoadedSignature, embedding_dim, load_signature
 
 logger = logging.getLogger(__name__)
@@ -218,8 +219,8 @@ class _ToExamples(beam.DoFn):
     self._spec = spec
     self._shard = shard
     self._num_shards = num_shards
-    self._read = tio.counter(C.EMBED_ROWS_READ)
-    self._skipped = {reason: tio.counter(name) for reason, name in SKIP_COUNTERS.items()}
+    self._read = beam_jobs.counter(C.EMBED_ROWS_READ)
+    self._skipped = {reason: beam_jobs.counter(name) for reason, name in SKIP_COUNTERS.items()}
 
   def process(self, row: dict) -> Iterator[tuple[Any, tuple]]:
     if (self._num_shards > 1
@@ -243,7 +244,7 @@ class _ToTables(beam.DoFn):
 
   def __init__(self, schema: pa.Schema):
     self._schema = schema
-    self._embedded = tio.counter(C.EMBED_ROWS_EMBEDDED)
+    self._embedded = beam_jobs.counter(C.EMBED_ROWS_EMBEDDED)
 
   def process(self, batch: list[tuple[Any, np.ndarray]]) -> Iterator[pa.Table]:
     self._embedded.inc(len(batch))
@@ -381,10 +382,9 @@ def run(config: EmbedConfig) -> outputs.StageResult:
   settings = outputs.settings_of(config, skip=("batch_size", "min_batch_size", "large_model",
                                                "model_copies", *unsharded))
   with outputs.staged(config.out, "embed", settings, inputs=inputs,
-                      overwrite=config.overwrite,
-                      markers=(contracts.STATS_FILE,)) as out:
+                      overwrite=config.overwrite) as out:
     staged = dataclasses.replace(config, out=out)
-    stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
+    stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
                              stats_dir=out,
                              finish=lambda counters: finish_stats(counters, shard))
     try:

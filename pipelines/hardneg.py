@@ -48,7 +48,7 @@ from twotower import logs
 from twotower import lucene
 from twotower import outputs
 from twotower import texts
-from twotower.contracts import Pair, codecs
+from twotower.contracts import Pair, codecs, manifests
 from twotower.contracts import counters as C
 from twotower.contracts.counters import HardNeg
 from twotower.pipelines.reqa import question_key
@@ -127,7 +127,7 @@ class _Split:
 def _read_split(config: HardNegConfig, ratio: int, pool: _Candidates) -> _Split:
   name = contracts.train_split(ratio)
   pattern = contracts.finetune_pattern(config.reqa, name)
-  files = codecs.owned_files(config.reqa, pattern)  # those `twotower reqa` recorded
+  files = manifests.listed_files(config.reqa, pattern)  # those `twotower reqa` recorded
   if not files:
     raise FileNotFoundError(f"{pattern}: no fine-tuning pairs (is {config.reqa} a `twotower "
                             f"reqa` output with ratio {ratio}?)")
@@ -250,8 +250,7 @@ def run(config: HardNegConfig) -> HardNegResult:
   # .json): mined with other settings, they are refused, not mixed with these.
   main = contracts.hard_negatives_stats_path(config.reqa, config.k)
   with outputs.owned_files(main, "hardneg", outputs.settings_of(config, skip=("threads",)),
-                           overwrite=config.overwrite, inputs=[config.reqa],
-                           legacy=_legacy_settings(config)) as written:
+                           overwrite=config.overwrite, inputs=[config.reqa]) as written:
     hits, indexed = search_all(config, (text for s in splits for text in s.texts.values()))
     stats = {C.HARDNEG_CANDIDATES_INDEXED: indexed,
              C.HARDNEG_QUESTION_TEXTS_SEARCHED: len(hits)}
@@ -266,16 +265,6 @@ def run(config: HardNegConfig) -> HardNegResult:
                    dataclasses.asdict(config))
     written += [main, contracts.hard_negatives_config_path(config.reqa, config.k)]
   return HardNegResult(tuple(written), stats)
-
-
-def _legacy_settings(config: HardNegConfig) -> dict | None:
-  """The settings of -hn<k> pairs mined before manifests, from their hn<k>-config.json."""
-  path = contracts.hard_negatives_config_path(config.reqa, config.k)
-  if not codecs.match(path):
-    return None
-  old = tio.read_json(path)
-  return {k: v for k, v in old.items()
-          if k in outputs.settings_of(config, skip=("threads",))}
 
 
 def summary_table(stats: Mapping[str, int], config: HardNegConfig) -> str:

@@ -106,8 +106,7 @@ def run(config: HeldoutConfig) -> outputs.StageResult:
             C.HELDOUT_PAGES: pages}
   # Replaces --out whole (outputs.staged): a reader never sees two benchmarks mixed.
   with outputs.staged(config.out, "heldout", outputs.settings_of(config),
-                      inputs=[config.pairs], overwrite=config.overwrite,
-                      markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
+                      inputs=[config.pairs], overwrite=config.overwrite) as out:
     _write_parquet([c.to_row() for c in candidates], contracts.CANDIDATE_SCHEMA,
                    contracts.candidates_path(out))
     _write_parquet([q.to_row() for q in questions], contracts.QUESTION_SCHEMA,

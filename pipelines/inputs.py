@@ -26,8 +26,6 @@ import os
 import re
 from typing import Optional
 
-from apache_beam.io.filesystems import FileSystems
-
 from twotower import io as tio
 from twotower.contracts import counters as C
 from twotower.pipelines import wikidump
@@ -165,12 +163,11 @@ def match_inputs(pattern: str) -> list[InputFile]:
     if tio.is_local(entry) and os.path.isdir(entry):
       raise ValueError(f"{entry} is a directory; give the files in it as a glob, e.g. "
                        f"--dump '{entry.rstrip('/')}/*.bz2'")
-    sizes = {m.path: m.size_in_bytes for m in FileSystems.match([entry])[0].metadata_list}
-    paths = list(sizes)
+    paths = tio.match_files(entry, missing_ok=True)
     if not paths:
       what = f"(one of the inputs of --dump {pattern!r})" if len(entries) > 1 else ""
       raise FileNotFoundError(f"no file matches {entry!r} {what}".rstrip())
-    for path in sorted(set(paths), key=lambda p: (os.path.basename(p), p)):
+    for path in paths:
       if tio.is_local(path) and os.path.isdir(path):
         raise ValueError(f"{path} (matched by {entry!r}) is a directory; make the glob match "
                          "files only")
@@ -180,8 +177,15 @@ def match_inputs(pattern: str) -> list[InputFile]:
       seen[path] = entry
       fmt = sniff_format(path)
       wiki = wikidump.read_siteinfo(path).dbname if fmt == MEDIAWIKI else ""
-      files.append(InputFile(path, fmt, index, entry, wiki, size=sizes[path]))
+      files.append(InputFile(path, fmt, index, entry, wiki, size=_size(path)))
   return _with_id_offsets(files)
+
+
+def _size(path: str) -> int:
+  """A matched file's size in bytes (sizes the disk shuffle)."""
+  if tio.is_local(path):
+    return os.path.getsize(path)
+  return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
 
 
 def _with_id_offsets(files: list[InputFile]) -> list[InputFile]:

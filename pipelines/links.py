@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-from twotower import io as tio
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import shuffle as shuffle_lib
 
@@ -77,8 +77,8 @@ class _DedupeTitles(beam.DoFn):
   """(title key, [Page, ...]) -> kept Page (main) and (title key, page_id) (tagged "ids")."""
 
   def __init__(self):
-    self.kept = tio.counter(C.PAGES_KEPT)
-    self.duplicate = tio.counter(C.pages_skipped(C.PageSkip.DUPLICATE_TITLE))
+    self.kept = beam_jobs.counter(C.PAGES_KEPT)
+    self.duplicate = beam_jobs.counter(C.pages_skipped(C.PageSkip.DUPLICATE_TITLE))
 
   def process(self, element):
     title, pages = element
@@ -122,7 +122,7 @@ class _ResolveLinksFn(beam.DoFn):
   title)) for each resolved link."""
 
   def __init__(self):
-    self.counters = {name: tio.counter(name) for name in (
+    self.counters = {name: beam_jobs.counter(name) for name in (
         C.LINKS_TOTAL, C.LINKS_RESOLVED, C.LINKS_UNRESOLVED, C.LINKS_REDIRECT_LOOP,
         C.LINKS_REDIRECT_TOO_DEEP, C.LINKS_REDIRECT_DANGLING, C.LINKS_VIA_REDIRECT, C.LINKS_SELF)}
     self.failures = {"dangling": self.counters[C.LINKS_REDIRECT_DANGLING],
@@ -158,7 +158,7 @@ class _DedupeInlinks(beam.DoFn):
   """((target_id, linking_id), [title, ...]) -> (target_id, (linking_id, link_titles))."""
 
   def __init__(self):
-    self.duplicate = tio.counter(C.LINKS_DUPLICATE)
+    self.duplicate = beam_jobs.counter(C.LINKS_DUPLICATE)
 
   def process(self, element):
     (target_id, linking_id), titles = element

@@ -11,9 +11,9 @@ from typing import Iterator
 import apache_beam as beam
 
 from twotower import contracts
-from twotower import io as tio
 from twotower.contracts import Candidate
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines.qa_records import candidate_id, passage_key
 
 #: `extra_candidates` value (`--extra_candidates all`): every (sentence, passage) of
@@ -22,7 +22,7 @@ ALL_EXTRA = -1
 
 
 def _inc(name: str, value: int = 1) -> None:
-  tio.counter(name).inc(value)
+  beam_jobs.counter(name).inc(value)
 
 
 def _sentences(passage: contracts.Passage) -> Iterator[int]:

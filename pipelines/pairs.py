@@ -60,6 +60,7 @@ import apache_beam as beam
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks
@@ -90,7 +91,7 @@ class _PairRecords:
 
   def _inc(self, name: str, value: int = 1):
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc(value)
 
   def __call__(self, pair: Pair):
@@ -122,7 +123,7 @@ class _CountKeptPerInput(beam.DoFn):
   def process(self, element):
     name = inputs_lib.per_input_counter(element[0], C.PAGES_KEPT)
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc()
     return ()
 
@@ -136,7 +137,7 @@ class _CountLinksPerInput(beam.DoFn):
   def process(self, page):
     name = inputs_lib.per_input_counter(page.page_id, C.LINKS_TOTAL)
     if name not in self.counters:
-      self.counters[name] = tio.counter(name)
+      self.counters[name] = beam_jobs.counter(name)
     self.counters[name].inc(len(page.links))
     return ()
 
@@ -155,7 +156,7 @@ class _CropPairs(beam.DoFn):
     for reason, n in skipped.items():
       name = C.crop_skipped(reason)
       if name not in self.counters:
-        self.counters[name] = tio.counter(name)
+        self.counters[name] = beam_jobs.counter(name)
       self.counters[name].inc(n)
     return pairs
 
@@ -361,7 +362,7 @@ def make_shuffle(config: PairsConfig,
   if config.shuffle not in SHUFFLES:
     raise ValueError(f"shuffle must be one of {SHUFFLES}, got {config.shuffle!r}")
   if config.shuffle == "beam" or (config.shuffle == "auto"
-                                  and not tio.runs_locally(config.beam_args)):
+                                  and not beam_jobs.runs_locally(config.beam_args)):
     return shuffle_lib.Shuffle()
   if config.shuffle_dir:
     directory = os.path.join(config.shuffle_dir, f".shuffle-{uuid.uuid4().hex[:12]}")
@@ -411,9 +412,8 @@ def run(config: PairsConfig) -> outputs.StageResult:
   # rather than an empty run. The one expansion of --dump in a run: the job reads these files.
   files = inputs_lib.match_inputs(config.dump)
   inputs = [f.path for f in files]
-  markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
-                      overwrite=config.overwrite, markers=markers) as out:
+                      overwrite=config.overwrite) as out:
     staged = dataclasses.replace(config, out=out)
     # The settings as given (--out the folder readers see, not the temporary one).
     tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
@@ -421,7 +421,7 @@ def run(config: PairsConfig) -> outputs.StageResult:
     if shuffle.on_disk:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
-      stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle, files),
+      stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle, files),
                                config.beam_args, stats_dir=out,
                                finish=functools.partial(pairs_stats.finish_stats,
                                                         tasks=config.pairs.tasks))

@@ -12,8 +12,8 @@ import re
 from typing import Sequence
 
 from twotower import contracts
-from twotower import io as tio
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import inputs as inputs_lib
 from twotower.pipelines import pair_tasks
 
@@ -74,8 +74,8 @@ def finish_stats(counters: dict[str, int],
       stats.setdefault(C.crop_skipped(reason), 0)
   for task in tasks:
     stats.setdefault(C.pairs(task), 0)
-    tio.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
-    tio.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
+    beam_jobs.add_mean(stats, C.mean_query_tokens(task), C.query_tokens(task), C.pairs(task))
+    beam_jobs.add_mean(stats, C.mean_doc_tokens(task), C.doc_tokens(task), C.pairs(task))
   total = stats.get(C.LINKS_TOTAL, 0)
   stats[C.LINKS_RESOLVED_PERCENT] = (round(100 * stats.get(C.LINKS_RESOLVED, 0) / total, 2)
                                      if total else 0.0)

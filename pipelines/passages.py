@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 import apache_beam as beam
 
 from twotower import contracts
-from twotower import io as tio
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import nonprose, pair_tasks
 from twotower.contracts import Passage
 from twotower.contracts import counters as C
@@ -170,7 +170,7 @@ class _PassagesFn(beam.DoFn):
   def setup(self):
     from twotower.pipelines import sentences
     self.splitter = sentences.get_splitter(self.config.splitter)
-    self.counters = {name: tio.counter(name)
+    self.counters = {name: beam_jobs.counter(name)
                      for name in (C.PASSAGES, C.PASSAGES_LEAD, C.SENTENCES, C.PARAGRAPHS_CUT,
                                   C.PASSAGES_PACKED, C.PAGES_WITHOUT_PASSAGES,
                                   *(C.passages_skipped(r) for r in C.PassageSkip))}

@@ -67,6 +67,7 @@ from twotower import outputs
 from twotower import texts
 from twotower.contracts import Candidate, Pair, codecs
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import nq as nq_lib
 from twotower.pipelines import reqa_splits
 from twotower.pipelines import sentences as sentences_lib
@@ -137,7 +138,7 @@ def gold_sentence(spans: Sequence[tuple[int, int]], start: int) -> tuple[Optiona
 
 
 def _inc(name: str, value: int = 1) -> None:
-  tio.counter(name).inc(value)
+  beam_jobs.counter(name).inc(value)
 
 
 class _ParseFile(beam.DoFn):
@@ -445,10 +446,9 @@ def run(config: ReqaConfig) -> outputs.StageResult:
     inputs += tio.match_files(contracts.passages_pattern(config.extra_passages))
   # Written beside --out, then moved into place: never half a benchmark, never two mixed.
   with outputs.staged(config.out, "reqa", outputs.settings_of(config), inputs=inputs,
-                      overwrite=config.overwrite,
-                      markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
+                      overwrite=config.overwrite) as out:
     staged = dataclasses.replace(config, out=out)
-    stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
+    stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
                              stats_dir=out,
                              finish=functools.partial(finish_stats, config=config))
   return outputs.StageResult.of(config.out, stats)

@@ -50,15 +50,13 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, Section, SiteInfo
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import titles, unique_ids, wikidump, wikitext
-# Input matching and ids live in pipelines.inputs; re-exported for the pair pipeline's callers.
-from twotower.pipelines.inputs import (  # noqa: F401
-    DOC_OPEN, FORMATS, JSONL, MEDIAWIKI, SNIFF_BYTES, TEXT_ID_STRIDE, WIKIEXTRACTOR,
-    WIKIEXTRACTOR_JSON, InputFile, input_of, match_inputs, per_input_counter, sniff_format)
+from twotower.pipelines.inputs import (DOC_OPEN, JSONL, MEDIAWIKI, TEXT_ID_STRIDE,
+                                       WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, InputFile)
 
 logger = logging.getLogger(__name__)
 
@@ -389,7 +387,7 @@ class _ReadTextFileFn(beam.DoFn):
         counts[C.per_input(file.index, C.LINKS_TOTAL)] = links
       for name, value in counts.items():
         if value or name.startswith("input"):
-          tio.counter(name).inc(value)
+          beam_jobs.counter(name).inc(value)
 
 
 class ReadTextPages(beam.PTransform):

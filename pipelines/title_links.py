@@ -67,9 +67,9 @@ import dataclasses
 
 import apache_beam as beam
 
-from twotower import io as tio
 from twotower.contracts import Page
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import inputs as inputs_lib
 # The matching itself (pure functions) lives in pipelines.title_index; re-exported here, the
 # one module callers import.
@@ -94,7 +94,7 @@ class _TargetFn(beam.DoFn):
   """Page -> the Page if it may be a link target (not a disambiguation page, counted)."""
 
   def __init__(self):
-    self.disambiguation = tio.counter(C.TITLE_LINKS_DISAMBIGUATION)
+    self.disambiguation = beam_jobs.counter(C.TITLE_LINKS_DISAMBIGUATION)
 
   def process(self, page: Page):
     if is_disambiguation(page):
@@ -109,8 +109,8 @@ class _RouteFn(beam.DoFn):
 
   def __init__(self, config: TitleLinkConfig, own: frozenset[int]):
     self.config, self.own = config, own
-    self.searched = tio.counter(C.TITLE_LINKS_PAGES)
-    self.kept = tio.counter(C.TITLE_LINKS_PAGES_WITH_LINKS)
+    self.searched = beam_jobs.counter(C.TITLE_LINKS_PAGES)
+    self.kept = beam_jobs.counter(C.TITLE_LINKS_PAGES_WITH_LINKS)
 
   def process(self, page: Page):
     if page.links and self.config.only_unlinked:
@@ -126,7 +126,7 @@ class _FindFn(beam.DoFn):
   tuple[Entry])): the Entries of the targets found, first mention first."""
 
   def __init__(self):
-    self.own_title = tio.counter(C.TITLE_LINKS_OWN_TITLE)
+    self.own_title = beam_jobs.counter(C.TITLE_LINKS_OWN_TITLE)
 
   def process(self, element, indexes):
     space, page = element
@@ -140,11 +140,11 @@ class _LinkFn(beam.DoFn):
   own, if any), hubs left out."""
 
   def __init__(self):
-    self.found = tio.counter(C.TITLE_LINKS_FOUND)
-    self.one_word = tio.counter(C.TITLE_LINKS_ONE_WORD)
-    self.multi_word = tio.counter(C.TITLE_LINKS_MULTI_WORD)
-    self.hub = tio.counter(C.TITLE_LINKS_HUB)
-    self.via_alias = tio.counter(C.TITLE_LINKS_VIA_ALIAS)
+    self.found = beam_jobs.counter(C.TITLE_LINKS_FOUND)
+    self.one_word = beam_jobs.counter(C.TITLE_LINKS_ONE_WORD)
+    self.multi_word = beam_jobs.counter(C.TITLE_LINKS_MULTI_WORD)
+    self.hub = beam_jobs.counter(C.TITLE_LINKS_HUB)
+    self.via_alias = beam_jobs.counter(C.TITLE_LINKS_VIA_ALIAS)
 
   def process(self, element, hubs):
     space, (page, entries) = element
@@ -182,7 +182,7 @@ class _DropCommonFn(beam.DoFn):
 
   def __init__(self, config: TitleLinkConfig):
     self.config = config
-    self.common = tio.counter(C.TITLE_LINKS_COMMON_WORDS)
+    self.common = beam_jobs.counter(C.TITLE_LINKS_COMMON_WORDS)
 
   def process(self, element):
     space, groups = element

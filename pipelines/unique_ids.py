@@ -20,8 +20,8 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from twotower import io as tio
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class _FirstPerIdFn(beam.DoFn):
       return
     placed.sort(key=lambda item: item[0])
     if self.duplicate is None:
-      self.duplicate = tio.counter(C.pages_skipped(C.PageSkip.DUPLICATE_ID))
+      self.duplicate = beam_jobs.counter(C.pages_skipped(C.PageSkip.DUPLICATE_ID))
     self.duplicate.inc(len(placed) - 1)
     first = placed[0][1]
     logger.warning("%s: page id %d is repeated: keeping the first (title %r), skipping %d "

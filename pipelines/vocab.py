@@ -199,7 +199,7 @@ def run(config: VocabConfig) -> VocabResult:
   if config.exclude_heldout:
     pairs_out = contracts.pairs_out_dir(config.passages)
     percent = codecs.read_heldout_percent(pairs_out)
-    if not codecs.match(contracts.pairs_config_path(pairs_out)):
+    if not tio.match_files(contracts.pairs_config_path(pairs_out), missing_ok=True):
       logger.warning("%s: no %s beside passages/: no page is known to be held out, all are "
                      "read", pairs_out, contracts.PAIRS_CONFIG_FILE)
   # Refused before minutes of counting when --out is another run's vocabulary; replaced

@@ -71,6 +71,7 @@ from apache_beam.io.filesystems import FileSystems
 from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import unique_ids
 
@@ -489,7 +490,7 @@ class _ReadDumpFileFn(beam.DoFn):
 
   def process(self, path: str) -> Iterator:
     counts: collections.Counter = collections.Counter()
-    pages_read = tio.counter(C.PAGES_READ)
+    pages_read = beam_jobs.counter(C.PAGES_READ)
     reported = 0
     rank = self.ranks.get(path, 0)
     try:
@@ -505,7 +506,7 @@ class _ReadDumpFileFn(beam.DoFn):
       counts[C.PAGES_READ] -= reported
       for name, value in counts.items():
         if value:
-          tio.counter(name).inc(value)
+          beam_jobs.counter(name).inc(value)
 
 
 class ReadDumpPages(beam.PTransform):

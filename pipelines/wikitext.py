@@ -80,9 +80,9 @@ import apache_beam as beam
 import mwparserfromhell
 from mwparserfromhell.parser import tokens as T
 
-from twotower import io as tio
 from twotower.contracts import ARTICLE_NAMESPACE, Page, RawPage, Section, SiteInfo
 from twotower.contracts import counters as C
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import nonprose, templates, titles
 
 logger = logging.getLogger(__name__)
@@ -601,7 +601,7 @@ class _ParsePageFn(beam.DoFn):
   def _count(self, name: str, value: int = 1) -> None:
     counter = self._counters.get(name)
     if counter is None:
-      counter = self._counters[name] = tio.counter(name)
+      counter = self._counters[name] = beam_jobs.counter(name)
     counter.inc(value)
 
   def _skip(self, reason: str, raw: RawPage, detail: str = "") -> None:

@@ -291,7 +291,7 @@ def test_pairs_graph_joins_with_shuffles_and_translates_to_dataflow(tmp_path):
   pytest.importorskip("twotower.pipelines.wikitext")
   from twotower.pipelines import pairs
   from wikidump_fixtures import write_dump
-  # Matched and its format read at construction (pipelines.textdocs.match_inputs).
+  # Matched and its format read at construction (pipelines.inputs.match_inputs).
   write_dump(tmp_path / "enwiki-pages-articles1.xml.bz2", [])
   pipeline = _dataflow_pipeline("pairs")
   pairs.build(pipeline, pairs.PairsConfig(dump=str(tmp_path / "enwiki-*.xml.bz2"),

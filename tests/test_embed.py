@@ -87,8 +87,8 @@ def test_embed_transform_skips_and_counts_bad_rows(model_dir):
   assert_that(ids, equal_to([("q1", DIM), ("q3", DIM)]))
   result = p.run()
   result.wait_until_finish()
-  from twotower import io as tio
-  counters = tio.beam_counters(result)
+  from twotower.pipelines import beam_jobs
+  counters = beam_jobs.beam_counters(result)
   assert counters == {C.EMBED_ROWS_READ: 4, C.EMBED_ROWS_EMBEDDED: 2,
                       C.EMBED_ROWS_SKIPPED_EMPTY: 1, C.EMBED_ROWS_SKIPPED_BAD_ID: 1}
 

@@ -591,7 +591,7 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   cell's parameters, and so every cell's key, are what they were."""
   from textdocs_fixtures import jsonl_record, linked_docs, write_jsonl
   from twotower.experiment import cells
-  from twotower.pipelines import textdocs
+  from twotower.pipelines import inputs as inputs_lib
   spec = grid.load("tiny")
   plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
   assert "corpus" not in key_params(plain.params)
@@ -605,7 +605,7 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   stats = done["stats"]
   assert stats["input1_pages_kept"] == 6 and stats["input1_pairs_ict"] > 0
   assert stats["mediawiki_pages_kept"] == len(TOPICS) * 2  # the dump and the SQuAD articles
-  assert textdocs.input_of(textdocs.TEXT_ID_STRIDE * 2 + 1) == 1
+  assert inputs_lib.input_of(inputs_lib.TEXT_ID_STRIDE * 2 + 1) == 1
 
 
 def test_the_passage_cleanup_joins_a_grid_only_when_its_file_turns_it_on(tmp_path):

@@ -13,6 +13,7 @@ faiss = pytest.importorskip("faiss")
 from twotower import contracts  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
+from twotower.eval import searcher  # noqa: E402
 
 from outputs_fixtures import write_vectors  # noqa: E402
 
@@ -74,8 +75,7 @@ def test_index_recall_against_exact(corpus, config, params, min_recall):
   index = faiss_index.build_index(corpus["files"], config, block_rows=500)
   assert index.metric_type == faiss.METRIC_INNER_PRODUCT
   assert index.ntotal == 3000
-  faiss_index.set_search_params(index, params.get("nprobe"), params.get("ef_search"))
-  _, ids, _ = faiss_index.search(index, corpus["q"], 10)
+  _, ids, _ = faiss_index.search(index, corpus["q"], 10, **params)  # per call
   _, ref_ids = _exact(corpus, 10)
   assert set(np.unique(ids)) <= set(corpus["ids"])  # the shards' own ids come back
   assert faiss_index.recall_vs_reference(ids, ref_ids, 10) >= min_recall
@@ -105,12 +105,10 @@ def test_save_load_round_trip(corpus, tmp_path):
   path = str(tmp_path / "sub" / "index.faiss")
   faiss_index.save_index(index, path)
   assert [p.name for p in (tmp_path / "sub").iterdir()] == ["index.faiss"]  # no temp left
-  loaded = faiss_index.load_index(path)
-  assert loaded.metric_type == faiss.METRIC_INNER_PRODUCT
-  faiss_index.set_search_params(index, nprobe=4)
-  faiss_index.set_search_params(loaded, nprobe=4)
-  s1, i1, _ = faiss_index.search(index, corpus["q"], 10)
-  s2, i2, _ = faiss_index.search(loaded, corpus["q"], 10)
+  loaded = searcher.load_searcher(path)
+  assert loaded.parts[0].index.metric_type == faiss.METRIC_INNER_PRODUCT
+  s1, i1, _ = faiss_index.search(index, corpus["q"], 10, nprobe=4)
+  s2, i2, _ = faiss_index.search(loaded, corpus["q"], 10, nprobe=4)
   np.testing.assert_array_equal(i1, i2)
   np.testing.assert_array_equal(s1, s2)
 
@@ -119,7 +117,7 @@ def test_load_refuses_l2_index(tmp_path):
   path = str(tmp_path / "l2.faiss")
   faiss.write_index(faiss.IndexFlatL2(D), path)
   with pytest.raises(ValueError, match="not inner product"):
-    faiss_index.load_index(path)
+    searcher.load_searcher(path)
 
 
 @pytest.mark.parametrize("num_shards", [3, 7], ids=["by-file", "by-row-range"])
@@ -131,15 +129,12 @@ def test_index_shards_equal_single_index(corpus, tmp_path, num_shards):
                                                                 num_shards, block_rows=400)):
     assert shard.ntotal > 0  # every shard serves part of the corpus
     faiss_index.save_index(shard, path)
-  served = faiss_index.load_index(str(tmp_path / "index-*.faiss"))
-  assert isinstance(served, faiss.IndexShards) and served.count() == num_shards
+  served = searcher.load_searcher(str(tmp_path / "index-*.faiss"))
+  assert len(served.parts) == num_shards
   assert served.ntotal == single.ntotal == 3000
-  assert served.metric_type == faiss.METRIC_INNER_PRODUCT
   for nprobe in (3, 16):
-    faiss_index.set_search_params(single, nprobe=nprobe)
-    faiss_index.set_search_params(served, nprobe=nprobe)
-    s1, i1, _ = faiss_index.search(single, corpus["q"], 10)
-    s2, i2, _ = faiss_index.search(served, corpus["q"], 10)
+    s1, i1, _ = faiss_index.search(single, corpus["q"], 10, nprobe=nprobe)
+    s2, i2, _ = faiss_index.search(served, corpus["q"], 10, nprobe=nprobe)
     np.testing.assert_allclose(s1, s2, rtol=1e-6)
     assert faiss_index.recall_vs_reference(i2, i1, 10) >= 0.99  # equal up to score ties
 

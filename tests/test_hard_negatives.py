@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from twotower import cli, contracts, texts
+from twotower import io as tio
 from twotower.contracts import codecs
 from twotower.contracts import counters as C
 from twotower.contracts.counters import HardNeg
@@ -143,7 +144,7 @@ def test_files_round_trip_and_stay_apart_from_the_plain_pairs(mined):
   assert [(p.query, p.doc_passage_id) for p in plain] == [
       (p.query, p.doc_passage_id) for p in mined_pairs]
   assert all(not p.hard_negatives for p in plain)
-  plain_files = codecs.match(contracts.finetune_pattern(out, "train-80"))
+  plain_files = tio.match_files(contracts.finetune_pattern(out, "train-80"))
   assert plain_files and not any("-hn" in path for path in plain_files)
   for pair in mined_pairs:
     assert codecs.decode_pair(codecs.encode_pair(pair)) == pair
@@ -184,7 +185,7 @@ def test_mined_pairs_feed_the_towers(mined, tmp_path):
   from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   from twotower.model.two_tower import build_two_tower  # pylint: disable=import-outside-toplevel
   out, _ = mined
-  files = codecs.match(contracts.hard_negatives_pattern(out, "train-80", 2))
+  files = tio.match_files(contracts.hard_negatives_pattern(out, "train-80", 2))
   pairs = list(codecs.read_pairs(files[0]))
   vocab = _write_vocab(tmp_path / "vocab.txt", P_PARIS, P_LYON, P_BERLIN, P_SEINE, P_ZEBRA,
                        *(a["title"] for a in ARTICLES),

@@ -1,10 +1,8 @@
-"""Shared I/O helpers: globbing through Beam FileSystems, atomic writes, Beam counters."""
+"""Shared I/O helpers: the one file matcher, atomic writes."""
 
 from __future__ import annotations
 
-import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
 
 from twotower import io
 
@@ -33,26 +31,48 @@ def test_match_files_names_the_pattern(tmp_path):
     io.match_files(str(tmp_path / "nothing-*"))
 
 
+def test_match_files_missing_ok_gives_an_empty_list(tmp_path):
+  assert io.match_files(str(tmp_path / "nothing-*"), missing_ok=True) == []
+
+
+def test_a_path_with_a_comma_in_its_name_is_taken_whole(tmp_path):
+  folder = tmp_path / "runs,2026"
+  folder.mkdir()
+  (folder / "b.txt").write_text("x")
+  (folder / "a.txt").write_text("x")
+  assert io.match_files(f"{folder}/*.txt") == [f"{folder}/a.txt", f"{folder}/b.txt"]
+
+
+def test_match_files_leaves_out_hidden_temp_files(tmp_path):
+  # An atomic write's temp file (`.tmp-*`, io._write_local) is never read as a shard.
+  (tmp_path / "s-00000.parquet").write_text("x")
+  (tmp_path / ".tmp-abcs-00001.parquet").write_text("x")
+  assert io.match_files(f"{tmp_path}/*.parquet") == [f"{tmp_path}/s-00000.parquet"]
+
+
+def test_one_order_with_or_without_a_manifest(tmp_path):
+  """A reader of an output gets its files in the same order whether the manifest lists them
+  or the glob finds them (contracts.manifests.listed_files falls back to io.match_files)."""
+  from twotower import outputs
+  from twotower.contracts import manifests
+  out = tmp_path / "out"
+  (out / "pairs").mkdir(parents=True)
+  names = ["train-00010-of-00011.tfrecord", "train-00002-of-00011.tfrecord",
+           "train-00001-of-00011.tfrecord"]
+  for name in names:
+    (out / "pairs" / name).write_text("x")
+  pattern = f"{out}/pairs/train-*.tfrecord"
+  globbed = manifests.listed_files(str(out), pattern)
+  outputs.write_manifest(str(out), "pairs", {}, files=[f"pairs/{n}" for n in names])
+  assert manifests.listed_files(str(out), pattern) == globbed == \
+      [f"{out}/pairs/{n}" for n in sorted(names)]
+
+
 def test_write_json_is_atomic_and_round_trips(tmp_path):
   path = tmp_path / "deep" / "stats.json"
   io.write_json(str(path), {"pages_read": 3})
   assert io.read_json(str(path)) == {"pages_read": 3}
   assert [p.name for p in path.parent.iterdir()] == ["stats.json"]  # no temp file left
-
-
-def test_beam_counters_and_means():
-  def count(x):
-    beam.metrics.Metrics.counter(io.counter_names.NAMESPACE, "items").inc()
-    beam.metrics.Metrics.counter(io.counter_names.NAMESPACE, "tokens").inc(x)
-    beam.metrics.Metrics.counter("other", "ignored").inc()
-    return x
-
-  p = TestPipeline()
-  _ = p | beam.Create([1, 2, 3]) | beam.Map(count)
-  stats = io.beam_counters(p.run())
-  assert stats == {"items": 3, "tokens": 6}
-  io.add_mean(stats, "tokens_mean", "tokens", "items")
-  assert stats["tokens_mean"] == 2.0
 
 
 def test_write_text_gives_the_mode_of_a_plain_open(tmp_path):

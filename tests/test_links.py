@@ -10,7 +10,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from twotower import contracts
-from twotower import io as tio
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import links
 from twotower.pipelines import shuffle as shuffle_lib
 
@@ -40,7 +40,7 @@ def resolve(pages, redirects, edges, kept, shuffle, max_hops=links.DEFAULT_MAX_H
               label="CheckKept")
   result = pipeline.run()
   result.wait_until_finish()
-  return tio.beam_counters(result)
+  return beam_jobs.beam_counters(result)
 
 
 def test_redirect_chain_and_direct_links_resolve(shuffle):

@@ -14,6 +14,7 @@ import pytest
 
 from twotower import cli, contracts, outputs
 from twotower.contracts import codecs
+from twotower.contracts import manifests
 from outputs_fixtures import write_embeddings
 from reqa_fixtures import ARTICLES
 from wikidump_fixtures import many_pages, write_dump
@@ -179,11 +180,11 @@ def test_hardneg_refuses_other_settings_and_finetune_reads_only_its_shards(tmp_p
   assert run_cli(capsys, *args, "--overwrite")[0] == 0
   pattern = contracts.hard_negatives_pattern(str(out), "train-80", 1)
   main = contracts.hard_negatives_stats_path(str(out), 1)
-  files = codecs.owned_files(str(out), pattern, main=main)
+  files = manifests.listed_files(str(out), pattern, main=main)
   assert [os.path.basename(f) for f in files] == ["train-80-hn1-00000-of-00001.tfrecord"]
   assert not os.path.exists(files[0].replace("of-00001", "of-00002"))  # replaced: removed
   # A stray shard (another run's) is not read; the plain pairs are reqa's, not hardneg's.
   shutil.copy(files[0], files[0].replace("00000-of-00001", "00000-of-00003"))
-  assert codecs.owned_files(str(out), pattern, main=main) == files
-  plain = codecs.owned_files(str(out), contracts.finetune_pattern(str(out), "train-80"))
+  assert manifests.listed_files(str(out), pattern, main=main) == files
+  plain = manifests.listed_files(str(out), contracts.finetune_pattern(str(out), "train-80"))
   assert plain and not any("-hn" in f for f in plain)

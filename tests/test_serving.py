@@ -16,7 +16,7 @@ from twotower import cli
 from twotower import contracts
 from twotower.contracts import bundle_manifest
 from twotower.deploy.serving import BundleError, Retriever, bundle
-from twotower.deploy.serving import check
+from twotower.testing import batch_path as check
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion
 from twotower.eval import runs as runs_lib

@@ -12,13 +12,13 @@ import pytest
 from twotower import cli, contracts
 from twotower.contracts import counters
 from twotower.contracts import Page, Section
-from twotower.pipelines import textdocs
+from twotower.pipelines import inputs, textdocs
 from outputs_fixtures import output_digest, read_pairs, read_passages
 from textdocs_fixtures import (Doc, jsonl_record, linked_docs, wikiextractor_text, write_jsonl,
                                write_wikiextractor, write_wikiextractor_json)
 from wikidump_fixtures import many_pages, write_bytes, write_dump
 
-STRIDE = textdocs.TEXT_ID_STRIDE
+STRIDE = inputs.TEXT_ID_STRIDE
 
 DOC = Doc(7, "Café Müller", [
     "Café Müller is a [[Dance theatre|dance piece]] by [[Pina Bausch]] & company.",
@@ -34,9 +34,9 @@ SECTIONS = (
 
 
 def _pages(path, fmt=None, index=0):
-  fmt = fmt or textdocs.sniff_format(str(path))
+  fmt = fmt or inputs.sniff_format(str(path))
   counts: collections.Counter = collections.Counter()
-  file = textdocs.InputFile(str(path), fmt, index, str(path))
+  file = inputs.InputFile(str(path), fmt, index, str(path))
   return list(textdocs.iter_text_pages(file, counts)), counts
 
 
@@ -54,7 +54,7 @@ def test_each_format_gives_the_same_page(tmp_path, name, links, fmt, expected_li
     write_wikiextractor_json(path, [DOC], links=links)
   else:
     write_jsonl(path, [jsonl_record(DOC)])
-  assert textdocs.sniff_format(str(path)) == fmt
+  assert inputs.sniff_format(str(path)) == fmt
   pages, counts = _pages(path, index=2)
   assert pages == [Page(3 * STRIDE + 7, "Café Müller", SECTIONS, expected_links, str(path))]
   assert counts == {"text_files_read": 1, "pages_read": 1}
@@ -132,7 +132,7 @@ def test_a_file_cut_mid_document_keeps_every_complete_one(tmp_path):
 def test_a_file_in_no_known_format_is_an_error_naming_it(tmp_path, content, message):
   path = write_bytes(tmp_path / "input.xml.bz2", content)
   with pytest.raises(ValueError, match=message) as error:
-    textdocs.match_inputs(path)
+    inputs.match_inputs(path)
   assert path in str(error.value)
 
 
@@ -211,10 +211,10 @@ def test_a_mix_of_inputs_counts_pages_and_pairs_per_input(mixed_run):
   rows = read_passages(out).to_pylist()
   ids = {r["page_id"] for r in rows}
   assert len(ids) == 40
-  by_range = collections.Counter(textdocs.input_of(i) for i in ids)
+  by_range = collections.Counter(inputs.input_of(i) for i in ids)
   assert by_range == {None: 12, 1: 12, 2: 8, 3: 8}
   for pair in read_pairs(out, "wlp"):
-    assert textdocs.input_of(pair["query_page_id"]) == textdocs.input_of(pair["doc_page_id"])
+    assert inputs.input_of(pair["query_page_id"]) == inputs.input_of(pair["doc_page_id"])
   titles = {r["title"] for r in rows}
   assert {"Topic 0", "Subject 0", "Plain 0", "Item 0"} <= titles
 

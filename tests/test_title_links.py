@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from twotower import contracts
-from twotower import io as tio
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import links as links_lib
 from twotower.pipelines import pair_tasks, passages
 from twotower.pipelines import title_links as tl
@@ -152,7 +152,7 @@ def test_transform_emits_pages_with_links_and_counts_every_branch():
   ]))
   result = pipeline.run()
   result.wait_until_finish()
-  counters = tio.beam_counters(result)
+  counters = beam_jobs.beam_counters(result)
   assert counters["title_links_pages"] == 6
   assert counters["title_links_disambiguation"] == 1
   assert counters["title_links_pages_with_links"] == 1

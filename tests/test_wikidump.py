@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
-from twotower import io as tio
+from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import wikidump
 from wikidump_fixtures import DumpPage, DumpSite, dump_xml, write_bytes, write_dump
@@ -235,7 +235,7 @@ def test_beam_reads_a_truncated_file_and_the_others(tmp_path, ltgwiki, on_disk):
                                   ("b-small.xml.gz", len(PAGES))]))
   result = p.run()
   result.wait_until_finish()
-  assert tio.beam_counters(result) == {
+  assert beam_jobs.beam_counters(result) == {
       "dump_files_read": 2, "dump_files_truncated": 1,
       "pages_read": expected_cut + len(PAGES)}
 

@@ -11,9 +11,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
-from twotower import io as tio
 from twotower.contracts import Page, RawPage, Section, SiteInfo
-from twotower.pipelines import wikidump, wikitext
+from twotower.pipelines import beam_jobs, wikidump, wikitext
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
 ENWIKI = SiteInfo(dbname="enwiki", case="first-letter", namespaces=ENWIKI_NAMESPACES)
@@ -172,7 +171,7 @@ def test_read_and_parse_pipeline_counters(tmp_path, caplog):
   assert_that(outputs.redirects, equal_to([("Paname", "Paris")]), label="CheckRedirects")
   result = p.run()
   result.wait_until_finish()
-  counters = tio.beam_counters(result)
+  counters = beam_jobs.beam_counters(result)
   assert counters == {
       "dump_files_read": 1,
       "pages_read": 10,

@@ -1,40 +1,60 @@
-"""Small I/O helpers every stage shares: paths through Beam's FileSystems (so `gs://` works),
-atomic writes, and running a Beam job to its stats.json (`run_beam_job`).
+"""Small I/O helpers every stage shares: the one file matcher (`match_files`), paths through
+Beam's FileSystems (so `gs://` works) and atomic writes. The ground floor: it imports no other
+module of the project (running a Beam job is pipelines.beam_jobs').
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import posixpath
 import tempfile
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
-
-from twotower.contracts import counters as counter_names
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def match_files(pattern: str) -> list[str]:
-  """Paths matching a glob on any Beam filesystem, sorted by file name, then path; a clear
-  error if none match.
+def match_files(pattern: str, *, missing_ok: bool = False) -> list[str]:
+  """The paths matching `pattern`, in `ordered`'s order: the one file matcher of the project.
 
-  The order is the order pages are read in, which the pair pipeline's output order (and so a
-  seeded training run) follows. By name first, so that the same files in other directories
-  (a work directory moved or made again, e.g. the SQuAD articles the grid writes into its
-  pairs cell) are read in the same order."""
-  from apache_beam.io.filesystems import FileSystems
-  paths: list[str] = []
-  for pat in pattern.split(","):
-    pat = pat.strip()
-    if not pat:
-      continue
-    result = FileSystems.match([pat])[0]
-    paths.extend(m.path for m in result.metadata_list)
+  `pattern` is a glob on any Beam filesystem, or several separated by commas (`--dump
+  a.xml,b/*.xml`); a path that has a comma in its name is taken whole when it exists. Local
+  patterns go through Python's glob (`**` spans folders; hidden files such as an atomic
+  write's `.tmp-*` are not matched by `*`), others through Beam's FileSystems.
+
+  Raises:
+    FileNotFoundError: nothing matches (unless `missing_ok`: an empty list).
+  """
+  paths = _match(pattern) if "," in pattern else []
   if not paths:
+    for piece in pattern.split(","):
+      if piece.strip():
+        paths.extend(_match(piece.strip()))
+  if not paths and not missing_ok:
     raise FileNotFoundError(f"no file matches {pattern!r}")
-  return sorted(set(paths), key=lambda path: (os.path.basename(path), path))
+  return ordered(paths)
+
+
+def ordered(paths: Iterable[str]) -> list[str]:
+  """`paths` without repeats, sorted by file name, then by the whole path: the order every
+  reader of several files reads them in.
+
+  A pair pipeline's output order (and so a seeded training run) follows the order pages are
+  read in. By name first, so that the same files in other folders (a work folder moved or
+  made again: the SQuAD articles the grid writes into its pairs cell beside the dump) are
+  read in the same order. For the files of one folder (every stage output) this is simply
+  the order of their paths."""
+  return sorted(set(paths), key=lambda path: (posixpath.basename(path), path))
+
+
+def _match(pattern: str) -> list[str]:
+  if is_local(pattern):
+    return glob.glob(pattern, recursive=True)
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+  return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
 
 
 def is_local(path: str) -> bool:
@@ -132,94 +152,9 @@ def read_json(path: str) -> Any:
   return json.loads(read_text(path))
 
 
-def beam_counters(result, namespace: str = counter_names.NAMESPACE) -> dict[str, int]:
-  """Every counter of `namespace` in a finished pipeline, summed over steps, as a flat dict."""
-  from apache_beam.metrics.metric import MetricsFilter
-  counters: dict[str, int] = {}
-  for c in result.metrics().query(MetricsFilter().with_namespace(namespace))["counters"]:
-    value = c.committed if c.committed is not None else c.attempted
-    counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)
-  return dict(sorted(counters.items()))
-
-
-def add_mean(stats: dict, name: str, total_key: str, count_key: str) -> None:
-  """stats[name] = stats[total_key] / stats[count_key], rounded; 0.0 when the count is 0."""
-  count = stats.get(count_key, 0)
-  stats[name] = round(stats.get(total_key, 0) / count, 2) if count else 0.0
-
-
-def counter(name: str):
-  """The Beam counter `name` (a contracts.counters name) of the project's namespace."""
-  from apache_beam.metrics import Metrics  # pylint: disable=import-outside-toplevel
-  return Metrics.counter(counter_names.NAMESPACE, name)
-
-
 def log_settings(stage: str, settings: Mapping[str, Any]) -> None:
   """Echoes the effective settings first, as Pyserini does (at INFO: shown with --verbose)."""
   logger.info("%s: %s", stage, ", ".join(f"{k}={v}" for k, v in settings.items()))
-
-
-#: `--runner` values that run on this machine, in process (Beam's FnApiRunner).
-LOCAL_RUNNERS = (None, "DirectRunner", "direct", "FnApiRunner")
-
-
-def runs_locally(beam_args: Sequence[str]) -> bool:
-  """True when the pass-through flags select the local runner (make_pipeline's FnApiRunner),
-  with one process or several (`--direct_num_workers`)."""
-  from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-  return PipelineOptions(list(beam_args)).view_as(StandardOptions).runner in LOCAL_RUNNERS
-
-
-def check_runner(runner: str | None) -> None:
-  """Refuses a runner known to give wrong results with exit 0: Beam's DaskRunner (2.77, on a
-  2-worker LocalCluster: branches dropped, tagged outputs sent to the wrong tag, only temp
-  shards written, `metrics()` raising). Any spelling: a name, its module path, any case.
-
-  Raises:
-    ValueError: naming the runner and why.
-  """
-  if runner and "dask" in str(runner).lower():
-    raise ValueError(f"--runner {runner}: Beam's DaskRunner gives wrong results without an "
-                     "error (dropped branches, outputs under the wrong tag, temp shards only); "
-                     "use the DirectRunner, the PortableRunner or Dataflow")
-
-
-def make_pipeline(beam_args: Sequence[str], **defaults: Any):
-  """A `beam.Pipeline` for the pass-through flags. With no `--runner` (or DirectRunner) it
-  runs on Beam's in-process FnApiRunner directly: Beam 2.77's DirectRunner first tries the
-  Prism runner, which downloads a binary from GitHub at run time (and fails offline).
-  `--direct_running_mode` and `--direct_num_workers` work as with DirectRunner."""
-  import apache_beam as beam
-  from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-  options = PipelineOptions(list(beam_args), **defaults)
-  runner = options.view_as(StandardOptions).runner
-  check_runner(runner)
-  if runner in LOCAL_RUNNERS:
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    return beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options)
-  return beam.Pipeline(options=options)
-
-
-def run_beam_job(build: Callable[[Any], None], beam_args: Sequence[str] = (),
-                 stats_dir: str | None = None,
-                 finish: Callable[[dict[str, int]], dict] = dict) -> dict:
-  """Builds a pipeline with `build(pipeline)`, runs it to the end, and returns its stats:
-  `finish(counters)` of every counter of the project's namespace (finish adds derived values
-  and zeros). With `stats_dir`, the stats are also written to `<stats_dir>/stats.json`.
-
-  Every Beam stage runs through here, so they all treat runners, counters and stats.json the
-  same way."""
-  from twotower.contracts import layout  # pylint: disable=import-outside-toplevel
-  if stats_dir:
-    makedirs(stats_dir)
-  pipeline = make_pipeline(beam_args)
-  build(pipeline)
-  result = pipeline.run()
-  result.wait_until_finish()
-  stats = finish(beam_counters(result))
-  if stats_dir:
-    write_json(layout.stats_path(stats_dir), stats)
-  return stats
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

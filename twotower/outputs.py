@@ -37,16 +37,16 @@ with another shard count), and an interrupted or failed job leaves nothing (Beam
 `beam-temp-*` folders go with the temporary one). Object stores (gs://) have no rename: there
 the stage writes in place, after the same claim.
 
-A folder of a version before manifests (its markers, or a training run's config.yaml, say
-which stage wrote it) is taken whole as that stage's, as that version took it; its inputs
-are kept.
+Outputs written before manifests (folders: before ae09f05, 2026-11-24; file outputs
+such as vocab, index and hardneg's pairs: before f0e988d, 2026-11-25) are not told apart
+from the user's files: a stage refuses such a folder or file unless --overwrite, as any
+other it did not record.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import logging
 import os
 import shutil
@@ -56,41 +56,16 @@ from typing import Any, Collection, Iterator, Mapping, Sequence, TextIO
 
 from twotower import io as tio
 from twotower.contracts import layout
+from twotower.contracts import manifests
+# The manifest readers live in contracts.manifests (a reader needs nothing above the
+# contracts); the rules below read them, and stages that write an output find them here.
+from twotower.contracts.manifests import (file_manifest_path, files_of, listed,  # noqa: F401
+                                          listed_beside, manifest_path, read_manifest)
 
 logger = logging.getLogger(__name__)
 
 #: Bumped when the manifest's fields change meaning.
 MANIFEST_VERSION = 1
-
-
-def manifest_path(out: str) -> str:
-  return f"{out.rstrip('/')}/{layout.MANIFEST_FILE}"
-
-
-def read_manifest(out: str) -> dict | None:
-  """The manifest of folder `out`, or None when it has none."""
-  return _read(manifest_path(out))
-
-
-def _exists(path: str) -> bool:
-  if tio.is_local(path):
-    return os.path.exists(path)
-  try:
-    return bool(tio.match_files(path))
-  except FileNotFoundError:  # match_files: nothing matches
-    return False
-
-
-def _read(path: str) -> dict | None:
-  if not _exists(path):
-    return None
-  try:
-    manifest = tio.read_json(path)
-  except ValueError as e:
-    raise ValueError(f"{path}: not a twotower manifest ({e}); --overwrite to start over") from e
-  if not isinstance(manifest, dict) or "stage" not in manifest:
-    raise ValueError(f"{path}: not a twotower manifest; --overwrite to start over")
-  return manifest
 
 
 def _plain(value: Any) -> Any:
@@ -196,11 +171,9 @@ def files_under(out: str) -> list[str]:
   return sorted(found)
 
 
-def _owned(out: str, stage: str, inputs: Sequence[str] = (), *,
-           legacy: bool = False) -> set[str]:
+def _owned(out: str, stage: str, inputs: Sequence[str] = ()) -> set[str]:
   """The files of local folder `out` that are `stage`'s to remove: those its manifest lists
-  (and the manifest), never an input. `legacy`: a folder of a version before manifests
-  that the caller has recognised as `stage`'s: all its files."""
+  (and the manifest), never an input."""
   keep = _input_paths(out, inputs)
   manifest = read_manifest(out)
   if manifest is not None and manifest["stage"] == stage and manifest.get("pending"):
@@ -210,8 +183,6 @@ def _owned(out: str, stage: str, inputs: Sequence[str] = (), *,
     listed = {f for f in files_under(out) if f not in kept} | {layout.MANIFEST_FILE}
   elif manifest is not None and manifest["stage"] == stage:
     listed = set(manifest.get("files", [])) | {layout.MANIFEST_FILE}
-  elif manifest is None and legacy:
-    listed = set(files_under(out))
   else:
     return set()
   return {f for f in listed if not _under(f, keep)}
@@ -244,18 +215,13 @@ def _prune(out: str, folders: Collection[str]) -> None:
 
 
 def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool = False,
-          legacy: Mapping[str, Any] | None = None, markers: Sequence[str] = (),
           inputs: Sequence[str] = (), empty_on_overwrite: bool = True) -> bool:
   """Checks that `out` may take this run; returns True when it already holds this run (same
   stage and settings: resume or replace), False otherwise.
 
-  `legacy`: the settings of a folder written before manifests existed, read from the stage's
-  own record of them (a training run's config.yaml); None where there is none.
-  `markers`: files that together mark this stage's output of a version before manifests
-  (reqa: candidates.parquet and stats.json): such a folder is taken as this run's, with a
-  warning (its settings are unknown). `inputs`: the run's inputs (files or folders): an
-  output that is one is refused (check_inputs); those inside `out` (the experiment writes a
-  dump there) are neither foreign nor removed.
+  `inputs`: the run's inputs (files or folders): an output that is one is refused
+  (check_inputs); those inside `out` (the experiment writes a dump there) are neither
+  foreign nor removed.
   `empty_on_overwrite`: False where the run replaces the folder at its end (`staged`): the
   old output stays readable until then, and stays if the run fails. True (in place): with
   `overwrite`, the files the old run's manifest lists are removed now.
@@ -276,14 +242,6 @@ def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool 
     manifest = read_manifest(out) if entries else None
   if not entries:
     return False
-  taken_whole = False
-  if manifest is None and legacy is not None:
-    manifest, taken_whole = {"stage": stage, "settings": legacy}, True
-  if (manifest is None and markers and tio.is_local(out)
-      and all(os.path.exists(os.path.join(out, m)) for m in markers)):
-    logger.warning("%s: output of `twotower %s` without a manifest (an older version): its "
-                   "settings are unknown; replacing it", out, stage)
-    return True
   if manifest is not None and manifest["stage"] != stage:
     raise ValueError(f"{out}: holds the output of `twotower {manifest['stage']}`; give "
                      f"another --out (--overwrite replaces only a `twotower {stage}` output; "
@@ -306,7 +264,7 @@ def claim(out: str, stage: str, settings: Mapping[str, Any], *, overwrite: bool 
   logger.warning("--overwrite: replacing %s (it %s); files it did not write are kept", out,
                  problem)
   if tio.is_local(out) and empty_on_overwrite:
-    _remove_files(out, _owned(out, stage, inputs, legacy=taken_whole))
+    _remove_files(out, _owned(out, stage, inputs))
   return False
 
 
@@ -316,7 +274,7 @@ def start(out: str, stage: str, settings: Mapping[str, Any], inputs: Sequence[st
   before anything is written, so that a killed run resumes. The files already in the folder
   that are not this run's (the user's, its inputs) are recorded as `kept`: the manifest at
   the run's end (write_manifest) never lists them, so no later run removes them. `resumed`:
-  claim said the folder holds this run (a run dir of an older version: all its files)."""
+  claim said the folder holds this run (its manifest has this stage and settings)."""
   current = read_manifest(out) if tio.is_local(out) else None
   if not tio.is_local(out):
     files, kept = [], []
@@ -329,10 +287,6 @@ def start(out: str, stage: str, settings: Mapping[str, Any], inputs: Sequence[st
     files = list(current.get("files", []))
     kept = sorted(set(current.get("kept", [])) |
                   {f for f in files_under(out) if f not in set(files)})
-  elif resumed:
-    keep = _input_paths(out, inputs)
-    files = [f for f in files_under(out) if not _under(f, keep)]
-    kept = [f for f in files_under(out) if _under(f, keep)]
   else:
     files, kept = [], files_under(out)
   return write_manifest(out, stage, settings, inputs, files=files, kept=kept, pending=True)
@@ -359,15 +313,6 @@ def write_manifest(out: str, stage: str, settings: Mapping[str, Any],
   return manifest
 
 
-def listed(out: str) -> list[str] | None:
-  """The paths of the files `out`'s manifest lists, or None when it has no manifest (an
-  older output: the reader falls back to its glob)."""
-  manifest = read_manifest(out)
-  if manifest is None:
-    return None
-  return [f"{out.rstrip('/')}/{name}" for name in manifest.get("files", [])]
-
-
 @dataclasses.dataclass(frozen=True)
 class StageResult:
   """What a stage that writes a folder returns (pairs, heldout, reqa, embed): the folder,
@@ -383,39 +328,9 @@ class StageResult:
     return cls(out, files_of(out), stats)
 
 
-def files_of(out: str) -> tuple[str, ...]:
-  """The files its manifest lists in folder `out`; empty where it lists none."""
-  return tuple(listed(out) or ())
-
-
-def listed_beside(main: str) -> list[str] | None:
-  """The paths of the files the manifest beside `main` lists (owned_files), or None when
-  there is none."""
-  manifest = _read(file_manifest_path(main))
-  if manifest is None:
-    return None
-  return [_beside(main, name) for name in manifest.get("files", [])]
-
-
-def matching(out: str, pattern: str, main: str | None = None) -> list[str]:
-  """The files matching glob `pattern` (a path under `out`) that `out`'s manifest lists (or,
-  with `main`, the manifest beside that file: owned_files), sorted: a reader never picks up
-  a stray file of another run. A folder without a manifest (an older output, or files the
-  user put together) and object stores (whose manifests list no files) fall back to the
-  glob. May be empty: the caller names what is missing."""
-  files = None
-  if tio.is_local(out) and os.path.isdir(out):
-    files = listed_beside(main) if main else listed(out)
-  if files is None:
-    from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
-    return codecs.match(pattern)
-  # Both sides spelled from the same `out` (layout._join strips one trailing slash).
-  return sorted(f for f in files if fnmatch.fnmatchcase(f, pattern))
-
-
 @contextlib.contextmanager
 def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequence[str] = (),
-           overwrite: bool = False, markers: Sequence[str] = ()) -> Iterator[str]:
+           overwrite: bool = False) -> Iterator[str]:
   """Yields the folder a stage writes into: `<out>.tmp-<id>` beside `out`. When the block
   ends, the manifest is written into it and it replaces `out` (replace_folder: of the old
   folder only the files its manifest listed go); when it raises (or is interrupted), it is
@@ -423,7 +338,7 @@ def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequenc
 
   Inputs inside `out` (the experiment writes the pair pipeline's dump into its folder) are
   read from there while the job runs, then moved into the new folder: never removed."""
-  resumed = claim(out, stage, settings, overwrite=overwrite, markers=markers, inputs=inputs,
+  resumed = claim(out, stage, settings, overwrite=overwrite, inputs=inputs,
                   empty_on_overwrite=not tio.is_local(out))
   if not tio.is_local(out):
     yield out
@@ -435,8 +350,7 @@ def staged(out: str, stage: str, settings: Mapping[str, Any], *, inputs: Sequenc
   try:
     yield tmp
     write_manifest(tmp, stage, settings, inputs, kept=())
-    legacy = resumed and read_manifest(final) is None if os.path.isdir(final) else False
-    owned = _owned(final, stage, inputs, legacy=legacy) if os.path.isdir(final) else set()
+    owned = _owned(final, stage, inputs) if os.path.isdir(final) else set()
     replace_folder(final, tmp, owned)
   finally:
     if os.path.exists(tmp):
@@ -544,13 +458,8 @@ def discard(path: str) -> None:
 # ------------------------------------------------------------------------------------------
 
 
-def file_manifest_path(main: str) -> str:
-  return f"{main}{layout.FILE_MANIFEST_SUFFIX}"
-
-
 def check_file(main: str, stage: str, settings: Mapping[str, Any], *,
-               overwrite: bool = False, inputs: Sequence[str] = (),
-               legacy: Mapping[str, Any] | None = None) -> dict | None:
+               overwrite: bool = False, inputs: Sequence[str] = ()) -> dict | None:
   """The checks of `owned_files`, alone: a stage calls it before its work (search, fuse,
   query), so that a refused --out costs nothing; returns the manifest beside `main` (None:
   none, or an unreadable one replaced with `overwrite`).
@@ -562,18 +471,16 @@ def check_file(main: str, stage: str, settings: Mapping[str, Any], *,
   if tio.is_local(main) and os.path.isdir(main):
     raise ValueError(f"{main}: is a folder; --out is a file")
   try:
-    manifest = _read(file_manifest_path(main))
+    manifest = manifests.read_file_manifest(main)
   except ValueError:
     if not overwrite:
       raise
     manifest = None
-  if manifest is None and legacy is not None:
-    manifest = {"stage": stage, "settings": legacy}
   problem = None
   if manifest is not None and manifest["stage"] != stage:
     raise ValueError(f"{main}: is the output of `twotower {manifest['stage']}`; give another "
                      f"--out (--overwrite replaces only a `twotower {stage}` output)")
-  if manifest is None and _exists(main):
+  if manifest is None and manifests.exists(main):
     problem = "exists, and no twotower stage recorded how it was made"
   elif manifest is not None:
     diff = differences(manifest.get("settings", {}), settings)
@@ -588,25 +495,23 @@ def check_file(main: str, stage: str, settings: Mapping[str, Any], *,
 
 @contextlib.contextmanager
 def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
-                overwrite: bool = False, inputs: Sequence[str] = (),
-                legacy: Mapping[str, Any] | None = None) -> Iterator[list[str]]:
+                overwrite: bool = False, inputs: Sequence[str] = ()) -> Iterator[list[str]]:
   """For a stage whose --out is a file (vocab, index, search, fuse, query) or a set of files
   in another stage's folder (hardneg): the rules of `claim`, judged by the manifest beside
   `main`.
 
   An output that is one of `inputs` (or a folder that holds one) is refused. An existing
-  `main` without a manifest (an older version's output, or a file of the user's) is refused
-  unless `legacy` (its settings, from the stage's own record) or `overwrite` (the user named
-  that file: it is replaced); another stage's output is refused. The block appends the paths
+  `main` without a manifest (a file of the user's, or an output older than manifests) is
+  refused unless `overwrite` (the user named that file: it is replaced); another stage's
+  output is refused. The block appends the paths
   it writes (each written atomically) to the list it is given; at its end the manifest lists
   them and the files of this stage's run before that are not among them are removed (a
   4-shard index replaced by a 1-shard one). Before the block, the manifest says "this run,
   files pending": an interrupted run is re-run with the same settings, not refused."""
-  manifest = check_file(main, stage, settings, overwrite=overwrite, inputs=inputs,
-                        legacy=legacy)
-  before = [_beside(main, f) for f in (manifest or {}).get("files", [])]
+  manifest = check_file(main, stage, settings, overwrite=overwrite, inputs=inputs)
+  before = [manifests.beside(main, f) for f in (manifest or {}).get("files", [])]
   path = file_manifest_path(main)
-  previous = tio.read_text(path) if _exists(path) else None
+  previous = tio.read_text(path) if manifests.exists(path) else None
   made = _missing_root(path)
   written: list[str] = []
   _write_file_manifest(main, stage, settings, inputs, files=None)
@@ -622,7 +527,7 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
         shutil.rmtree(made)  # folders this run made, holding no file
     raise
   for stale in sorted(set(before) - set(written)):
-    if _exists(stale):
+    if manifests.exists(stale):
       _remove(stale)
   _write_file_manifest(main, stage, settings, inputs, files=written)
 
@@ -664,11 +569,6 @@ def _remove(path: str) -> None:
   else:
     from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
     FileSystems.delete([path])
-
-
-def _beside(main: str, name: str) -> str:
-  return os.path.join(os.path.dirname(main), name) if tio.is_local(main) else \
-      f"{main.rsplit('/', 1)[0]}/{name}"
 
 
 def _write_file_manifest(main: str, stage: str, settings: Mapping[str, Any],

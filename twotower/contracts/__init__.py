@@ -8,6 +8,7 @@ tokens from here and never restates them. Change a format here and the stages st
   layout    where each stage writes each file (pairs/, passages/, finetune/, export/, ...)
   codecs    one encoder and one decoder per file format (pair TFRecords, Parquet rows)
   counters  every Beam counter, i.e. every key of a stage's stats.json
+  manifests which files an output holds (its manifest), for readers; outputs writes them
 
 Reading order, dump to report:
 

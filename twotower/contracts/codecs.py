@@ -13,11 +13,12 @@ benchmarks.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import struct
 from typing import Iterable, Iterator, Sequence
 
+from twotower import io as tio
 from twotower.contracts import layout
+from twotower.contracts import manifests
 from twotower.contracts import records
 from twotower.contracts.records import Pair
 
@@ -214,41 +215,23 @@ def read_tfrecords(paths: Sequence[str]) -> Iterator[bytes]:
         index += 1
 
 
-def match(pattern: str) -> list[str]:
-  """Sorted paths of a local glob or a Beam filesystem pattern (`gs://...`)."""
-  if "://" in pattern:
-    from twotower import io  # pylint: disable=import-outside-toplevel
-    return io.match_files(pattern)
-  return sorted(glob.glob(pattern))
-
-
 def read_pairs(pattern: str | Sequence[str]) -> Iterator[Pair]:
   """Every Pair of the TFRecord shards matching `pattern` (e.g. layout.pairs_pattern), or of
   a list of shards (pair_files)."""
-  for data in read_tfrecords(match(pattern) if isinstance(pattern, str) else pattern):
+  files = tio.match_files(pattern, missing_ok=True) if isinstance(pattern, str) else pattern
+  for data in read_tfrecords(files):
     yield decode_pair(data)
-
-
-def owned_files(out: str, pattern: str, main: str | None = None) -> list[str]:
-  """The files of output folder `out` matching `pattern`: those its manifest (or, with
-  `main`, the manifest beside that file) lists (twotower.outputs.matching), never a stray
-  file of another run; the glob for a folder without a manifest. A path without glob
-  characters is read as given."""
-  if not any(c in pattern for c in "*?["):
-    return match(pattern)
-  from twotower import outputs  # pylint: disable=import-outside-toplevel
-  return outputs.matching(out, pattern, main)
 
 
 def pair_files(pairs_out: str, task: str, split: str) -> list[str]:
   """The pair shards of a task and split in a pair pipeline output (may be empty)."""
-  return owned_files(pairs_out, layout.pairs_pattern(pairs_out, task, split))
+  return manifests.listed_files(pairs_out, layout.pairs_pattern(pairs_out, task, split))
 
 
 def passage_files(path: str) -> list[str]:
   """The passages shards of a pair pipeline output dir, its passages/ dir, a file or a glob
   (may be empty)."""
-  return owned_files(layout.pairs_out_dir(path), layout.passages_pattern(path))
+  return manifests.listed_files(layout.pairs_out_dir(path), layout.passages_pattern(path))
 
 
 def write_pairs(prefix: str, pairs: Sequence[Pair], shards: int = 1) -> list[str]:
@@ -298,9 +281,8 @@ def _parquet_rows(pattern: str | Sequence[str], columns: Sequence[str] | None = 
                   kind: str | None = None) -> Iterator[dict]:
   """Rows of every file matching `pattern` (or of a list of files); with `kind`, a file of
   another layout is a named ValueError before any of its rows is read."""
-  from twotower import io  # pylint: disable=import-outside-toplevel
-  for path in match(pattern) if isinstance(pattern, str) else pattern:
-    pf = io.open_parquet(path)
+  for path in tio.match_files(pattern, missing_ok=True) if isinstance(pattern, str) else pattern:
+    pf = tio.open_parquet(path)
     if kind:
       require_kind(path, pf.schema_arrow.names, kind)
     for i in range(pf.num_row_groups):
@@ -320,7 +302,7 @@ def read_passages(path: str, columns: Sequence[str] | None = None) -> Iterator[r
 
 def read_questions(reqa_dir: str, split: str) -> tuple[records.Question, ...]:
   path = layout.questions_path(reqa_dir, split)
-  if not match(path):
+  if not tio.match_files(path, missing_ok=True):
     raise FileNotFoundError(f"{path}: no such split {split!r}")
   return tuple(records.Question.from_row(r) for r in _parquet_rows(path, kind="questions"))
 
@@ -328,7 +310,7 @@ def read_questions(reqa_dir: str, split: str) -> tuple[records.Question, ...]:
 def read_candidates(reqa_dir: str, columns: Sequence[str] | None = None) -> list[dict]:
   """Rows of candidates.parquet (all columns, or `columns`)."""
   path = layout.candidates_path(reqa_dir)
-  if not match(path):
+  if not tio.match_files(path, missing_ok=True):
     raise FileNotFoundError(f"{path}: no candidates (is {reqa_dir} a `twotower reqa` output?)")
   return list(_parquet_rows(path, columns, kind="candidates"))
 
@@ -336,8 +318,7 @@ def read_candidates(reqa_dir: str, columns: Sequence[str] | None = None) -> list
 def read_heldout_percent(pairs_out: str) -> float:
   """The held-out share a pair pipeline output was made with (its config.json); 0 when the
   file is absent (an output of an older version: nothing is known to be held out)."""
-  from twotower import io  # pylint: disable=import-outside-toplevel
   path = layout.pairs_config_path(pairs_out)
-  if not match(path):
+  if not tio.match_files(path, missing_ok=True):
     return 0.0
-  return float(io.read_json(path).get("heldout_percent", 0.0))
+  return float(tio.read_json(path).get("heldout_percent", 0.0))

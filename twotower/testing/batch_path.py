@@ -12,7 +12,8 @@ Scores of TREC run files (BM25, fused) are written to 6 decimals, so equal answe
 at most 5e-7 there.
 
 `python -m benchmarks.serve_equivalence` runs it on a real bundle; tests/test_serving.py runs
-the same comparison against the stages run from their own inputs.
+the same comparison against the stages run from their own inputs. A check for tests and
+benchmarks, not a step of the product: no command runs it.
 """
 
 from __future__ import annotations
