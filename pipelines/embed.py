@@ -354,7 +354,8 @@ def run(config: EmbedConfig) -> outputs.StageResult:
   with outputs.staged(config.out, "embed", settings, inputs=inputs,
                       overwrite=config.overwrite,
                       markers=(contracts.STATS_FILE,)) as out:
-    staged = dataclasses.replace(config, out=out)
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "path", "model")
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
                              stats_dir=out, finish=finish_stats)
     try:

@@ -490,7 +490,9 @@ def run(config: PairsConfig) -> outputs.StageResult:
   markers = (contracts.STATS_FILE, contracts.PAIRS_CONFIG_FILE)
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
                       overwrite=config.overwrite, markers=markers) as out:
-    staged = dataclasses.replace(config, out=out)
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "dump",
+                                     "shuffle_dir")
     # The settings as given (--out the folder readers see, not the temporary one).
     tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
     shuffle = make_shuffle(staged)

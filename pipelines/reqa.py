@@ -447,7 +447,9 @@ def run(config: ReqaConfig) -> outputs.StageResult:
   with outputs.staged(config.out, "reqa", outputs.settings_of(config), inputs=inputs,
                       overwrite=config.overwrite,
                       markers=(contracts.CANDIDATES_FILE, contracts.STATS_FILE)) as out:
-    staged = dataclasses.replace(config, out=out)
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "squad", "nq",
+                                     "extra_passages")
     stats = tio.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
                              stats_dir=out,
                              finish=functools.partial(finish_stats, config=config))
