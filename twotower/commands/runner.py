@@ -59,7 +59,8 @@ def main(argv: Iterable[str] | None = None) -> None:
     print(launcher.describe(result))
     return
   if not result:
-    print(f"no runner {'was ' if action == 'stop' else ''}started from {config.state_dir}")
+    print(f"{'nothing to stop: ' if action == 'stop' else ''}no runner started from "
+          f"{config.state_dir}")
     return
   for s in result:
     state = ("stopped" if action == "stop" else
