@@ -14,8 +14,8 @@ Runs, each `python -m twotower.pipelines.pairs` in a child process as a user run
 
 Measured per run: wall seconds of the command; CPU seconds of the command and every process
 it started, plus, for the portable path, of the job service and the worker pool with the
-workers it reaped (/proc: utime + stime + cutime + cstime, before vs after, once no worker
-is left); peak RSS of all
+workers it started (/proc: utime + stime + cutime + cstime of each, exited workers included,
+before vs after, once no worker runs); peak RSS of all
 those processes together, sampled from /proc every 0.2 s (pipeline_vs_floor._TreeMemory).
 Ratios are against direct-1. Each run's stats.json is checked equal to direct-1's (the same
 counters). The portable path's joins are Beam's GroupByKey (`--shuffle=auto` picks the disk
@@ -40,33 +40,47 @@ CONFIGS = ("direct-1", "direct-2", "portable-2")
 
 
 def _cpu_of(pid: int) -> float:
-  """CPU seconds of a live process and of the children it has waited for (/proc)."""
-  with open(f"/proc/{pid}/stat", "rb") as f:
-    fields = f.read().rsplit(b")", 1)[1].split()
+  """CPU seconds of a process and of the children it has waited for (/proc); 0 for one
+  gone (a child reaped meanwhile: its CPU is in its parent's)."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      fields = f.read().rsplit(b")", 1)[1].split()
+  except OSError:
+    return 0.0
   ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
   return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _children(pid: int) -> list[int]:
-  found = []
+def _descendants(pids: tuple[int, ...]) -> list[tuple[int, str]]:
+  """(pid, state) of every process below `pids` (/proc), zombies included."""
+  parents: dict[int, tuple[int, str]] = {}
   for entry in os.listdir("/proc"):
     if entry.isdigit():
       try:
         with open(f"/proc/{entry}/stat", "rb") as f:
-          if int(f.read().rsplit(b")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
+          fields = f.read().rsplit(b")", 1)[1].split()
+        parents[int(entry)] = (int(fields[1]), fields[0].decode())
       except (OSError, ValueError, IndexError):
         continue
+  found, frontier = [], list(pids)
+  while frontier:
+    parent = frontier.pop()
+    for pid, (ppid, state) in parents.items():
+      if ppid == parent:
+        found.append((pid, state))
+        frontier.append(pid)
   return found
 
 
 def _settled_cpu(services: tuple[int, ...], timeout_s: float = 60.0) -> float:
-  """CPU seconds of the services once the worker pool has reaped the job's SDK workers (the
-  job service stops them after the job has finished: until then their CPU is nowhere)."""
+  """CPU seconds of the services and every process below them, once the job's SDK workers
+  have exited: a worker the pool has reaped counts in the pool's cutime, one not reaped yet
+  in its zombie's /proc entry (Beam's own pool never reaps them; the launcher's does)."""
   deadline = time.monotonic() + timeout_s
-  while any(_children(pid) for pid in services) and time.monotonic() < deadline:
+  while (any(state != "Z" for _, state in _descendants(services))
+         and time.monotonic() < deadline):
     time.sleep(0.2)
-  return sum(_cpu_of(pid) for pid in services)
+  return sum(_cpu_of(pid) for pid in (*services, *(p for p, _ in _descendants(services))))
 
 
 def run_pairs(dump: str, out: str, beam_args: list[str], services: tuple[int, ...] = ()) -> dict:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -114,6 +115,28 @@ def _both(runner, stage: str, args: list[str], out: str) -> tuple[str, str]:
   return f"{out}-direct", f"{out}-portable"
 
 
+def _children(pid: int) -> list[str]:
+  """/proc/<pid>/stat of each child of `pid` (a zombie's too)."""
+  stats = []
+  for entry in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+        stat = f.read()
+    except OSError:
+      continue
+    if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+      stats.append(stat)
+  return stats
+
+
+def assert_workers_gone(runner, timeout_s: float = 30.0) -> None:
+  """After a job, the pool's SDK workers exit and are reaped (no zombie left behind)."""
+  deadline = time.monotonic() + timeout_s
+  while _children(runner.pids["worker_pool"]) and time.monotonic() < deadline:
+    time.sleep(0.2)
+  assert _children(runner.pids["worker_pool"]) == []
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
@@ -128,9 +151,9 @@ def test_pairs_through_the_portable_runner_writes_what_the_direct_runner_writes(
   stats = json.loads((in_tmp / direct / "stats.json").read_text())
   assert stats["pages_kept"] == 12 and all(stats[f"pairs_{t}"] > 0 for t in ("ict", "wlp"))
   assert_same_outputs(direct, portable)
+  assert_workers_gone(runner)
 
 
-@pytest.mark.slow  # 4 runs, 2 of them loading TensorFlow in a worker: 77 s on 2 busy cores
 def test_reqa_and_embed_through_the_portable_runner_write_what_the_direct_runner_writes(
     runner, in_tmp):
   from twotower.testing import embed_standin, squad
@@ -148,7 +171,6 @@ def test_reqa_and_embed_through_the_portable_runner_write_what_the_direct_runner
   assert_same_outputs(direct, portable)
 
 
-@pytest.mark.slow
 @pytest.mark.shared_data
 def test_pairs_on_the_english_slice_through_the_portable_runner(runner, enwiki_slice, in_tmp):
   direct, portable = _both(runner, "pairs", ["--dump", str(enwiki_slice)], "slice")

@@ -1,12 +1,15 @@
 """`python -m twotower.deploy.portable.services job_service|worker_pool [Beam's flags]`: Beam's
 job service (`apache_beam.runners.portability.local_job_service_main`) or external worker
-pool (`apache_beam.runners.worker.worker_pool_main`), with two changes:
+pool (`apache_beam.runners.worker.worker_pool_main`), with these changes:
 
 * every gRPC port they open is bound to 127.0.0.1 (`bind_loopback`);
 * the job service runs a job with as many SDK workers as its `--direct_num_workers` asks
   (`honour_num_workers`): Beam 2.77's job service runs every job with one, whatever the job
   asks (its FnApiRunner reads the option in `run_pipeline`, which the job service never
-  calls; it calls `run_via_runner_api`), so a worker pool of N would run one worker.
+  calls; it calls `run_via_runner_api`), so a worker pool of N would run one worker;
+* the worker pool reaps the SDK workers that exit (`reap_exited_workers`): Beam's reaps a
+  worker only when told to stop it, which the job service does not do, so each job left
+  its workers as zombies until the pool stopped.
 
 Beam 2.77 binds the worker pool to `[::]` (every interface), and the job service's runner
 opens its control, data, state, logging and artifact ports on `[::]` too: anyone on the
@@ -71,6 +74,26 @@ def honour_num_workers() -> None:
   fn_runner.FnApiRunner.run_via_runner_api = run_via_runner_api
 
 
+def reap_exited_workers(every_s: float = 1.0) -> None:
+  """A daemon thread that reaps this process's exited children. Beam's pool keeps a Popen per
+  worker; one reaped here reads as exited to it (Popen treats ECHILD as exited), and a
+  stopped pool's `terminate` of it then signals nothing."""
+  import os  # pylint: disable=import-outside-toplevel
+  import threading  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+
+  def reap():
+    while True:
+      try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+          pass
+      except ChildProcessError:  # no child at all
+        pass
+      time.sleep(every_s)
+
+  threading.Thread(target=reap, name="reap_exited_workers", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
   argv = list(sys.argv[1:] if argv is None else argv)
   if not argv or argv[0] not in ENTRY_POINTS:
@@ -83,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     honour_num_workers()
     module.run(argv[1:])
   else:
+    reap_exited_workers()
     module.main(argv[1:])
 
 
