@@ -67,7 +67,8 @@ def honour_num_workers() -> None:
   def run_via_runner_api(self, pipeline_proto, options):
     workers = options.view_as(pipeline_options.DirectOptions).direct_num_workers
     if workers is not None:  # (a string: options travel to the job service as text)
-      self._num_workers = int(workers) or multiprocessing.cpu_count()  # pylint: disable=protected-access
+      # pylint: disable-next=protected-access
+      self._num_workers = int(workers) or multiprocessing.cpu_count()
     return run(self, pipeline_proto, options)
 
   run_via_runner_api.twotower_num_workers = True
