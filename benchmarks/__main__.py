@@ -46,6 +46,10 @@ BENCHMARKS = {
     "pipeline_vs_floor": Benchmark(
         "the whole `pairs` pipeline vs stream + parse + strip_code; peak memory",
         needs=SLICE, needs_flag="--dump"),
+    "portable_runner": Benchmark(
+        "`pairs` on DirectRunner (1, 2 workers) vs PortableRunner + a 2-worker pool: wall, "
+        "CPU, peak RSS",
+        quick=("--corpus_docs", "500"), needs=SLICE, needs_flag="--dump"),
     "hostile_dump": Benchmark(
         "`pairs` peak memory on a whitespace-bomb dump vs on the slice",
         quick=("--whitespace_gb", "0.2"), needs=SLICE, needs_flag="--dump"),

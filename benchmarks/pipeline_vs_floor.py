@@ -134,10 +134,12 @@ def corpus_text_bytes(path: str) -> tuple[int, int]:
 
 class _TreeMemory:
   """Peak summed RSS of a process and all its descendants (`peak`), and the peak RSS of the
-  largest one (`largest`), sampled from /proc (Linux)."""
+  largest one (`largest`), sampled from /proc (Linux); `also`: more roots, counted with it
+  (services a run talks to, e.g. a job service and a worker pool)."""
 
-  def __init__(self, pid: int, every: float = 0.2):
+  def __init__(self, pid: int, every: float = 0.2, also: tuple[int, ...] = ()):
     self.pid, self.every, self.peak, self.largest = pid, every, 0, 0
+    self.also = tuple(also)
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._run, daemon=True)
     self._page = os.sysconf("SC_PAGE_SIZE")
@@ -160,7 +162,7 @@ class _TreeMemory:
           parents[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
         except (OSError, ValueError):
           continue
-    tree, frontier = {self.pid}, [self.pid]
+    tree, frontier = {self.pid, *self.also}, [self.pid, *self.also]
     while frontier:
       parent = frontier.pop()
       for pid, ppid in parents.items():

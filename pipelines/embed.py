@@ -383,10 +383,11 @@ def run(config: EmbedConfig) -> outputs.StageResult:
                                                "model_copies", *unsharded))
   with outputs.staged(config.out, "embed", settings, inputs=inputs,
                       overwrite=config.overwrite) as out:
-    staged = dataclasses.replace(config, out=out)
-    stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, dim), config.beam_args,
-                             stats_dir=out,
-                             finish=lambda counters: finish_stats(counters, shard))
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "path", "model")
+    stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, dim),
+                                   config.beam_args, stats_dir=out,
+                                   finish=lambda counters: finish_stats(counters, shard))
     try:
       shards = tio.match_files(contracts.embeddings_pattern(out))
     except FileNotFoundError:  # nothing embedded: no shard

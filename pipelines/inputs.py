@@ -24,7 +24,7 @@ import dataclasses
 import json
 import os
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from twotower import io as tio
 from twotower.contracts import counters as C
@@ -179,6 +179,12 @@ def match_inputs(pattern: str) -> list[InputFile]:
       wiki = wikidump.read_siteinfo(path).dbname if fmt == MEDIAWIKI else ""
       files.append(InputFile(path, fmt, index, entry, wiki, size=_size(path)))
   return _with_id_offsets(files)
+
+
+def with_absolute_paths(files: Sequence[InputFile]) -> list[InputFile]:
+  """`files` with local paths made absolute (tio.absolute): the list a job's workers read,
+  which may run in another working directory (a worker pool)."""
+  return [dataclasses.replace(f, path=tio.absolute(f.path)) for f in files]
 
 
 def _size(path: str) -> int:

@@ -414,7 +414,10 @@ def run(config: PairsConfig) -> outputs.StageResult:
   inputs = [f.path for f in files]
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
                       overwrite=config.overwrite) as out:
-    staged = dataclasses.replace(config, out=out)
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "dump",
+                                     "shuffle_dir")
+    files = inputs_lib.with_absolute_paths(files)
     # The settings as given (--out the folder readers see, not the temporary one).
     tio.write_json(contracts.pairs_config_path(out), recorded_settings(config))
     shuffle = make_shuffle(staged, files)
@@ -422,9 +425,9 @@ def run(config: PairsConfig) -> outputs.StageResult:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
       stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle, files),
-                               config.beam_args, stats_dir=out,
-                               finish=functools.partial(pairs_stats.finish_stats,
-                                                        tasks=config.pairs.tasks))
+                                     config.beam_args, stats_dir=out,
+                                     finish=functools.partial(pairs_stats.finish_stats,
+                                                              tasks=config.pairs.tasks))
     finally:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)

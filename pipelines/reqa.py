@@ -447,10 +447,12 @@ def run(config: ReqaConfig) -> outputs.StageResult:
   # Written beside --out, then moved into place: never half a benchmark, never two mixed.
   with outputs.staged(config.out, "reqa", outputs.settings_of(config), inputs=inputs,
                       overwrite=config.overwrite) as out:
-    staged = dataclasses.replace(config, out=out)
+    # Absolute paths: the workers may run in another directory (a worker pool).
+    staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "squad", "nq",
+                                     "extra_passages")
     stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged), config.beam_args,
-                             stats_dir=out,
-                             finish=functools.partial(finish_stats, config=config))
+                                   stats_dir=out,
+                                   finish=functools.partial(finish_stats, config=config))
   return outputs.StageResult.of(config.out, stats)
 
 

@@ -86,3 +86,12 @@ def test_write_text_gives_the_mode_of_a_plain_open(tmp_path):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
   finally:
     os.umask(umask)
+
+
+def test_absolute_makes_local_paths_absolute_and_leaves_remote_ones(tmp_path, monkeypatch):
+  """What a stage hands its workers (twotower.io.with_absolute_paths): a worker pool runs in
+  another directory, where a relative path names nothing."""
+  monkeypatch.chdir(tmp_path)
+  assert io.absolute("dumps/a-*.xml.bz2, gs://bucket/b.xml ,/abs/c.txt") == (
+      f"{tmp_path}/dumps/a-*.xml.bz2,gs://bucket/b.xml,/abs/c.txt")
+  assert io.absolute("") == "" and io.absolute(None) is None

@@ -54,6 +54,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("twotower.deploy.serving.app", "HTTP search service over a retriever bundle"),
     "export-hf": ("twotower.model.export_hf",
                   "a run as a sentence-transformers / Hugging Face model and ONNX towers"),
+    "runner": ("twotower.deploy.portable.launcher",
+               "start|stop|status Beam's job service + worker pool on 127.0.0.1 "
+               "(PortableRunner)"),
 }
 
 

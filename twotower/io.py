@@ -61,6 +61,24 @@ def is_local(path: str) -> bool:
   return "://" not in path
 
 
+def absolute(paths: str | None) -> str | None:
+  """A comma list of local paths or globs with each made absolute (remote ones, and an empty
+  value, as given): a Beam job's workers may run in another working directory than the
+  command that launched it (a worker pool, PortableRunner), where a relative path names
+  nothing or another file."""
+  if not paths:
+    return paths
+  return ",".join(p.strip() if not is_local(p.strip()) or not p.strip()
+                  else os.path.abspath(p.strip()) for p in paths.split(","))
+
+
+def with_absolute_paths(config: T, *fields: str) -> T:
+  """`config` (a dataclass) with the path fields `fields` made absolute (`absolute`): the
+  config a stage hands its pipeline, whose workers may run in another directory."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  return dataclasses.replace(config, **{f: absolute(getattr(config, f)) for f in fields})
+
+
 def open_parquet(path: str):
   """A `pyarrow.parquet.ParquetFile` on any Beam filesystem (row groups are read lazily).
 
