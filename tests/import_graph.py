@@ -17,8 +17,8 @@ An import of a submodule also runs its package's `__init__.py`; where that file 
 other files of the project (twotower/contracts/__init__.py does), the arrow to it is drawn too
 (kind `package`, or that of the import when it is lazy or typing).
 
-tests/test_import_graph.py fails on any circle but those closed by an arrow of ALLOWED_EDGES
-(or of BEING_BROKEN, circles other work removes), and on any arrow up the ground floor:
+tests/test_import_graph.py fails on any circle but those closed by an arrow of ALLOWED_EDGES,
+and on any arrow up the ground floor:
 break circles, don't list them.
 """
 
@@ -53,15 +53,6 @@ ALLOWED_EDGES: dict[tuple[str, str], str] = {
         "a lazy registry: sentences' table of splitters names the ReQA one, which builds on "
         "sentences' Span and SentenceSplitter; imported when that splitter is first asked for",
 }
-
-#: Circles another branch of issue 39 breaks (item 1: the bundle's format in one module).
-#: An entry goes when its circle does: the test that checks these lists fails on an entry
-#: whose arrow no longer closes a circle.
-BEING_BROKEN: dict[tuple[str, str], str] = {
-    ("deploy/serving/retriever.py", "deploy/serving/bundle.py"):
-        "issue 39 item 1: the bundle's format in one module",
-}
-
 
 class Arrow(NamedTuple):
   source: str  # file, relative to ROOT
@@ -267,7 +258,6 @@ def report(edges: list[Arrow], full: bool = True) -> str:
     lines.append("  arrows inside it:")
     lines += [f"    {a.source}:{a.line} -> {a.target} ({a.kind})"
               + ("  [allowed]" if (a.source, a.target) in ALLOWED_EDGES else "")
-              + ("  [being broken]" if (a.source, a.target) in BEING_BROKEN else "")
               for a in edges if a.source in members and a.target in members]
   up = upward(edges)
   lines.append(f"\n{len(up)} arrows up the layers:")
