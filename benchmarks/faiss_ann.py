@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from twotower import contracts
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
-from twotower.eval import searcher
+from twotower.eval import faiss_searcher
 
 logger = logging.getLogger(__name__)
 K = 100
@@ -345,7 +345,7 @@ def sharded_demo(x: np.ndarray, q: np.ndarray, args) -> str:
     report = dict(line.split()[1:] for line in result.stdout.splitlines()
                   if line.startswith("RSS "))
     peak, baseline = int(report["peak"]) * 1024, int(report["baseline"]) * 1024
-    served = searcher.load_searcher(os.path.join(tmp, "index-*-of-00004.faiss"), rerank=0)
+    served = faiss_searcher.load_searcher(os.path.join(tmp, "index-*-of-00004.faiss"), rerank=0)
     assert len(served.parts) == 4 and served.ntotal == n
     lines = []
     for nprobe in args.pq_nprobes or SYNTHETIC_PQ_NPROBES:

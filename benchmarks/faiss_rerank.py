@@ -8,7 +8,7 @@ each searched in a fresh process so that its resident memory is its own.
 Data: benchmarks.faiss_ann's clustered set (unit vectors from an anisotropic topic mixture),
 written as Parquet embedding shards, or real shards as given. Every index is built by the
 product (`eval.index.run`, as `twotower index` does: streamed from the shards) and searched
-through `eval.searcher.load_searcher`, the function `twotower search` and a query service
+through `eval.faiss_searcher.load_searcher`, the function `twotower search` and a query service
 call. For each row a child process imports, loads the index, runs one batched search of all
 queries, then the first --single queries one at a time, and reports:
 
@@ -100,12 +100,12 @@ def child(spec: dict) -> dict:
   """Loads one index, searches, measures (run in a fresh interpreter by `measure`)."""
   import faiss  # pylint: disable=import-outside-toplevel
   from twotower.eval import faiss_index  # pylint: disable=import-outside-toplevel
-  from twotower.eval import searcher  # pylint: disable=import-outside-toplevel
+  from twotower.eval import faiss_searcher  # pylint: disable=import-outside-toplevel
   faiss.omp_set_num_threads(spec["threads"])
   queries = np.load(spec["queries"])
   gt = np.load(spec["gt"])
   base = {key: _status(key) for key in ("VmRSS", "RssAnon")}
-  s = searcher.load_searcher(spec["paths"], mmap=spec["mmap"], rerank=spec["rerank"])
+  s = faiss_searcher.load_searcher(spec["paths"], mmap=spec["mmap"], rerank=spec["rerank"])
   load = {key: _status(key) for key in ("VmRSS", "RssAnon")}
   kwargs = {"nprobe": spec["nprobe"]} if spec["nprobe"] else {}
   t0 = time.perf_counter()

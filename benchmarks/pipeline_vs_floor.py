@@ -214,7 +214,7 @@ def breakdown(dump: str) -> None:
   """CPU seconds of each stage's work as a plain loop; the rest of the pipeline's CPU is
   Beam (runner, joins) and the writers."""
   from twotower.contracts import codecs
-  from twotower.pipelines import pair_tasks, passages, sentences, wikidump, wikitext
+  from twotower.pipelines import pair_tasks, passages, splitters, wikidump, wikitext
   steps: collections.Counter = collections.Counter()
 
   def timed(name, fn, *a):
@@ -227,7 +227,7 @@ def breakdown(dump: str) -> None:
   pages = [p for kind, p in (timed("parse + clean wikitext (wikitext.route_page)",
                                    wikitext.route_page, r) for r in raws)
            if kind == "article"]
-  splitter = timed("sentences (default splitter)", sentences.get_splitter, "spacy")
+  splitter = timed("sentences (default splitter)", splitters.get_splitter, "spacy")
   config, pair_config = passages.PassageConfig(), pair_tasks.PairConfig()
   all_texts = []
   for page in pages:
@@ -247,7 +247,7 @@ def breakdown(dump: str) -> None:
     pairs_lib.run(pairs_cmd.parse(["--dump", dump, "--out", f"{tmp}/out"]))
     pipeline_cpu = time.process_time() - start
   start = time.process_time()
-  library = sentences.get_splitter("spacy:blank:en")
+  library = splitters.get_splitter("spacy:blank:en")
   list(library.split_many(all_texts))
   spacy_cpu = time.process_time() - start
   print(f"\nwhere the pipeline's CPU goes (each step as a plain loop; {pipeline_cpu:.1f} s "
@@ -262,7 +262,7 @@ def breakdown(dump: str) -> None:
 
 
 _GROUPS = (("mwparserfromhell", "mwparserfromhell tokenizer"),
-           ("pipelines/sentencizer", "sentences (pipelines.sentencizer)"),
+           ("pipelines/spacy_sentencizer", "sentences (pipelines.spacy_sentencizer)"),
            ("spacy", "spaCy"), ("thinc", "spaCy"),
            ("pipelines/wikitext", "twotower wikitext cleaning"),
            ("pipelines/titles", "twotower titles"),

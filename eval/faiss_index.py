@@ -13,7 +13,7 @@ a seeded sample drawn while streaming, then vectors are added block by block wit
 codes + ids, m·nbits/8 + 8 bytes per vector) grows with the corpus; the estimate is logged
 first, as FAISS contrib's `big_batch_search` does. `iter_index_shards` builds several
 independent shards from one trained template, one at a time, to be served together through
-`faiss.IndexShards` (eval.searcher.load_searcher with several paths: the one loader).
+`faiss.IndexShards` (eval.faiss_searcher.load_searcher with several paths: the one loader).
 """
 
 from __future__ import annotations
@@ -422,7 +422,7 @@ def search(index, queries: np.ndarray, k: int, batch_size: int = 4096,
            progress: bool = False, **params) -> tuple[np.ndarray, np.ndarray, float]:
   """(scores float32[nq, k], ids int64[nq, k], seconds). Missing hits have id -1.
 
-  index: a faiss.Index, or an eval.searcher.Searcher (re-ranks when its vectors exist);
+  index: a faiss.Index, or an eval.faiss_searcher.Searcher (re-ranks when its vectors exist);
   params (nprobe=, ef_search=, rerank=) go to Searcher.search for this call only."""
   queries = np.ascontiguousarray(queries, dtype=np.float32)
   scores = np.empty((len(queries), k), np.float32)

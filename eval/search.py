@@ -9,7 +9,7 @@ index's Recall@k against the exact flat inner-product search and of both queries
 
 An index built with its vectors beside it (`twotower index --type ivfpq_rerank` or
 `--store_vectors`) is re-ranked by default (eval.rerank.DEFAULT_RERANK); `--rerank 0` turns
-that off. Search goes through eval.searcher.load_searcher, as a query service would.
+that off. Search goes through eval.faiss_searcher.load_searcher, as a query service would.
 
 Query embeddings of another model than the index's (their `vectors.json` against the
 index's `<file>.vectors.json`, twotower.fingerprints) are refused, naming both models; so are
@@ -37,7 +37,7 @@ from twotower import outputs
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import runs
-from twotower.eval import searcher as searcher_lib
+from twotower.eval import faiss_searcher as searcher_lib
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ The budget defaults to what fits the paper's 288-word-piece document with its ti
 `[CLS] title [SEP] passage [SEP]`: 288 - 3 - pieces(title). No vocabulary exists yet at this
 stage, so word pieces are estimated as whitespace words x 1.3 (`pair_tasks.estimate_wordpieces`).
 
-Sentences come from a named splitter (`pipelines.sentences`; by default spaCy's rule-based
-sentencizer, computed without spaCy by pipelines.sentencizer) built once per worker in
+Sentences come from a named splitter (`pipelines.splitters`; by default spaCy's rule-based
+sentencizer, computed without spaCy by pipelines.spacy_sentencizer) built once per worker in
 `DoFn.setup` and fed whole batches of pages (a spaCy pipeline's `nlp.pipe` wants many
 paragraphs per call).
 """
@@ -41,7 +41,7 @@ DOC_SPECIAL_TOKENS = 3
 @dataclasses.dataclass(frozen=True)
 class PassageConfig:
   """How paragraphs become passages (flags of `twotower pairs`)."""
-  splitter: str = "spacy"        # pipelines.sentences name
+  splitter: str = "spacy"        # pipelines.splitters name
   max_doc_tokens: int = DOC_TOKENS  # document tower length the passage + title must fit
   max_passage_tokens: int = 0    # fixed passage budget; 0 = max_doc_tokens - 3 - title
   min_passage_tokens: int = 64   # keep packing paragraphs of a section below this
@@ -168,8 +168,8 @@ class _PassagesFn(beam.DoFn):
     self.counters = {}
 
   def setup(self):
-    from twotower.pipelines import sentences
-    self.splitter = sentences.get_splitter(self.config.splitter)
+    from twotower.pipelines import splitters
+    self.splitter = splitters.get_splitter(self.config.splitter)
     self.counters = {name: beam_jobs.counter(name)
                      for name in (C.PASSAGES, C.PASSAGES_LEAD, C.SENTENCES, C.PARAGRAPHS_CUT,
                                   C.PASSAGES_PACKED, C.PAGES_WITHOUT_PASSAGES,

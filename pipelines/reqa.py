@@ -8,11 +8,11 @@
 Reading order:
   SQuAD JSON / NQ jsonl --pipelines.squad / pipelines.nq--> Paragraph (pipelines.qa_records:
       title, context, questions with answer offsets), or a counted Skip
-  Paragraph --SplitSentences--> sentence spans (pipelines.sentences, default `reqa`)
+  Paragraph --SplitSentences--> sentence spans (pipelines.splitters, default `reqa`)
   --> candidates: unique (sentence, passage) pairs (contracts.Candidate), int64 ids = a hash
       of the two texts
   --> questions: gold candidates = the sentences holding each answer's start offset
-  --> splits (pipelines.reqa_splits): 1/5/10/80 % train by a hash of the question id (cold
+  --> splits (pipelines.reqa_question_splits): 1/5/10/80 % train by a hash of the question id (cold
       start), 10 % of train held out for validation
   Outputs: candidates.parquet, questions-<split>.parquet (contracts.Question), finetune/
   <split>-*.tfrecord (pair schema, train-r and validation-r), stats.json (every counter).
@@ -69,13 +69,13 @@ from twotower.contracts import Candidate, Pair, codecs
 from twotower.contracts import counters as C
 from twotower.pipelines import beam_jobs
 from twotower.pipelines import nq as nq_lib
-from twotower.pipelines import reqa_splits
-from twotower.pipelines import sentences as sentences_lib
+from twotower.pipelines import reqa_question_splits
+from twotower.pipelines import splitters as sentences_lib
 from twotower.pipelines import squad as squad_lib
 from twotower.pipelines.open_domain import ALL_EXTRA, DropReqaPages, SampleExtraCandidates
 from twotower.pipelines.qa_records import (Paragraph, Skip, candidate_id, fix_answer_start,
                                            passage_id, passage_key)
-from twotower.pipelines.reqa_splits import SplitPolicy, assign_splits, question_key
+from twotower.pipelines.reqa_question_splits import SplitPolicy, assign_splits, question_key
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class ReqaConfig:
   out: str
   squad: Optional[str] = None        # SQuAD v1.1/v2.0 JSON file(s), a glob
   nq: Optional[str] = None           # NQ simplified jsonl[.gz] file(s), a glob
-  splitter: str = "reqa"             # a name of pipelines.sentences
+  splitter: str = "reqa"             # a name of pipelines.splitters
   extra_passages: Optional[str] = None  # a `twotower pairs` output dir (or its passages/)
   extra_candidates: int = 0          # extra (sentence, passage) candidates; ALL_EXTRA: all
   validation_percent: float = 10.0   # of each train side
@@ -395,7 +395,7 @@ def build(pipeline: beam.Pipeline, config: ReqaConfig) -> None:
          | f"Write_{name}" >> beam.io.WriteToParquet(
              contracts.questions_path(out, name), contracts.QUESTION_SCHEMA,
              num_shards=1, shard_name_template=""))
-    if reqa_splits.is_finetune_split(name):
+    if reqa_question_splits.is_finetune_split(name):
       _ = (records
            | f"Pairs_{name}" >> beam.FlatMap(finetune_pairs, doc_text=config.doc_text)
            | f"WritePairs_{name}" >> beam.io.WriteToTFRecord(

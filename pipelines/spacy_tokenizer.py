@@ -1,5 +1,5 @@
 """spaCy's tokenizer for a blank pipeline, re-implemented exactly and without importing spaCy:
-the first half of pipelines.sentencizer (whose docstring tells the whole method).
+the first half of pipelines.spacy_sentencizer (whose docstring tells the whole method).
 
 spaCy splits a text into runs of whitespace and non-whitespace ("chunks"); a single " " after
 a chunk is the token's trailing space, any other whitespace is a token. Each chunk is

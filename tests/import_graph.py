@@ -49,7 +49,7 @@ CORE_ORDER: tuple[tuple[str, ...], ...] = (
 ALLOWED_EDGES: dict[tuple[str, str], str] = {
     ("model/mlm.py", "model/pretrain.py"):
         "under TYPE_CHECKING: the type of the pretrain job, never imported at run time",
-    ("pipelines/sentences.py", "pipelines/reqa_splitter.py"):
+    ("pipelines/splitters.py", "pipelines/reqa_sentencizer.py"):
         "a lazy registry: sentences' table of splitters names the ReQA one, which builds on "
         "sentences' Span and SentenceSplitter; imported when that splitter is first asked for",
 }

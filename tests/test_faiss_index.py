@@ -13,7 +13,7 @@ faiss = pytest.importorskip("faiss")
 from twotower import contracts  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
-from twotower.eval import searcher  # noqa: E402
+from twotower.eval import faiss_searcher  # noqa: E402
 
 from outputs_fixtures import write_vectors  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_save_load_round_trip(corpus, tmp_path):
   path = str(tmp_path / "sub" / "index.faiss")
   faiss_index.save_index(index, path)
   assert [p.name for p in (tmp_path / "sub").iterdir()] == ["index.faiss"]  # no temp left
-  loaded = searcher.load_searcher(path)
+  loaded = faiss_searcher.load_searcher(path)
   assert loaded.parts[0].index.metric_type == faiss.METRIC_INNER_PRODUCT
   s1, i1, _ = faiss_index.search(index, corpus["q"], 10, nprobe=4)
   s2, i2, _ = faiss_index.search(loaded, corpus["q"], 10, nprobe=4)
@@ -117,7 +117,7 @@ def test_load_refuses_l2_index(tmp_path):
   path = str(tmp_path / "l2.faiss")
   faiss.write_index(faiss.IndexFlatL2(D), path)
   with pytest.raises(ValueError, match="not inner product"):
-    searcher.load_searcher(path)
+    faiss_searcher.load_searcher(path)
 
 
 @pytest.mark.parametrize("num_shards", [3, 7], ids=["by-file", "by-row-range"])
@@ -129,7 +129,7 @@ def test_index_shards_equal_single_index(corpus, tmp_path, num_shards):
                                                                 num_shards, block_rows=400)):
     assert shard.ntotal > 0  # every shard serves part of the corpus
     faiss_index.save_index(shard, path)
-  served = searcher.load_searcher(str(tmp_path / "index-*.faiss"))
+  served = faiss_searcher.load_searcher(str(tmp_path / "index-*.faiss"))
   assert len(served.parts) == num_shards
   assert served.ntotal == single.ntotal == 3000
   for nprobe in (3, 16):

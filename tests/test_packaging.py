@@ -39,7 +39,6 @@ NOT_SHIPPED = {
     "*/README.md": "documentation, read in the checkout",
     "deploy/lib.sh": "shell helpers of the launch scripts, run from the checkout",
     "deploy/dataflow/*": "launch scripts and container recipes, run from the checkout",
-    "deploy/portable/*": "a guide, read in the checkout",
     "deploy/tpu/*": "TPU VM launch script and guide, run from the checkout",
 }
 
@@ -51,6 +50,7 @@ UNDECLARED_IMPORTS = {
     "pyjnius": "pyserini",         # jnius_config: the JVM options set before Pyserini starts it
     "starlette": "fastapi",        # the service's middleware and responses
     "pydantic-core": "pydantic",   # from_json, the request parser
+    "grpcio": "apache-beam",       # the portable runner's services (deploy.portable.services)
 }
 
 
@@ -305,7 +305,7 @@ def test_the_installed_wheel_runs_the_pairs_stage_from_a_fresh_venv(worker_wheel
   assert report["exit"] == 0 and report["executable"] == str(python)
   venv = (tmp_path / "venv").resolve()
   modules = report["modules"]
-  assert {"twotower.pipelines.pairs", "twotower.pipelines.sentencizer",
+  assert {"twotower.pipelines.pairs", "twotower.pipelines.spacy_sentencizer",
           "twotower.commands.embed"} <= set(modules)
   outside = {n: f for n, f in modules.items() if f and not pathlib.Path(f).resolve().is_relative_to(venv)}
   assert not outside, f"imported from outside the fresh venv: {outside}"

@@ -14,7 +14,7 @@ from twotower import contracts
 from twotower.commands import reqa as reqa_cmd
 from twotower.contracts import counters as C
 from twotower.pipelines import reqa
-from twotower.pipelines.reqa_splits import question_key
+from twotower.pipelines.reqa_question_splits import question_key
 from reqa_fixtures import P1, nq_record, span, squad_file
 
 CTX1 = "Paris is the capital of France. It has the Louvre. The Seine flows through it."

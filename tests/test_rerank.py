@@ -1,5 +1,6 @@
-"""Exact re-ranking from memory-mapped vectors (eval.rerank, eval.searcher) and --mmap, on small
-synthetic embeddings written as real embedding shards, against exact numpy inner products."""
+"""Exact re-ranking from memory-mapped vectors (eval.rerank, eval.faiss_searcher) and --mmap,
+on small synthetic embeddings written as real embedding shards, against exact numpy inner
+products."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from twotower import contracts  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 from twotower.eval import index as index_lib  # noqa: E402
 from twotower.eval import rerank as rr  # noqa: E402
-from twotower.eval import searcher as searcher_lib  # noqa: E402
+from twotower.eval import faiss_searcher as searcher_lib  # noqa: E402
 
 from outputs_fixtures import write_vectors  # noqa: E402
 

@@ -17,7 +17,7 @@ What a mode does (the batch path each one equals):
           weight (eval.fusion.interpolate)     == `twotower fuse --weight W`
 
 Per-call FAISS parameters (`nprobe`, `ef_search`) go through FAISS's SearchParameters
-objects (eval.searcher), so concurrent callers with different settings never race on the
+objects (eval.faiss_searcher), so concurrent callers with different settings never race on the
 shared index (a `ParameterSpace.set_index_parameter` would change it for everyone). A bundle
 built with `--type ivfpq_rerank` holds its float32 vectors beside the index: the dense side
 then re-ranks the compressed index's top k x 4 exactly, reading them memory-mapped. `k` beyond the corpus
@@ -159,7 +159,8 @@ class Retriever:
     """
     if verify not in VERIFY:
       raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
-    from twotower.eval import searcher as searcher_lib  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from twotower.eval import faiss_searcher as searcher_lib
     modes = tuple(modes)
     if not modes or any(m not in MODES for m in modes):
       raise ValueError(f"modes must be among {MODES}, got {modes!r}")
@@ -187,7 +188,7 @@ class Retriever:
       raise BundleError(f"{path}: part {encoder_part!r} embeds in {query_encoder.dim} dims, "
                         f"the manifest says {dim}")
 
-    try:  # eval.searcher: per-call parameters, exact re-rank from the vectors beside it
+    try:  # eval.faiss_searcher: per-call parameters, exact re-rank from the vectors beside it
       index = searcher_lib.load_searcher(part(contracts.BUNDLE_INDEX_FILE))
     except (RuntimeError, ValueError) as e:
       raise BundleError(f"{path}: part 'index.faiss' does not load: "

@@ -9,14 +9,14 @@ from typing import Iterable
 
 from twotower import texts
 from twotower.commands import dataclass_flags, flags
-from twotower.pipelines import reqa, sentences
+from twotower.pipelines import reqa, splitters
 
 #: Each flag's help; name, type and default come from ReqaConfig (commands.dataclass_flags).
 HELP = {
     "squad": "SQuAD v1.1/v2.0 JSON file(s) (a glob, any Beam filesystem)",
     "nq": "Natural Questions simplified jsonl[.gz] file(s) (a glob)",
     "out": "output directory",
-    "splitter": f"sentence splitter ({', '.join(sentences.SPLITTER_NAMES)}); `reqa` reproduces "
+    "splitter": f"sentence splitter ({', '.join(splitters.SPLITTER_NAMES)}); `reqa` reproduces "
                 "ReQA's counts",
     "extra_passages": "a `twotower pairs` output dir (or its passages/) whose passages supply "
                       "open-domain candidates",

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from twotower.pipelines import reqa_splitter
-from twotower.pipelines.sentences import get_splitter
+from twotower.pipelines import reqa_sentencizer
+from twotower.pipelines.splitters import get_splitter
 
 
 def _split(text: str) -> list[str]:
-  return [text[s:e] for s, e in reqa_splitter.reqa_spans(text)]
+  return [text[s:e] for s, e in reqa_sentencizer.reqa_spans(text)]
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -34,16 +34,16 @@ def test_rules(text, expected):
 
 def test_spans_index_the_original_text_and_skip_blanks():
   text = "  Lead space. Second one.  "
-  spans = reqa_splitter.reqa_spans(text)
+  spans = reqa_sentencizer.reqa_spans(text)
   assert [text[s:e] for s, e in spans] == ["Lead space.", "Second one."]
   assert spans[0][0] == 2
-  assert reqa_splitter.reqa_spans("") == []
-  assert reqa_splitter.reqa_spans("   ") == []
+  assert reqa_sentencizer.reqa_spans("") == []
+  assert reqa_sentencizer.reqa_spans("   ") == []
 
 
 def test_registered_under_reqa():
   splitter = get_splitter("reqa")
-  assert isinstance(splitter, reqa_splitter.ReqaSplitter)
+  assert isinstance(splitter, reqa_sentencizer.ReqaSplitter)
   assert list(splitter.split_many(["It is. So be it."])) == [["It is.", "So be it."]]
   # "b." is "born" to ReQA: no break before "C".
   assert splitter.split("A b. C d.") == ["A b. C d."]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Iterator
 
-from twotower.pipelines.sentences import SentenceSplitter, Span
+from twotower.pipelines.splitters import SentenceSplitter, Span
 
 _RDQUO, _LDQUO, _BULLET = "\u201d", "\u201c", "\u2022"
 

@@ -7,8 +7,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from twotower import contracts
-from twotower.pipelines import reqa, reqa_splits
-from twotower.pipelines.reqa_splits import SplitPolicy, assign_splits, question_key
+from twotower.pipelines import reqa, reqa_question_splits
+from twotower.pipelines.reqa_question_splits import SplitPolicy, assign_splits, question_key
 
 
 def test_splits_deterministic_nested_and_cold_start():
@@ -43,8 +43,8 @@ def test_validation_share_and_seed():
 
 def test_question_key_ignores_case_and_spacing():
   assert question_key("  Who WROTE\tit? ") == question_key("who wrote it?")
-  assert reqa_splits.is_finetune_split("validation-5") and not reqa_splits.is_finetune_split(
-      "test-5")
+  assert reqa_question_splits.is_finetune_split("validation-5")
+  assert not reqa_question_splits.is_finetune_split("test-5")
 
 
 def test_same_question_text_never_straddles_train_and_test():

@@ -1,8 +1,8 @@
 """A loaded index (one file or several shards) with per-call search parameters and, when its
 vectors were written beside it, exact re-ranking: the one entry point for callers.
 
-  from twotower.eval import searcher
-  s = searcher.load_searcher("run/index.faiss")            # or a shard glob / list
+  from twotower.eval import faiss_searcher
+  s = faiss_searcher.load_searcher("run/index.faiss")            # or a shard glob / list
   scores, ids = s.search(queries, k=100, nprobe=32)        # float32[nq, k], int64[nq, k]
 
 `Searcher.search` changes no state of the loaded index: nprobe / efSearch travel with each

@@ -6,24 +6,24 @@ import random
 
 import pytest
 
-from twotower.pipelines import sentencizer, sentences
+from twotower.pipelines import spacy_sentencizer, splitters
 
 TEXT = "Mr. Smith went to Washington.  He liked it! Did he?"
 
 
 def test_spacy_default_splits_and_keeps_abbreviations():
-  splitter = sentences.get_splitter("spacy")
+  splitter = splitters.get_splitter("spacy")
   assert splitter.split(TEXT) == ["Mr. Smith went to Washington.", "He liked it!", "Did he?"]
 
 
 def test_spans_point_into_the_text():
-  splitter = sentences.get_splitter("spacy")
+  splitter = splitters.get_splitter("spacy")
   (spans,) = list(splitter.spans_many([TEXT]))
   assert [TEXT[s:e] for s, e in spans] == splitter.split(TEXT)
 
 
 def test_batched_split_matches_one_by_one():
-  splitter = sentences.get_splitter("spacy-xx")
+  splitter = splitters.get_splitter("spacy-xx")
   texts = [TEXT, "", "One. Two.", "   "]
   assert list(splitter.split_many(texts)) == [splitter.split(t) for t in texts]
   assert list(splitter.split_many(texts))[1] == []
@@ -31,11 +31,11 @@ def test_batched_split_matches_one_by_one():
 
 def test_unknown_splitter_names_the_choices():
   with pytest.raises(ValueError, match="unknown sentence splitter 'nope'.*spacy"):
-    sentences.get_splitter("nope")
+    splitters.get_splitter("nope")
 
 
 # ---------------------------------------------------------------------------------------------
-# The default splitter is pipelines.sentencizer: spaCy's blank pipeline + sentencizer,
+# The default splitter is pipelines.spacy_sentencizer: spaCy's blank pipeline + sentencizer,
 # re-implemented without importing spaCy. It must give spaCy's sentences, exactly.
 # ---------------------------------------------------------------------------------------------
 
@@ -57,8 +57,8 @@ TRICKY = [
 
 @pytest.mark.parametrize("lang", ["en", "xx"])
 def test_rule_splitter_gives_spacys_sentences_on_tricky_texts(lang):
-  spacy_splitter = sentences.get_splitter(f"spacy:blank:{lang}")
-  rule = sentences.get_splitter("spacy" if lang == "en" else f"spacy-{lang}")
+  spacy_splitter = splitters.get_splitter(f"spacy:blank:{lang}")
+  rule = splitters.get_splitter("spacy" if lang == "en" else f"spacy-{lang}")
   assert list(rule.spans_many(TRICKY)) == list(spacy_splitter.spans_many(TRICKY))
   if lang == "en":  # "Mr." is an English special case only
     assert rule.split(TRICKY[0]) == ["He met ex-Mr. Smith there.", "Then left."]
@@ -66,7 +66,7 @@ def test_rule_splitter_gives_spacys_sentences_on_tricky_texts(lang):
 
 def fuzz_texts(lang: str, n: int, seed: int) -> list[str]:
   """Random texts of special-case keys, punctuation, words and whitespace of every kind."""
-  rules = sentencizer.Rules.load(lang)
+  rules = spacy_sentencizer.Rules.load(lang)
   keys = sorted(rules.special_cases)
   atoms = ["word", "Word", "IBM", "U.S", "Mr", "3", "10km", "http://x.org/a.b", "don't", "'s",
            "-", "—", "…", "...", ".", "!", "?", "。", ",", ";", ":", "(", ")", '"', "'", "“",
@@ -86,18 +86,18 @@ def test_rule_tokenizer_and_splitter_match_spacy_on_fuzzed_texts(lang):
   import spacy
   texts = fuzz_texts(lang, 3000, seed=7)
   nlp = spacy.blank(lang)
-  rule = sentencizer.RuleSentencizer(lang)
+  rule = spacy_sentencizer.RuleSentencizer(lang)
   token_mismatches = [t for t in texts
                       if rule.tokenizer.tokens(t) != [(x.idx, x.text) for x in nlp.make_doc(t)]]
   assert not token_mismatches, token_mismatches[:3]
-  expected = list(sentences.get_splitter(f"spacy:blank:{lang}").spans_many(texts))
+  expected = list(splitters.get_splitter(f"spacy:blank:{lang}").spans_many(texts))
   assert [rule.spans(t) for t in texts] == expected
 
 
-@pytest.mark.parametrize("lang", sentencizer.LANGUAGES)
+@pytest.mark.parametrize("lang", spacy_sentencizer.LANGUAGES)
 def test_stored_rules_are_those_of_the_installed_spacy(lang):
-  """After a spaCy upgrade this fails: run sentencizer.write_rules() and review the diff."""
-  assert sentencizer.Rules.load(lang) == sentencizer.rules_from_spacy(lang)
+  """After a spaCy upgrade this fails: run spacy_sentencizer.write_rules() and review the diff."""
+  assert spacy_sentencizer.Rules.load(lang) == spacy_sentencizer.rules_from_spacy(lang)
 
 
 @pytest.mark.shared_data
@@ -111,5 +111,5 @@ def test_rule_splitter_gives_spacys_sentences_on_every_paragraph_of_a_dump(dump_
     if kind == "article":
       paragraphs.extend(p for section in page.sections for p in section.paragraphs)
   assert len(paragraphs) > 5000
-  expected = list(sentences.get_splitter("spacy:blank:en").spans_many(paragraphs))
-  assert list(sentences.get_splitter("spacy").spans_many(paragraphs)) == expected
+  expected = list(splitters.get_splitter("spacy:blank:en").spans_many(paragraphs))
+  assert list(splitters.get_splitter("spacy").spans_many(paragraphs)) == expected

@@ -6,14 +6,14 @@
 
 Names:
   * ``spacy`` (default): the sentences of ``spacy.blank("en")`` with the ``sentencizer``,
-    computed by pipelines.sentencizer, an exact re-implementation that does not import spaCy
+    computed by pipelines.spacy_sentencizer, an exact re-implementation that does not import spaCy
     (3-11x faster, and no 2 s `import spacy` per worker); nothing to download.
   * ``spacy-xx``: the same on spaCy's multi-language tokenizer (non-English wikis).
   * ``spacy:<pipeline>``: spaCy itself, with a pipeline the user has installed (package name
     or path), e.g. ``spacy:en_core_web_sm``; loaded, never downloaded. ``spacy:blank:en`` is
     the library run of what ``spacy`` computes (the tests compare the two).
   * ``reqa``: a re-implementation of the rule-based splitter of ReQA's evaluation code, so that
-    ReQA counts match published ones (see pipelines.reqa_splitter).
+    ReQA counts match published ones (see pipelines.reqa_sentencizer).
 
 A splitter is built once per worker (`DoFn.setup`) and is not pickled with the pipeline.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 from typing import Callable, Iterable, Iterator
 
-from twotower.pipelines import sentencizer
+from twotower.pipelines import spacy_sentencizer
 
 Span = tuple[int, int]  # [start, end) character offsets into the text
 
@@ -66,17 +66,17 @@ class SpacySplitter(SentenceSplitter):
 
   def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
     for doc in self.nlp.pipe(texts, batch_size=self.batch_size):
-      spans = (sentencizer.strip_span(doc.text, s.start_char, s.end_char)
+      spans = (spacy_sentencizer.strip_span(doc.text, s.start_char, s.end_char)
                for s in doc.sents)
       yield [span for span in spans if span]
 
 
 class RuleSplitter(SentenceSplitter):
-  """spaCy's blank pipeline + sentencizer, by pipelines.sentencizer (no spaCy import)."""
+  """spaCy's blank pipeline + sentencizer, by pipelines.spacy_sentencizer (no spaCy import)."""
 
   def __init__(self, lang: str = "en"):
     self.name = "spacy" if lang == "en" else f"spacy-{lang}"
-    self._sentencizer = sentencizer.sentencizer(lang)
+    self._sentencizer = spacy_sentencizer.sentencizer(lang)
 
   def spans_many(self, texts: Iterable[str]) -> Iterator[list[Span]]:
     for text in texts:
@@ -84,8 +84,8 @@ class RuleSplitter(SentenceSplitter):
 
 
 def _reqa_splitter() -> SentenceSplitter:
-  from twotower.pipelines import reqa_splitter  # pylint: disable=import-outside-toplevel
-  return reqa_splitter.ReqaSplitter()
+  from twotower.pipelines import reqa_sentencizer  # pylint: disable=import-outside-toplevel
+  return reqa_sentencizer.ReqaSplitter()
 
 
 _FACTORIES: dict[str, Callable[[], SentenceSplitter]] = {
