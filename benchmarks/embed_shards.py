@@ -26,7 +26,6 @@ import tempfile
 import time
 
 from benchmarks import embed_throughput
-from twotower import contracts
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +72,8 @@ def main(argv=None) -> None:
   args = p.parse_args(argv)
   logging.basicConfig(level=logging.WARNING)
   with tempfile.TemporaryDirectory() as tmp:
-    model = args.model
-    if model is None:
-      from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel
-      model = build_standin_savedmodel(os.path.join(tmp, "standin"),
-                                       StandinConfig(dim=128, hidden=args.standin_hidden))
-    candidates = os.path.join(tmp, contracts.CANDIDATES_FILE)
-    embed_throughput.write_candidates(candidates, args.rows)
+    model, candidates = embed_throughput.model_and_candidates(tmp, args.model,
+                                                              args.standin_hidden, args.rows)
     load = os.getloadavg()[0]
     single = [os.path.join(tmp, "single")]
     sharded = [os.path.join(tmp, f"shard-{i}") for i in range(args.shards)]

@@ -88,6 +88,19 @@ def beam_job(model: str, candidates: str, out: str, mode: str, workers: int,
   return time.perf_counter() - t0
 
 
+def model_and_candidates(tmp: str, model: str | None, standin_hidden: int,
+                         rows: int) -> tuple[str, str]:
+  """The model to embed with (`model`, or the stand-in SavedModel built in `tmp`) and a
+  candidates file of `rows` synthetic candidates in `tmp`."""
+  if model is None:
+    from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel
+    model = build_standin_savedmodel(os.path.join(tmp, "standin"),
+                                     StandinConfig(dim=128, hidden=standin_hidden))
+  candidates = os.path.join(tmp, contracts.CANDIDATES_FILE)
+  write_candidates(candidates, rows)
+  return model, candidates
+
+
 def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--rows", type=int, default=50_000)
@@ -99,13 +112,7 @@ def main(argv=None) -> None:
   args = p.parse_args(argv)
   logging.basicConfig(level=logging.WARNING)
   with tempfile.TemporaryDirectory() as tmp:
-    model = args.model
-    if model is None:
-      from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel
-      model = build_standin_savedmodel(os.path.join(tmp, "standin"),
-                                       StandinConfig(dim=128, hidden=args.standin_hidden))
-    candidates = os.path.join(tmp, contracts.CANDIDATES_FILE)
-    write_candidates(candidates, args.rows)
+    model, candidates = model_and_candidates(tmp, args.model, args.standin_hidden, args.rows)
     lines = []
     for setting in args.settings.split(","):
       mode, workers, batch = setting.split(":")

@@ -194,11 +194,18 @@ def run_pairs(dump: str, out: str, workers: int, extra: list[str]) -> dict:
           if workers > 1 else [])
   command = [sys.executable, "-m", "twotower.pipelines.pairs", "--dump", dump, "--out", out,
              *beam, *extra]
+  return measure(command)
+
+
+def measure(command: list[str], also: tuple[int, ...] = ()) -> dict:
+  """Runs `command` to its end: wall and CPU seconds (it and its child processes), peak RSS
+  of its process tree plus the processes `also` (all together; largest one), load averages
+  before and after. A failed command raises with the end of its stderr."""
   load = os.getloadavg()[0]
   before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as child:
-    with _TreeMemory(child.pid) as memory:
+    with _TreeMemory(child.pid, also=also) as memory:
       _, stderr = child.communicate()
   wall = time.perf_counter() - start
   after = resource.getrusage(resource.RUSAGE_CHILDREN)

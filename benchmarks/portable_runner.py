@@ -28,13 +28,11 @@ import argparse
 import json
 import os
 import pathlib
-import resource
-import subprocess
 import sys
 import tempfile
 import time
 
-from benchmarks.pipeline_vs_floor import DEFAULT_CORPUS, DEFAULT_DUMP, _TreeMemory, corpus_slice
+from benchmarks.pipeline_vs_floor import DEFAULT_CORPUS, DEFAULT_DUMP, corpus_slice, measure
 
 CONFIGS = ("direct-1", "direct-2", "portable-2")
 
@@ -87,24 +85,13 @@ def run_pairs(dump: str, out: str, beam_args: list[str], services: tuple[int, ..
   """One pairs run in a child process: wall, CPU (its processes + `services`), peak RSS."""
   command = [sys.executable, "-m", "twotower.pipelines.pairs", "--dump", dump, "--out", out,
              "--overwrite", *beam_args]
-  load = os.getloadavg()[0]
-  before = resource.getrusage(resource.RUSAGE_CHILDREN)
   services_before = _settled_cpu(services)
-  start = time.perf_counter()
-  with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as child:
-    with _TreeMemory(child.pid, also=services) as memory:
-      _, stderr = child.communicate()
-  wall = time.perf_counter() - start
-  after = resource.getrusage(resource.RUSAGE_CHILDREN)
-  if child.returncode:
-    raise RuntimeError(f"{' '.join(command)} failed (exit {child.returncode}):\n"
-                       f"{stderr.decode(errors='replace')[-2000:]}")
-  cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-  cpu += _settled_cpu(services) - services_before
+  run = measure(command, also=services)
+  # The services' own CPU (the job service, the pool and the workers it started and reaped).
+  run["cpu"] += _settled_cpu(services) - services_before
   with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
-    stats = json.load(f)
-  return {"wall": wall, "cpu": cpu, "peak_mb": memory.peak / 2**20, "stats": stats,
-          "load": (load, os.getloadavg()[0])}
+    run["stats"] = json.load(f)
+  return run
 
 
 def run_config(config: str, dump: str, out: str, work: str) -> dict:
