@@ -50,6 +50,16 @@ def test_match_files_leaves_out_hidden_temp_files(tmp_path):
   assert io.match_files(f"{tmp_path}/*.parquet") == [f"{tmp_path}/s-00000.parquet"]
 
 
+def test_a_glob_matches_files_and_a_path_named_whole_itself(tmp_path):
+  # As Beam's match: `run/emb-*` gives the files it matches, not the folders emb-0, emb-1
+  # (a reader of folders globs them itself); a folder named whole is returned, for its
+  # caller to say what is wrong with it.
+  (tmp_path / "emb-0").mkdir()
+  (tmp_path / "emb-1.parquet").write_text("x")
+  assert io.match_files(f"{tmp_path}/emb-*") == [f"{tmp_path}/emb-1.parquet"]
+  assert io.match_files(f"{tmp_path}/emb-0") == [f"{tmp_path}/emb-0"]
+
+
 def test_one_order_with_or_without_a_manifest(tmp_path):
   """A reader of an output gets its files in the same order whether the manifest lists them
   or the glob finds them (contracts.manifests.listed_files falls back to io.match_files)."""

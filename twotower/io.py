@@ -52,7 +52,10 @@ def ordered(paths: Iterable[str]) -> list[str]:
 
 def _match(pattern: str) -> list[str]:
   if is_local(pattern):
-    return glob.glob(pattern, recursive=True)
+    if not any(c in pattern for c in "*?["):  # a path named whole: itself, a folder too
+      return glob.glob(pattern)  # (callers say what is wrong with a folder), as Beam's match
+    # A glob matches files, as Beam's does: `run/emb-*` does not list the folders emb-0, ...
+    return [p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p)]
   from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
   return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
 
