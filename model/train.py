@@ -381,10 +381,14 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
                           "learning_rate": learning_rate,
                           "replicas": strategy.num_replicas_in_sync, "select": select,
                           **(run_info or {})})
-  if worker in (None, 0):  # the chief owns the run dir; other workers write under it
+  if worker in (None, 0):
+    # The chief owns the run dir: its manifest and config.yaml. Another worker writes only
+    # under its own folder, and only after the model's variables are made (the strategy's
+    # first collective, which waits for the chief, so after its claim): a config.yaml of
+    # theirs could land before the claim, as a file no stage recorded, and stop the run.
     claim_run_dir(job, text)
-  io.makedirs(job.out)
-  io.write_text(contracts.run_config_path(job.out), text)
+    io.makedirs(job.out)
+    io.write_text(contracts.run_config_path(job.out), text)
   io.log_settings("train", {"out": job.out, "strategy": cfg.runtime.strategy,
                             "replicas": strategy.num_replicas_in_sync, "steps": steps,
                             "lr": learning_rate, "batch": cfg.data.batch_size,
