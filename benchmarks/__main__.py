@@ -48,8 +48,9 @@ BENCHMARKS = {
         needs=SLICE, needs_flag="--dump"),
     "portable_runner": Benchmark(
         "`pairs` on DirectRunner (1, 2 workers) vs PortableRunner + a 2-worker pool: wall, "
-        "CPU, peak RSS",
-        quick=("--corpus_docs", "500"), needs=SLICE, needs_flag="--dump"),
+        "CPU, peak RSS; then `embed` in 1 process vs 2 input shards: rows/s",
+        quick=("--corpus_docs", "500", "--embed_rows", "2000"), needs=SLICE,
+        needs_flag="--dump"),
     "hostile_dump": Benchmark(
         "`pairs` peak memory on a whitespace-bomb dump vs on the slice",
         quick=("--whitespace_gb", "0.2"), needs=SLICE, needs_flag="--dump"),

@@ -20,6 +20,9 @@ those processes together, sampled from /proc every 0.2 s (pipeline_vs_floor._Tre
 Ratios are against direct-1. Each run's stats.json is checked equal to direct-1's (the same
 counters). The portable path's joins are Beam's GroupByKey (`--shuffle=auto` picks the disk
 shuffle only on the local runner), as on a cluster.
+
+Then, the other way work leaves one process: `embed` in one process vs 2 input shards
+embedded at once (benchmarks.embed_shards, `--embed_rows`; 0 skips it).
 """
 
 from __future__ import annotations
@@ -144,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
                  help="only the corpus' first N documents (0 = all; written to --work)")
   p.add_argument("--configs", default=",".join(CONFIGS), help="runs, of " + ", ".join(CONFIGS))
   p.add_argument("--work", default="", help="work folder (default: a temporary one)")
+  p.add_argument("--embed_rows", type=int, default=20_000,
+                 help="then `embed` in one process vs 2 input shards at once on this many "
+                      "rows (benchmarks.embed_shards; 0 = skip)")
   args = p.parse_args(argv)
   configs = [c for c in args.configs.split(",") if c]
   if "direct-1" not in configs:
@@ -170,6 +176,9 @@ def main(argv: list[str] | None = None) -> None:
       results[config] = run_config(config, path, out, work)
       print(f"  {name} {config}: {results[config]['wall']:.1f} s", flush=True)
     print(table(name, results), flush=True)
+  if args.embed_rows:  # the other way work leaves one process: embedding in input shards
+    from benchmarks import embed_shards  # pylint: disable=import-outside-toplevel
+    embed_shards.main(["--rows", str(args.embed_rows), "--shards", "2"])
 
 
 if __name__ == "__main__":
