@@ -31,7 +31,7 @@ import random
 import sys
 import time
 
-from twotower.pipelines import beam_jobs, title_links, wikidump, wikitext
+from twotower.pipelines import beam_jobs, parse_pages, title_links, wikidump
 
 DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wiki"
 DEFAULT_DUMPS = (str(DATA / "enwiki-slice-pages-articles.xml.bz2"),
@@ -49,7 +49,7 @@ class Dump:
 def load(path: str) -> Dump:
   pages, redirects = [], []
   for raw in wikidump.iter_dump_pages(path):
-    kind, value = wikitext.route_page(raw)
+    kind, value = parse_pages.route_page(raw)
     if kind == "article":
       pages.append(value)
     elif kind == "redirect":

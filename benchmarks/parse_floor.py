@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
 
   import mwparserfromhell
-  from twotower.pipelines import wikidump, wikitext
+  from twotower.pipelines import parse_pages, wikidump, wikitext
 
   raws = [raw for raw in wikidump.iter_dump_pages(args.dump)
           if raw.namespace == 0 and raw.redirect_title is None]
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
           texts, args.repeats)),
       ("floor + TFDS clean", _time(_tfds_clean, texts, args.repeats)),
       ("mwparserfromhell.parse alone", _time(mwparserfromhell.parse, texts, args.repeats)),
-      ("twotower parse_page", _time(wikitext.parse_page, raws, args.repeats)),
+      ("twotower parse_page", _time(parse_pages.parse_page, raws, args.repeats)),
       ("  part: comment/ref pre-strip", _time(
           lambda t: wikitext._REF.sub("", wikitext._COMMENT.sub("", t)),  # pylint: disable=protected-access
           texts, args.repeats)),

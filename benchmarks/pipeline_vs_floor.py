@@ -221,7 +221,7 @@ def breakdown(dump: str) -> None:
   """CPU seconds of each stage's work as a plain loop; the rest of the pipeline's CPU is
   Beam (runner, joins) and the writers."""
   from twotower.contracts import codecs
-  from twotower.pipelines import pair_tasks, passages, splitters, wikidump, wikitext
+  from twotower.pipelines import pair_tasks, parse_pages, passages, splitters, wikidump
   steps: collections.Counter = collections.Counter()
 
   def timed(name, fn, *a):
@@ -231,8 +231,8 @@ def breakdown(dump: str) -> None:
     return value
 
   raws = timed("read dump (bz2 + XML)", lambda: list(wikidump.iter_dump_pages(dump)))
-  pages = [p for kind, p in (timed("parse + clean wikitext (wikitext.route_page)",
-                                   wikitext.route_page, r) for r in raws)
+  pages = [p for kind, p in (timed("parse + clean wikitext (parse_pages.route_page)",
+                                   parse_pages.route_page, r) for r in raws)
            if kind == "article"]
   splitter = timed("sentences (default splitter)", splitters.get_splitter, "spacy")
   config, pair_config = passages.PassageConfig(), pair_tasks.PairConfig()

@@ -275,7 +275,7 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
   GroupByKey by default; `run` picks the disk shuffle on the local runner). `files`: the
   inputs of `config.dump` as `run` matched them (inputs.match_inputs); None matches them
   here."""
-  from twotower.pipelines import wikidump, wikitext  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines import parse_pages, wikidump  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
   if files is None:
@@ -297,7 +297,7 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
         config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
         id_offset=offset, paths=list(dumps))
     # .articles: Page; .redirects: (source_title, target_title)
-    parsed = raw | f"ParsePages{suffix}" >> wikitext.ParsePages(text_cleanup=config.text_cleanup)
+    parsed = raw | f"ParsePages{suffix}" >> parse_pages.ParsePages(text_cleanup=config.text_cleanup)
     articles.append(parsed.articles)
     if offset:
       # (id space, source, target): this wiki's redirects resolve this wiki's links only

@@ -54,7 +54,7 @@ from twotower.contracts import ARTICLE_NAMESPACE, Page, Section, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
-from twotower.pipelines import titles, unique_ids, wikidump, wikitext
+from twotower.pipelines import parse_pages, titles, unique_ids, wikidump
 from twotower.pipelines.inputs import (DOC_OPEN, JSONL, MEDIAWIKI, TEXT_ID_STRIDE,
                                        WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, InputFile)
 
@@ -322,7 +322,7 @@ def _json_page(file: InputFile, numbered) -> Page:
 
 
 def iter_text_pages(file: InputFile, counts: Optional[collections.Counter] = None,
-                    max_doc_bytes: int = wikitext.DEFAULT_MAX_PAGE_BYTES) -> Iterator[Page]:
+                    max_doc_bytes: int = parse_pages.DEFAULT_MAX_PAGE_BYTES) -> Iterator[Page]:
   """Streams the Pages of one text file (WikiExtractor text or JSON, JSONL); never raises on
   damaged records.
 

@@ -18,7 +18,7 @@ import pytest
 from twotower import cli, contracts
 from twotower.contracts import SiteInfo
 from twotower.contracts import counters as C
-from twotower.pipelines import inputs, unique_ids, wikidump, wikitext
+from twotower.pipelines import inputs, parse_pages, unique_ids, wikidump, wikitext
 from outputs_fixtures import read_pairs, read_passages
 from reqa_fixtures import ARTICLES, squad_file
 from textdocs_fixtures import write_jsonl
@@ -232,7 +232,7 @@ def test_xml_nested_too_deep_skips_its_page_and_reads_on(tmp_path):
     "<b>" * 10_000 + "x", "<div>" * 10_000 + "x" + "</div>" * 10_000, "-{" * 10_000 + "x"])
 def test_nesting_bombs_leave_no_raw_markup(bomb):
   text = f"Before the bomb. {bomb} After the bomb.\n\nA second paragraph [[with a link]]."
-  page = wikitext.parse_page(wikidump.RawPage(1, "T", 0, text, None, "f", SiteInfo()))
+  page = parse_pages.parse_page(wikidump.RawPage(1, "T", 0, text, None, "f", SiteInfo()))
   paragraphs = [p for s in page.sections for p in s.paragraphs]
   assert paragraphs[0].startswith("Before the bomb.") and len(" ".join(paragraphs)) < 200
   for mark in ("{{", "}}", "[[", "]]", "<b>", "<div>", "-{"):

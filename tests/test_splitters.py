@@ -104,10 +104,10 @@ def test_stored_rules_are_those_of_the_installed_spacy(lang):
 @pytest.mark.parametrize("dump_fixture", ["enwiki_slice", "ltgwiki"])
 def test_rule_splitter_gives_spacys_sentences_on_every_paragraph_of_a_dump(dump_fixture,
                                                                            request):
-  from twotower.pipelines import wikidump, wikitext
+  from twotower.pipelines import parse_pages, wikidump
   paragraphs = []
   for raw in wikidump.iter_dump_pages(str(request.getfixturevalue(dump_fixture))):
-    kind, page = wikitext.route_page(raw)
+    kind, page = parse_pages.route_page(raw)
     if kind == "article":
       paragraphs.extend(p for section in page.sections for p in section.paragraphs)
   assert len(paragraphs) > 5000

@@ -14,7 +14,7 @@ from twotower.commands import pairs as pairs_cmd
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import passages as passages_lib
-from twotower.pipelines import templates, wikitext
+from twotower.pipelines import parse_pages, templates
 from twotower.deploy.serving import store as store_lib
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
@@ -26,7 +26,7 @@ def _raw(text: str, title: str = "Page", page_id: int = 1) -> RawPage:
 
 
 def _lead(text: str) -> tuple[str, ...]:
-  return wikitext.parse_page(_raw(text)).sections[0].paragraphs
+  return parse_pages.parse_page(_raw(text)).sections[0].paragraphs
 
 
 @pytest.mark.parametrize("wikitext_in, expected", [
@@ -113,7 +113,7 @@ def test_unknown_templates_are_still_dropped(wikitext_in, expected):
 
 
 def test_links_inside_rendered_and_dropped_templates_are_still_links():
-  page = wikitext.parse_page(_raw("{{lang|fr|[[Paris|la ville]]}} and {{cite web|"
+  page = parse_pages.parse_page(_raw("{{lang|fr|[[Paris|la ville]]}} and {{cite web|"
                                   "publisher=[[Le Monde]]}} end."))
   assert page.sections[0].paragraphs == ("la ville and end.",)
   assert page.links == ("Paris", "Le Monde")
@@ -121,7 +121,7 @@ def test_links_inside_rendered_and_dropped_templates_are_still_links():
 
 def test_text_cleanup_off_drops_every_template_and_keeps_every_section():
   text = "Far {{convert|5|km}} away.\n== References ==\n* A book, 1990."
-  page = wikitext.parse_page(_raw(text), wikitext.ParseConfig(text_cleanup=False))
+  page = parse_pages.parse_page(_raw(text), parse_pages.ParseConfig(text_cleanup=False))
   assert [(s.heading, s.paragraphs) for s in page.sections] == [
       ("", ("Far away.",)), ("References", ("A book, 1990.",))]
 
@@ -148,7 +148,7 @@ def test_each_non_prose_section_kind_is_left_out_and_counted(heading, reason):
           f"* A listed book, 1990.\n=== Online ===\n* [http://x.org A site].\n"
           f"== Legacy ==\nIt lasted.")
   counts: dict = {}
-  kind, page = wikitext.route_page(_raw(text), counts=counts)
+  kind, page = parse_pages.route_page(_raw(text), counts=counts)
   assert kind == "article"
   # The section and its subsection are out; the next section of its level is in.
   assert [(s.heading, s.paragraphs) for s in page.sections] == [
@@ -159,7 +159,7 @@ def test_each_non_prose_section_kind_is_left_out_and_counted(heading, reason):
 
 def test_prose_headings_that_look_alike_are_kept():
   text = "Lead.\n== Literature ==\nHe wrote novels.\n== Notes on the text ==\nMore prose."
-  page = wikitext.parse_page(_raw(text))
+  page = parse_pages.parse_page(_raw(text))
   assert [s.heading for s in page.sections] == ["", "Literature", "Notes on the text"]
 
 
@@ -167,7 +167,7 @@ def test_a_page_whose_every_section_is_non_prose_is_empty():
   text = ("{{Infobox person|name=X}}\n== References ==\n{{reflist}}\n== Notes ==\n* a note, 1."
           "\n== External links ==\n* [http://x.org site]")
   counts: dict = {}
-  assert wikitext.route_page(_raw(text), counts=counts) == (
+  assert parse_pages.route_page(_raw(text), counts=counts) == (
       "skip", (C.PageSkip.EMPTY, "no text left after cleaning"))
   assert counts == {"sections_skipped_references": 1, "sections_skipped_notes": 1,
                     "sections_skipped_external_links": 1}
@@ -179,9 +179,9 @@ def test_a_page_whose_every_section_is_non_prose_is_empty():
     ("'''Austin''' is:\n* [[Austin, Texas]]", "Austin (disambiguation)"),
 ])
 def test_disambiguation_pages_are_not_articles(text, title):
-  assert wikitext.route_page(_raw(text, title=title)) == (
+  assert parse_pages.route_page(_raw(text, title=title)) == (
       "skip", (C.PageSkip.DISAMBIGUATION, ""))
-  off = wikitext.route_page(_raw(text, title=title), wikitext.ParseConfig(text_cleanup=False))
+  off = parse_pages.route_page(_raw(text, title=title), parse_pages.ParseConfig(text_cleanup=False))
   assert off[0] == "article"
 
 

@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
 from twotower.contracts import Page, RawPage, Section, SiteInfo
-from twotower.pipelines import beam_jobs, wikidump, wikitext
+from twotower.pipelines import beam_jobs, parse_pages, wikidump, wikitext
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
 ENWIKI = SiteInfo(dbname="enwiki", case="first-letter", namespaces=ENWIKI_NAMESPACES)
@@ -52,7 +52,7 @@ def _raw(text: str, site: SiteInfo = ENWIKI, title: str = "Paris", page_id: int 
 
 
 def test_parse_page_sections_paragraphs_and_links():
-  page = wikitext.parse_page(_raw(ARTICLE))
+  page = parse_pages.parse_page(_raw(ARTICLE))
   assert page.title == "Paris" and page.page_id == 1
   assert page.sections == (
       Section("", 0, (
@@ -91,12 +91,12 @@ def test_parse_page_sections_paragraphs_and_links():
     ("[[Attēls:Puma.jpg|thumb|250px|caption]]\nPuma text", ("Puma text",)),
 ])
 def test_clean_cases(text, expected):
-  page = wikitext.parse_page(_raw(text, site=LTGWIKI))
+  page = parse_pages.parse_page(_raw(text, site=LTGWIKI))
   assert page.sections[0].paragraphs == expected
 
 
 def test_colon_category_link_is_not_a_main_link():
-  page = wikitext.parse_page(_raw("See [[:Category:Foo]] and [[:Foo bar]].", ENWIKI))
+  page = parse_pages.parse_page(_raw("See [[:Category:Foo]] and [[:Foo bar]].", ENWIKI))
   assert page.sections[0].paragraphs == ("See Category:Foo and Foo bar.",)
   assert page.links == ("Foo bar",)
 
@@ -107,7 +107,7 @@ def test_text_the_tokenizer_gives_up_on_is_still_cleaned():
   text = ("Intro.\n{| class=\"wikitable\"\n<tr><td>a<td>b\n<tr><td>[[X]]<td>d\n|}\n\n"
           "After the table, [[Link target|anchor]] and {{tmpl|{{inner}}}} more.\n"
           "[[Category:Hidden]]")
-  page = wikitext.parse_page(_raw(text))
+  page = parse_pages.parse_page(_raw(text))
   paragraphs = page.sections[0].paragraphs
   assert paragraphs[0] == "Intro."
   assert paragraphs[-1] == "After the table, anchor and more."
@@ -115,13 +115,13 @@ def test_text_the_tokenizer_gives_up_on_is_still_cleaned():
 
 
 def test_heading_only_page_is_empty():
-  page = wikitext.parse_page(_raw("== A ==\n{{stub}}\n== B ==\n"))
+  page = parse_pages.parse_page(_raw("== A ==\n{{stub}}\n== B ==\n"))
   assert [s.heading for s in page.sections] == ["", "A", "B"]
-  assert wikitext.is_empty(page)
+  assert parse_pages.is_empty(page)
 
 
 def test_route_page_decisions():
-  route = lambda raw, **kw: wikitext.route_page(raw, wikitext.ParseConfig(**kw))
+  route = lambda raw, **kw: parse_pages.route_page(raw, parse_pages.ParseConfig(**kw))
   assert route(_raw("text"))[0] == "article"
   assert route(_raw("#đổi [[Pari]]", redirect="pari#x")) == ("redirect", ("Paris", "Pari"))
   # The tag is the source of truth: "#REDIRECT" text without a tag is an article.
@@ -140,7 +140,7 @@ def test_tokenizer_failure_is_a_parse_error(monkeypatch):
     def tokenize(self, *args):
       raise SystemError("tokenizer broke")
   monkeypatch.setattr(wikitext, "_TOKENIZER", Broken())
-  kind, (reason, detail) = wikitext.route_page(_raw("text"))
+  kind, (reason, detail) = parse_pages.route_page(_raw("text"))
   assert (kind, reason) == ("skip", "parse_error") and "tokenizer broke" in detail
 
 
@@ -163,7 +163,7 @@ def test_read_and_parse_pipeline_counters(tmp_path, caplog):
   caplog.set_level(logging.WARNING)
   p = TestPipeline()
   outputs = (p | wikidump.ReadDumpPages(str(tmp_path / "*.xml.bz2"))
-             | wikitext.ParsePages(max_page_bytes=1000))
+             | parse_pages.ParsePages(max_page_bytes=1000))
   titles_and_links = outputs.articles | beam.Map(lambda page: (page.page_id, page.title,
                                                                page.links))
   assert_that(titles_and_links, equal_to([(1, "Paris", ("France", "Lutetia")),
@@ -199,7 +199,7 @@ def _route_all(path) -> tuple[collections.Counter, dict[str, Page]]:
   counts: collections.Counter = collections.Counter()
   articles: dict[str, Page] = {}
   for raw in wikidump.iter_dump_pages(str(path), counts):
-    kind, value = wikitext.route_page(raw)
+    kind, value = parse_pages.route_page(raw)
     if kind == "article":
       articles[value.title] = value
     counts["pages_kept" if kind == "article" else
