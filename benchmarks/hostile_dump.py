@@ -9,7 +9,7 @@ temporary folder. Both runs go through `python -m twotower.pipelines.pairs` in a
 process (one worker, the local runner's disk shuffle), and the table gives each one's peak
 RSS (all its processes together, sampled every 0.2 s: benchmarks.pipeline_vs_floor), wall
 seconds and its stats.json's `dump_whitespace_capped`, with the bomb's peak as a multiple of
-the slice's. The reader caps a whitespace run at pipelines.wikidump.MAX_WHITESPACE_RUN
+the slice's. The reader caps a whitespace run at pipelines.text_stream.MAX_WHITESPACE_RUN
 characters while it reads, so the bomb's peak should be about the slice's or below.
 
 Reference (the slice when ../shared/data has it; else --dump any dump).

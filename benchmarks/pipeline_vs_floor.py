@@ -77,8 +77,8 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
   """Writes `copies` copies of `source`'s pages (its first `limit`, if > 0) to `target`
   (.xml.bz2), copy k > 0 with page ids + k * (max id + 1) and titles (and redirect targets)
   suffixed " (copy k)"; returns the number of pages."""
-  from twotower.pipelines import wikidump
-  with wikidump._open_decompressed(source) as f:  # pylint: disable=protected-access
+  from twotower.pipelines import text_stream
+  with text_stream.open_decompressed(source) as f:
     xml = f.read().decode("utf-8")
   first, last = xml.index("<page>"), xml.rindex("</page>") + len("</page>")
   header, body, footer = xml[:first], xml[first:last], xml[last:]
@@ -103,9 +103,9 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
 
 def corpus_slice(source: str, target: str, docs: int) -> None:
   """Writes the first `docs` documents of a WikiExtractor file to `target` (.bz2)."""
-  from twotower.pipelines import wikidump
+  from twotower.pipelines import text_stream
   out, closed = [], 0
-  with wikidump._open_decompressed(source) as f:  # pylint: disable=protected-access
+  with text_stream.open_decompressed(source) as f:
     for line in f:
       out.append(line)
       if line.startswith(b"</doc>"):
@@ -118,10 +118,10 @@ def corpus_slice(source: str, target: str, docs: int) -> None:
 
 def corpus_text_bytes(path: str) -> tuple[int, int]:
   """(documents, UTF-8 bytes of the lines inside their `<doc>`) of a WikiExtractor file."""
-  from twotower.pipelines import wikidump
+  from twotower.pipelines import text_stream
   docs = size = 0
   inside = False
-  with wikidump._open_decompressed(path) as f:  # pylint: disable=protected-access
+  with text_stream.open_decompressed(path) as f:
     for line in f:
       if line.startswith(b"<doc"):
         inside, docs = True, docs + 1

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 from twotower import io as tio
 from twotower.contracts import counters as C
-from twotower.pipelines import wikidump
+from twotower.pipelines import text_stream, wikidump
 
 FORMATS = ("mediawiki", "wikiextractor", "wikiextractor-json", "jsonl")
 MEDIAWIKI, WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, JSONL = FORMATS
@@ -95,13 +95,13 @@ def per_input_counter(page_id: int, name: str) -> str:
 def _head(path: str) -> str:
   """The first SNIFF_BYTES of the decompressed file, decoded leniently."""
   try:
-    with wikidump._open_decompressed(path) as stream:  # pylint: disable=protected-access
+    with text_stream.open_decompressed(path) as stream:
       read = getattr(stream, "read1", stream.read)
       pieces, size = [], 0
       while size < SNIFF_BYTES:
         try:
           piece = read(SNIFF_BYTES - size)
-        except wikidump._DECOMPRESSION_ERRORS as e:  # pylint: disable=protected-access
+        except text_stream.DECOMPRESSION_ERRORS as e:
           if not pieces:
             raise ValueError(f"{path}: cannot be decompressed ({type(e).__name__}: {e}); "
                              "is it the file you meant?") from None

@@ -54,7 +54,7 @@ from twotower.contracts import ARTICLE_NAMESPACE, Page, Section, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
-from twotower.pipelines import parse_pages, titles, unique_ids, wikidump
+from twotower.pipelines import parse_pages, text_stream, titles, unique_ids
 from twotower.pipelines.inputs import (DOC_OPEN, JSONL, MEDIAWIKI, TEXT_ID_STRIDE,
                                        WIKIEXTRACTOR, WIKIEXTRACTOR_JSON, InputFile)
 
@@ -210,7 +210,8 @@ def make_page(file: InputFile, raw_id: object, title: object,
   if normalized is None:
     raise _Skip(C.PageSkip.BAD_TITLE, f"id={raw_id} title={title!r}")
   paragraphs = [p for _, ps in sections for p in ps]
-  if wikidump.DAMAGE_MARK in title or any(wikidump.DAMAGE_MARK in p for p in paragraphs):
+  if text_stream.DAMAGE_MARK in title or any(text_stream.DAMAGE_MARK in p
+                                              for p in paragraphs):
     raise _Skip(C.PageSkip.INVALID_UTF8, f"id={raw_id} title={title!r}")
   kept = [(heading, tuple(p for p in ps if p and _WORD.search(p))) for heading, ps in sections]
   if not any(ps for _, ps in kept):
@@ -228,11 +229,11 @@ def make_page(file: InputFile, raw_id: object, title: object,
 
 
 def _lines(path: str, state: dict) -> Iterator[str]:
-  """The file's lines (without "\\n"), damage marked (wikidump.DAMAGE_MARK); sets
+  """The file's lines (without "\\n"), damage marked (text_stream.DAMAGE_MARK); sets
   state["truncated"] on a broken compressed tail."""
-  with wikidump._open_decompressed(path) as stream:  # pylint: disable=protected-access
+  with text_stream.open_decompressed(path) as stream:
     rest = ""
-    for chunk in wikidump._text_chunks(stream, path, state):  # pylint: disable=protected-access
+    for chunk in text_stream.text_chunks(stream, path, state):
       lines = (rest + chunk).split("\n")
       rest = lines.pop()
       yield from lines

@@ -16,7 +16,7 @@ Damage never loses the rest:
   the reader re-synchronises on the next `<page>` line with a fresh parser.
 * Invalid UTF-8 cannot reach the XML parser (expat rejects such bytes and would stop): the
   bytes are decoded first, invalid sequences and characters XML forbids (C0 controls)
-  replaced by DAMAGE_MARK (a noncharacter). A page whose title or text holds one is skipped
+  replaced by text_stream.DAMAGE_MARK (a noncharacter). A page whose title or text holds one is skipped
   and counted (`pages_skipped_invalid_utf8`); a dump's own U+FFFD characters are kept.
   MediaWiki stores valid UTF-8 only, so such bytes mean corruption, and the page's text is
   not trustworthy.
@@ -26,10 +26,10 @@ Damage never loses the rest:
 
 Hostile input is bounded while it is read, so memory stays flat whatever the XML holds:
 
-* a run of whitespace longer than MAX_WHITESPACE_RUN characters (between tags or inside
-  one's text) keeps its first MAX_WHITESPACE_RUN (`dump_whitespace_capped` runs): 1.5 GB of
+* a run of whitespace longer than text_stream.MAX_WHITESPACE_RUN characters (between tags or inside
+  one's text) keeps its first text_stream.MAX_WHITESPACE_RUN (`dump_whitespace_capped` runs): 1.5 GB of
   whitespace between two tags (a 2 MB .gz) is read as 64 KB of it;
-* a run of text between two tags longer than MAX_TEXT_RUN characters (no page's wikitext is
+* a run of text between two tags longer than text_stream.MAX_TEXT_RUN characters (no page's wikitext is
   that long: ParsePages skips pages over 5 MB) is cut there (`dump_text_capped`), and the
   page holding it is skipped (`pages_skipped_too_large`);
 * XML nested deeper than MAX_XML_DEPTH elements, or a page of more than MAX_PAGE_ELEMENTS
@@ -52,40 +52,29 @@ the tag alone.
 
 from __future__ import annotations
 
-import bz2
-import codecs
 import collections
-import gzip
 import logging
 import itertools
 import os
 import re
 import xml.etree.ElementTree as ET
-import zlib
 from typing import BinaryIO, Iterator, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
+from twotower.pipelines import text_stream
 from twotower.pipelines import unique_ids
 
 logger = logging.getLogger(__name__)
 
-#: Characters of decompressed XML fed to the parser at a time.
-CHUNK_BYTES = 1 << 20
 #: Characters fed to the parser before its events are read: what a skipped (too deep) page
 #: can take with it at most, see _iter_stream.
 FEED_CHARS = 1 << 16
-#: Longest run of whitespace kept; the rest of a longer run is dropped while reading.
-MAX_WHITESPACE_RUN = 1 << 16
-#: Longest run of text between two tags kept (characters); longer: the page is too large.
-MAX_TEXT_RUN = 8 << 20
 #: Deepest element nesting a dump needs is 5 (mediawiki/page/revision/contributor/username).
 MAX_XML_DEPTH = 32
 #: Elements of one page (a pages-meta-history page has about 10 per revision).
@@ -93,136 +82,7 @@ MAX_PAGE_ELEMENTS = 200_000
 #: Page ids a dump may hold: [0, PAGE_ID_LIMIT); pipelines.inputs gives every input of a
 #: `--dump` list a range of this width (inputs.TEXT_ID_STRIDE).
 PAGE_ID_LIMIT = 10_000_000_000
-#: Put where a text run was cut: a noncharacter (as DAMAGE_MARK), so the page is known cut.
-CUT_MARK = "\U0010ffff"
-_WHITESPACE = " \t\r\n"
-#: A run of whitespace longer than MAX_WHITESPACE_RUN, matched from its first character only
-#: (the look-behind), so that the scan stays linear.
-_LONG_WHITESPACE = re.compile(r"(?<![ \t\r\n])[ \t\r\n]{%d,}" % (MAX_WHITESPACE_RUN + 1))
-
-_DECOMPRESSION_ERRORS = (EOFError, OSError, zlib.error, ValueError)
-#: Characters XML 1.0 forbids; expat stops at them, so they become U+FFFD first.
-_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 _PAGE_LINE = re.compile(r"<page[\s>]")
-#: What invalid bytes and XML-illegal characters become: a noncharacter that XML allows and
-#: real text does not use, so a page that holds one is known to be damaged (unlike U+FFFD,
-#: which a dump may hold legitimately).
-DAMAGE_MARK = "\U0010fffe"
-_UTF8_ERRORS = "twotower.mark_damage"
-
-
-def _mark_damage(error: UnicodeDecodeError) -> tuple[str, int]:
-  """Codec error handler: "replace", with DAMAGE_MARK."""
-  return DAMAGE_MARK, error.end
-
-
-codecs.register_error(_UTF8_ERRORS, _mark_damage)
-
-
-def _open_decompressed(path: str) -> BinaryIO:
-  """A binary stream of the decompressed file, chosen by suffix."""
-  raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-  if path.endswith(".bz2"):
-    return bz2.BZ2File(raw)
-  if path.endswith(".gz"):
-    return gzip.GzipFile(fileobj=raw)
-  return raw
-
-
-def _text_chunks(stream: BinaryIO, path: str, state: dict) -> Iterator[str]:
-  """Decoded text chunks, damage marked; sets state["truncated"] on a broken tail."""
-  decoder = codecs.getincrementaldecoder("utf-8")(errors=_UTF8_ERRORS)
-  # read1, not read: a decompression error inside read() discards what that call had
-  # already decompressed; read1 makes one raw read, so nothing before the damage is lost.
-  read = getattr(stream, "read1", stream.read)
-  while True:
-    pieces, size = [], 0
-    while size < CHUNK_BYTES and "truncated" not in state:
-      try:
-        piece = read(CHUNK_BYTES - size)
-      except _DECOMPRESSION_ERRORS as e:
-        state["truncated"] = f"decompression failed: {type(e).__name__}: {e}"
-        break
-      if not piece:
-        break
-      pieces.append(piece)
-      size += len(piece)
-    data = b"".join(pieces)
-    final = not data
-    text = decoder.decode(data, final=final)
-    if _XML_ILLEGAL.search(text):
-      text = _XML_ILLEGAL.sub(DAMAGE_MARK, text)
-    if text:
-      yield text
-    if final:
-      return
-
-
-class _RunCaps:
-  """Decoded text chunks -> the same text with every whitespace run cut to
-  MAX_WHITESPACE_RUN characters and every run of text between tags cut to MAX_TEXT_RUN
-  (CUT_MARK put where it was cut); runs that span chunks are followed across them."""
-
-  def __init__(self, counts: collections.Counter):
-    self.counts = counts
-    self.space = 0       # length of the whitespace run the last chunk ended in
-    self.space_cut = False  # that run was already cut (and counted)
-    self.text = 0        # characters since the last "<"
-    self.text_cut = False
-
-  def __call__(self, chunk: str) -> str:
-    return self._cap_text(self._cap_whitespace(chunk))
-
-  def _cap_whitespace(self, chunk: str) -> str:
-    rest = chunk.lstrip(_WHITESPACE)
-    lead = len(chunk) - len(rest)
-    if self.space and lead:  # The run the last chunk ended in goes on.
-      keep = max(0, min(lead, MAX_WHITESPACE_RUN - self.space))
-      if keep < lead:
-        if not self.space_cut:
-          self.counts[C.DUMP_WHITESPACE_CAPPED] += 1
-        self.space_cut = True
-        chunk = chunk[:keep] + rest
-      if not rest:
-        self.space += keep
-        return chunk
-    elif not rest:  # A chunk of whitespace that starts a run.
-      self.space_cut = False
-      if lead > MAX_WHITESPACE_RUN:
-        self.counts[C.DUMP_WHITESPACE_CAPPED] += 1
-        self.space_cut = True
-        chunk = chunk[:MAX_WHITESPACE_RUN]
-      self.space = len(chunk)
-      return chunk
-    if len(chunk) > MAX_WHITESPACE_RUN:
-      chunk, cut = _LONG_WHITESPACE.subn(lambda m: m.group()[:MAX_WHITESPACE_RUN], chunk)
-      if cut:
-        self.counts[C.DUMP_WHITESPACE_CAPPED] += cut
-    tail = len(chunk) - len(chunk.rstrip(_WHITESPACE))
-    self.space_cut = tail >= MAX_WHITESPACE_RUN
-    self.space = tail
-    return chunk
-
-  def _cap_text(self, chunk: str) -> str:
-    # No run inside one chunk can pass the cap (MAX_TEXT_RUN > CHUNK_BYTES): only the run
-    # that goes on from the last chunk into this one's head can.
-    first = chunk.find("<")
-    head = len(chunk) if first < 0 else first
-    if self.text + head > MAX_TEXT_RUN:
-      keep = max(0, MAX_TEXT_RUN - self.text)
-      if not self.text_cut:
-        self.counts[C.DUMP_TEXT_CAPPED] += 1
-        chunk = chunk[:keep] + CUT_MARK + chunk[head:]
-        self.text_cut = True
-      else:
-        chunk = chunk[head:]
-      self.text = MAX_TEXT_RUN
-    else:
-      self.text += head
-    if first >= 0:
-      self.text = len(chunk) - chunk.rfind("<") - 1
-      self.text_cut = False
-    return chunk
 
 
 def _local(tag: str) -> str:
@@ -290,19 +150,19 @@ def _page_from_element(elem: ET.Element, path: str, site: SiteInfo,
     raise _Skip(C.PageSkip.MISSING_TITLE, f"id={page_id}")
   if text is None:
     raise _Skip(C.PageSkip.NO_TEXT, f"id={page_id} title={title!r}")
-  if CUT_MARK in text or CUT_MARK in title:
+  if text_stream.CUT_MARK in text or text_stream.CUT_MARK in title:
     raise _Skip(C.PageSkip.TOO_LARGE, f"id={page_id} title={title!r}: a run of more than "
-                                      f"{MAX_TEXT_RUN} characters between two tags")
+                                      f"{text_stream.MAX_TEXT_RUN} characters between two tags")
   return RawPage(page_id=id_offset + page_id, title=title, namespace=namespace, text=text,
                  redirect_title=redirect, source=path, site=site)
 
 
 def read_siteinfo(path: str) -> SiteInfo:
   """The `<siteinfo>` of a dump file (reads only the head of the file)."""
-  with _open_decompressed(path) as stream:
+  with text_stream.open_decompressed(path) as stream:
     parser = ET.XMLPullParser(events=("end",))
     state: dict = {}
-    for text in _text_chunks(stream, path, state):
+    for text in text_stream.text_chunks(stream, path, state):
       try:
         parser.feed(text)
         for _, elem in parser.read_events():
@@ -334,7 +194,7 @@ def iter_dump_pages(path: str, counts: Optional[collections.Counter] = None,
   counts = counts if counts is not None else collections.Counter()
   counts[C.DUMP_FILES_READ] += 1
   try:
-    stream = _open_decompressed(path)
+    stream = text_stream.open_decompressed(path)
   except (OSError, ValueError) as e:
     counts[C.DUMP_FILES_UNREADABLE] += 1
     logger.error("%s: cannot open: %s", path, e)
@@ -345,9 +205,9 @@ def iter_dump_pages(path: str, counts: Optional[collections.Counter] = None,
 
 def _pieces(stream: BinaryIO, path: str, state: dict,
             counts: collections.Counter) -> Iterator[str]:
-  """The decoded text, hostile runs capped (_RunCaps), in pieces of FEED_CHARS."""
-  caps = _RunCaps(counts)
-  for chunk in _text_chunks(stream, path, state):
+  """The decoded text, hostile runs capped (text_stream.RunCaps), in pieces of FEED_CHARS."""
+  caps = text_stream.RunCaps(counts)
+  for chunk in text_stream.text_chunks(stream, path, state):
     chunk = caps(chunk)
     for start in range(0, len(chunk), FEED_CHARS):
       yield chunk[start:start + FEED_CHARS]
@@ -421,7 +281,7 @@ def _iter_stream(stream: BinaryIO, path: str, counts: collections.Counter,
               counts[C.pages_skipped(reason)] += 1
               logger.warning("%s: skipping page (%s): %s", path, reason, detail)
             else:
-              if DAMAGE_MARK in page.text or DAMAGE_MARK in page.title:
+              if text_stream.DAMAGE_MARK in page.text or text_stream.DAMAGE_MARK in page.title:
                 counts[C.pages_skipped(C.PageSkip.INVALID_UTF8)] += 1
                 logger.warning("%s: skipping page id=%d title=%r: invalid UTF-8 or XML "
                                "characters replaced", path, page.page_id, page.title)

@@ -29,8 +29,8 @@ PAGES_READ = "pages_read"
 PAGES_KEPT = "pages_kept"
 PAGES_REDIRECT = "pages_redirect"
 #: Hostile dumps (pipelines.wikidump): runs of whitespace between or inside tags cut to
-#: wikidump.MAX_WHITESPACE_RUN characters, and runs of text between two tags longer than
-#: wikidump.MAX_TEXT_RUN (the page holding one is skipped as too_large): each run counted.
+#: text_stream.MAX_WHITESPACE_RUN characters, and runs of text between two tags longer than
+#: text_stream.MAX_TEXT_RUN (the page holding one is skipped as too_large): each run counted.
 DUMP_WHITESPACE_CAPPED = "dump_whitespace_capped"
 DUMP_TEXT_CAPPED = "dump_text_capped"
 #: Templates / links nested deeper than wikitext.MAX_NESTING, dropped whole (pipelines.wikitext).
