@@ -193,7 +193,7 @@ def main(argv=None) -> None:
   args = p.parse_args(argv)
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
   from twotower import logs  # pylint: disable=import-outside-toplevel
-  from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
+  from twotower.model import export_hf, hf_run  # pylint: disable=import-outside-toplevel
   from twotower.model import onnx_encoder  # pylint: disable=import-outside-toplevel
   logs.setup(verbose=False)
   logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
@@ -202,7 +202,7 @@ def main(argv=None) -> None:
   t0 = time.time()
   exported = export_hf.run(export_hf.ExportHfConfig(run=args.run, out=out, overwrite=True))
   export_seconds = time.time() - t0
-  spec_export = export_hf.resolve_export_dir(args.run)
+  spec_export = hf_run.resolve_export_dir(args.run)
   import yaml  # pylint: disable=import-outside-toplevel
   cfg = yaml.safe_load(open(os.path.join(spec_export, "config.yaml"), encoding="utf-8"))["model"]
   queries, docs = build_texts(args.squad, args.texts)

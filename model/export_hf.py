@@ -50,6 +50,7 @@ import numpy as np
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.model import hf_run
 from twotower.model import hf_tokenizer
 from twotower.model import onnx_encoder
 
@@ -76,64 +77,6 @@ class ExportHfResult:
   out: str
   towers: str               # "shared" or "separate"
   files: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class TowerSpec:
-  """What the export needs of one trained run, read from its export/ folder."""
-  export_dir: str
-  vocab: list[str]
-  query_len: int
-  doc_len: int
-  query_tower: object       # encoders.TransformerTower
-  doc_tower: object
-  shared: bool
-  config_yaml: str
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading the run.
-# ---------------------------------------------------------------------------------------------
-
-
-def resolve_export_dir(run: str) -> str:
-  """A training run dir, its export/ dir or the export's SavedModel -> the export/ dir."""
-  run = run.rstrip("/")
-  for candidate in (run, contracts.export_dir(run), os.path.dirname(run)):
-    if os.path.isfile(os.path.join(candidate, contracts.KERAS_FILE)):
-      return candidate
-  raise FileNotFoundError(f"{run}: no {contracts.KERAS_FILE} in it or in its "
-                          f"{contracts.EXPORT_DIR}/ (was the run exported?)")
-
-
-def load_run(run: str) -> TowerSpec:
-  """The run's towers, vocabulary and lengths; refuses towers that are not Transformers."""
-  import keras  # pylint: disable=import-outside-toplevel
-  import yaml  # pylint: disable=import-outside-toplevel
-
-  from twotower.model import encoders  # pylint: disable=import-outside-toplevel
-  from twotower.model import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-  from twotower.model import two_tower  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  export_dir = resolve_export_dir(run)
-  config_path = os.path.join(export_dir, contracts.RUN_CONFIG_FILE)
-  if not os.path.isfile(config_path):
-    raise FileNotFoundError(f"{config_path}: missing (the run's config gives the lengths)")
-  config_yaml = tio.read_text(config_path)
-  model_config = (yaml.safe_load(config_yaml) or {}).get("model") or {}
-  if model_config.get("encoder", "transformer") != "transformer":
-    raise ValueError(f"{config_path}: model.encoder={model_config.get('encoder')!r}: only "
-                     "Transformer towers map onto a BERT model (BoW-MLP towers have no "
-                     "Hugging Face counterpart)")
-  keras_path = os.path.join(export_dir, contracts.KERAS_FILE)
-  model = keras.saving.load_model(keras_path, compile=False).towers_only()
-  for tower in (model.query_tower, model.doc_tower):
-    if not isinstance(tower, encoders.TransformerTower):
-      raise ValueError(f"{keras_path}: a {type(tower).__name__} tower; only Transformer towers "
-                       "map onto a BERT model")
-  vocab = tokenizer_lib.read_vocab(os.path.join(export_dir, contracts.VOCAB_FILE))
-  return TowerSpec(export_dir, vocab, int(model_config["query_len"]),
-                   int(model_config["doc_len"]), model.query_tower, model.doc_tower,
-                   bool(model.shared_towers), config_yaml)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +185,7 @@ def _portable_tokenizer_config(folder: str) -> None:
   tio.write_json(path, config)
 
 
-def _st_modules(spec: TowerSpec, tower, work: str, name: str, route: str | None):
+def _st_modules(spec: hf_run.TowerSpec, tower, work: str, name: str, route: str | None):
   """[Transformer, Pooling(cls), Dense(identity)] of one tower (BertModel written to
   `work/name` first: sentence-transformers' Transformer loads from a folder)."""
   import torch  # pylint: disable=import-outside-toplevel
@@ -268,7 +211,7 @@ def _st_modules(spec: TowerSpec, tower, work: str, name: str, route: str | None)
   return [transformer, pooling, dense]
 
 
-def sentence_transformer(spec: TowerSpec, work: str):
+def sentence_transformer(spec: hf_run.TowerSpec, work: str):
   """The towers as a `SentenceTransformer` (a Router of two when the towers are separate)."""
   from sentence_transformers import SentenceTransformer  # pylint: disable=import-outside-toplevel
   from sentence_transformers.sentence_transformer import modules  # pylint: disable=import-outside-toplevel
@@ -376,7 +319,7 @@ def write_query_tower(run: str, out_dir: str) -> None:
   SavedModel's query signature on CHECK_QUERIES (ids and embeddings)."""
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   import tensorflow_text  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-  spec = load_run(run)
+  spec = hf_run.load_run(run)
   write_onnx_tower(spec.query_tower, spec.vocab, spec.query_len, out_dir, "query")
   saved = tf.saved_model.load(os.path.join(spec.export_dir, contracts.SAVED_MODEL_DIR))
   want = saved.signatures[contracts.QUERY_SIGNATURE](
@@ -418,92 +361,6 @@ def _write_st_onnx(st_model, out: str, shared: bool) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The model card.
-# ---------------------------------------------------------------------------------------------
-
-
-def _run_numbers(export_dir: str) -> str:
-  """The run's recorded figures (history.csv's last row), where the run dir has them."""
-  history = os.path.join(os.path.dirname(export_dir), contracts.HISTORY_FILE)
-  if not os.path.isfile(history):
-    return "The run directory records no training history.\n"
-  lines = [l for l in tio.read_text(history).splitlines() if l.strip()]
-  if len(lines) < 2:
-    return "The run's history.csv is empty.\n"
-  head, last = lines[0].split(","), lines[-1].split(",")
-  rows = "\n".join(f"| {k} | {v} |" for k, v in zip(head, last))
-  return f"The last row of the run's `history.csv`:\n\n| metric | value |\n|---|---|\n{rows}\n"
-
-
-def _run_data(export_dir: str, config_yaml: str) -> str:
-  """What the run trained on: its stage, tasks and the inputs its manifest lists."""
-  import yaml  # pylint: disable=import-outside-toplevel
-  data = (yaml.safe_load(config_yaml) or {}).get("data") or {}
-  manifest = outputs.read_manifest(os.path.dirname(export_dir)) or {}
-  lines = [f"- stage: `twotower {manifest.get('stage', '?')}`",
-           f"- tasks: {', '.join(data.get('tasks') or []) or '?'}; batch size "
-           f"{data.get('batch_size', '?')}"]
-  lines += [f"- input: `{path}`" for path in manifest.get("inputs", [])]
-  return "\n".join(lines)
-
-
-def model_card(spec: TowerSpec, run: str, out: str, files_note: str) -> str:
-  towers = "one shared tower" if spec.shared else "separate query and document towers"
-  routes = ("" if spec.shared else " A sentence-transformers `Router`: `encode_query` runs "
-            "the query tower, `encode_document` (and a plain `encode`) the document tower.")
-  b = spec.query_tower.backbone
-  usage_docs = ('model.encode_document(["Hamlet [SEP] Hamlet is a tragedy by William '
-                'Shakespeare."])')
-  return f"""---
-library_name: sentence-transformers
-pipeline_tag: sentence-similarity
-tags: [sentence-transformers, feature-extraction, dense-retrieval, twotower]
----
-
-# twotower retriever ({towers})
-
-Exported by `twotower export-hf` from the training run `{os.path.abspath(run)}`: a two-tower
-retriever (Chang et al., ICLR 2020) with BERT-style towers, L{b.num_layers} / H{b.hidden_dim} /
-A{b.num_heads}, intermediate {b.intermediate_dim}, embedding dimension
-{spec.query_tower.embedding_dim}, vocabulary {len(spec.vocab)} word pieces. Score =
-inner product of the query and document embeddings (not normalised).{routes}
-
-```python
-from sentence_transformers import SentenceTransformer
-model = SentenceTransformer("{os.path.basename(os.path.abspath(out))}")  # this folder
-q = model.encode_query(["who wrote hamlet?"])  # [CLS] q [SEP], at most {spec.query_len} pieces
-d = {usage_docs}  # title [SEP] text
-scores = q @ d.T
-```
-
-Inputs, exactly as the trained model's in-graph tokenizer: lower case, NFD, accents stripped,
-then WordPiece. A query is `[CLS] q [SEP]`, cut to {spec.query_len} word pieces. A document is
-ONE string, `title + " [SEP] " + text` (the `[SEP]` is the special token), giving
-`[CLS] title [SEP] text [SEP]` cut to {spec.doc_len} (the text is cut first; a title of more
-than {spec.doc_len - 3} word pieces is cut differently from the trained model's tokenizer). An
-empty title is `" [SEP] " + text`. A literal `[SEP]` or `[CLS]` typed in a query is the special
-token for sentence-transformers (a transformers tokenizer always matches its special tokens),
-three word pieces in the trained model and in `onnx_towers/query/tokenizer.json`.
-
-{files_note}
-
-## Data
-
-{_run_data(spec.export_dir, spec.config_yaml)}
-
-## Training run
-
-```yaml
-{spec.config_yaml.strip()}
-```
-
-## Numbers
-
-{_run_numbers(spec.export_dir)}
-"""
-
-
-# ---------------------------------------------------------------------------------------------
 # The stage.
 # ---------------------------------------------------------------------------------------------
 
@@ -512,7 +369,7 @@ def run(config: ExportHfConfig) -> ExportHfResult:
   """Writes the model directory (beside `out` first, moved into place when whole)."""
   from transformers.utils import logging as hf_logging  # pylint: disable=import-outside-toplevel
   hf_logging.disable_progress_bar()  # "Writing model shards" bars: not this stage's output
-  spec = load_run(config.run)
+  spec = hf_run.load_run(config.run)
   settings = {"run": os.path.abspath(spec.export_dir), "onnx": config.onnx}
   tio.log_settings(STAGE, {**settings, "out": config.out})
   with outputs.staged(config.out, STAGE, settings, overwrite=config.overwrite) as tmp:
@@ -532,7 +389,7 @@ def run(config: ExportHfConfig) -> ExportHfResult:
                    "(per Transformer module) is the BertModel where sentence-transformers' "
                    "`backend=\"onnx\"` looks.")
     tio.write_text(os.path.join(tmp, "README.md"),
-                   model_card(spec, config.run, config.out, "\n".join(notes)))
+                   hf_run.model_card(spec, config.run, config.out, "\n".join(notes)))
   towers = "shared" if spec.shared else "separate"
   logger.info("export-hf: %s towers -> %s", towers, config.out)
   return ExportHfResult(config.out, towers, outputs.files_of(config.out))
