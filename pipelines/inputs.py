@@ -167,6 +167,7 @@ def match_inputs(pattern: str) -> list[InputFile]:
     if not paths:
       what = f"(one of the inputs of --dump {pattern!r})" if len(entries) > 1 else ""
       raise FileNotFoundError(f"no file matches {entry!r} {what}".rstrip())
+    sizes = _sizes(entry, paths)
     for path in paths:
       if tio.is_local(path) and os.path.isdir(path):
         raise ValueError(f"{path} (matched by {entry!r}) is a directory; make the glob match "
@@ -177,7 +178,7 @@ def match_inputs(pattern: str) -> list[InputFile]:
       seen[path] = entry
       fmt = sniff_format(path)
       wiki = wikidump.read_siteinfo(path).dbname if fmt == MEDIAWIKI else ""
-      files.append(InputFile(path, fmt, index, entry, wiki, size=_size(path)))
+      files.append(InputFile(path, fmt, index, entry, wiki, size=sizes.get(path, 0)))
   return _with_id_offsets(files)
 
 
@@ -187,11 +188,12 @@ def with_absolute_paths(files: Sequence[InputFile]) -> list[InputFile]:
   return [dataclasses.replace(f, path=tio.absolute(f.path)) for f in files]
 
 
-def _size(path: str) -> int:
-  """A matched file's size in bytes (sizes the disk shuffle)."""
-  if tio.is_local(path):
-    return os.path.getsize(path)
-  return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+def _sizes(entry: str, paths: Sequence[str]) -> dict[str, int]:
+  """The matched files' sizes in bytes (they size the disk shuffle): local ones from the disk,
+  remote ones from one listing of their glob (not one request per file)."""
+  if tio.is_local(entry):
+    return {path: os.path.getsize(path) for path in paths if not os.path.isdir(path)}
+  return {m.path: m.size_in_bytes for m in FileSystems.match([entry])[0].metadata_list}
 
 
 def _with_id_offsets(files: list[InputFile]) -> list[InputFile]:
