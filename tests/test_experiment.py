@@ -40,6 +40,41 @@ def test_every_shipped_grid_loads_and_plans_in_dependency_order():
     assert entries and all(e.cell in seen for e in entries)
 
 
+def test_a_grid_that_extends_another_merges_mappings_and_replaces_or_appends_lists(tmp_path):
+  """`extends`: the parent's rows and data stay unless the child sets them; `tables+` adds a
+  table after the parent's; a circle is refused by name."""
+  child = tmp_path / "child.yaml"
+  child.write_text("extends: cpu-small\n"
+                   "data: {recover_links: true}\n"
+                   "systems: {wlp: {pretraining: WLP (title links)}}\n"
+                   "tables+:\n  - {id: extra, title: Extra, ratios: [5], rows: [bm25, ict]}\n")
+  parent, spec = grid.load("cpu-small"), grid.load(str(child))
+  assert spec.name == "child" and spec.data.recover_links and not parent.data.recover_links
+  assert spec.data.pairs == parent.data.pairs and spec.data.vocab_size == parent.data.vocab_size
+  assert spec.systems["wlp"].pretraining == "WLP (title links)"
+  assert spec.systems["wlp"].tasks == ("wlp",)  # the rest of the row is the parent's
+  assert [t.id for t in spec.tables] == [t.id for t in parent.tables] + ["extra"]
+  assert spec.readings == parent.readings
+  a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+  a.write_text(f"extends: {b}\n")
+  b.write_text(f"extends: {a}\n")
+  with pytest.raises(ValueError, match="circle"):
+    grid.load(str(a))
+
+
+def test_recovered_links_are_in_the_pairs_key_only_when_on():
+  """The committed grids' pairs cells keep their keys; turning link recovery on plans new
+  pairs cells, and so new pre-training."""
+  links = grid.load("cpu-small-links")
+  plans = {name: plan.plan(spec, INPUTS)[0]
+           for name, spec in (("off", grid.load("cpu-small")), ("on", links))}
+  off, on = (plans[k]["pairs/wiki"] for k in ("off", "on"))
+  assert "recover_links" not in key_params(off.params)
+  assert key_params(on.params)["recover_links"] is True
+  assert on.key != off.key
+  assert plans["on"]["pretrain/ict/base/s0"].key != plans["off"]["pretrain/ict/base/s0"].key
+
+
 def test_cpu_small_table5_is_the_papers_design():
   """Rows 1-3 single tasks on the small towers, rows 4-9 on the deep ones (No-SSL, MLM, ICT,
   ICT+BFS+WLP at d 128, then ICT+BFS+WLP at d 256 and 512), at all four ratios."""

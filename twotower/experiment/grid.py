@@ -170,6 +170,10 @@ class DataSpec:
   # turns it on: the committed grids were run before it, and a cell re-made from them must
   # give the same floats; turning it on changes the pairs cells' keys, so nothing is reused.
   text_cleanup: bool = False
+  # Links found as other pages' titles in text without links (`twotower pairs
+  # --recover_links`): WLP pairs from the extracted-text corpus. Off unless the grid file turns
+  # it on, for the same reason as `text_cleanup`.
+  recover_links: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,12 +333,52 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   return spec
 
 
-def load(name_or_path: str) -> GridSpec:
+#: A grid file's key naming the grid it builds on (`extends: cpu-small`).
+EXTENDS = "extends"
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
+  """`base` with `over` laid on it: mappings merge key by key (recursively), anything else
+  (a list, a number, a string) is replaced; a key set to null in `over` is dropped, and a
+  list under `<key>+` is appended to `base`'s `<key>`."""
+  out = dict(base)
+  for key, value in over.items():
+    if key.endswith("+"):
+      key = key[:-1]
+      if not isinstance(value, list) or not isinstance(out.get(key, []), list):
+        raise ValueError(f"`{key}+` appends a list to the list `{key}`; got {value!r}")
+      out[key] = list(out.get(key) or []) + value
+    elif value is None:
+      out.pop(key, None)
+    elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+      out[key] = _merged(out[key], value)
+    else:
+      out[key] = value
+  return out
+
+
+def _raw(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
+  """The grid's mapping, with the grid it `extends` (a grid name or a file) merged under it."""
   name, text = _read(name_or_path)
+  if name in seen:
+    raise ValueError(f"grid {seen[0]}: `{EXTENDS}` goes round in a circle "
+                     f"({' -> '.join(seen + (name,))})")
   raw = yaml.safe_load(text) or {}
   if not isinstance(raw, dict):
     raise ValueError(f"grid {name}: expected a mapping at the top level")
-  return parse(name, raw)
+  parent = raw.pop(EXTENDS, None)
+  if parent is None:
+    return name, raw
+  _, base = _raw(str(parent), seen + (name,))
+  return name, _merged(base, raw)
+
+
+def load(name_or_path: str) -> GridSpec:
+  """The GridSpec of a grid name (grids/<name>.yaml) or a YAML file. A grid that says
+  `extends: <grid>` is that grid with its own keys laid over it (mappings such as `data`,
+  `systems` and `variants` merged key by key, lists such as `tables` and `readings`
+  replaced, or appended to with `tables+:`)."""
+  return parse(*_raw(name_or_path))
 
 
 def check(spec: GridSpec) -> None:

@@ -242,7 +242,7 @@ def _pairs(spec: GridSpec, inputs: Inputs, p: Plan, squad_text: bool,
       dump=inputs.dump, squad_text=inputs.squad if squad_text else "",
       pairs={**data.pairs, **(extra or {})}, passages=dict(data.passages),
       heldout_percent=data.heldout_percent, corpus=inputs.corpus or None,
-      text_cleanup=bool(data.text_cleanup)))
+      text_cleanup=bool(data.text_cleanup), recover_links=bool(data.recover_links)))
 
 
 def _pretrain(g: _Grid, system: System, variant: Variant, seed: int) -> Optional[CellId]:
