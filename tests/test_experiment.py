@@ -17,7 +17,7 @@ from twotower.commands import experiment as experiment_cmd
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower import experiment
-from twotower.experiment import estimate, execute, grid, plan, recheck, render
+from twotower.experiment import cells, estimate, execute, grid, plan, recheck, render
 from twotower.experiment.params import key_params
 from wikidump_fixtures import DumpPage, write_dump
 
@@ -345,6 +345,32 @@ def test_states_are_read_from_the_cells_files(tmp_path):
   assert states["pairs/wiki"] == "failed"
   assert states["vocab/wiki"] == states["pretrain/ict/base/s0"] == "blocked"
   assert states["reqa/squad"] == "todo"   # needs no pair pipeline output
+
+
+def test_a_resumed_cell_records_the_time_its_killed_attempt_spent(tmp_path, monkeypatch):
+  """A pre-training killed after writing checkpoints, then run again: its done record keeps
+  the killed attempt's wall time (start to its last file), and the README's totals say so."""
+  the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)
+  cell = the_plan["pretrain/ict/base/s0"]
+  sub = plan.Plan()
+  sub.cells[cell.name] = dataclasses.replace(cell, deps={})
+  work = str(tmp_path)
+  out = execute.cell_dir(work, cell)
+  os.makedirs(out)
+  now = __import__("time").time()
+  # The killed attempt: started 100 s ago, its last checkpoint written 40 s ago.
+  with open(out + execute.ATTEMPT_SUFFIX, "w", encoding="utf-8") as f:
+    json.dump({"started_epoch": now - 100}, f)
+  checkpoint = os.path.join(out, "ckpt-1.index")
+  pathlib.Path(checkpoint).write_text("x")
+  os.utime(checkpoint, (now - 40, now - 40))
+  monkeypatch.setitem(cells.EXECUTORS, "pretrain", lambda c, ctx, o: {"steps": 1})
+  assert execute.run_cells(sub, work) == [cell.name]
+  record = execute.read_done(out)
+  assert record[execute.EARLIER] == pytest.approx(60, abs=2)
+  assert not os.path.exists(out + execute.ATTEMPT_SUFFIX)   # finished: no attempt pending
+  readme = render.write_readme(grid.load("cpu-small"), sub, work, (), str(tmp_path / "r"), [])
+  assert "1 cells were interrupted and resumed" in readme and "(resumed; + 60 s before)" in readme
 
 
 def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_path):

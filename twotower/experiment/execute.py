@@ -36,6 +36,12 @@ logger = logging.getLogger(__name__)
 
 DONE_FILE = "done.json"
 FAILED_FILE = "failed.json"
+# When a cell's current attempt began, in `<cell dir>.attempt.json` beside the cell's directory
+# (which a resumable cell's stage owns: a stray file in it would make the stage refuse it). A
+# killed attempt leaves it behind, so the next one can count the time the killed one spent
+# (its files' last write, less its start).
+ATTEMPT_SUFFIX = ".attempt.json"
+EARLIER = "earlier_attempts_seconds"  # a done record's field: wall time of killed attempts
 CELL_LOG = "cells.jsonl"
 RECORDS_FILE = "cells.json"     # in the results directory: every finished cell's record
 RESTORED = "restored"           # a done record's flag: brought back without its outputs
@@ -141,6 +147,19 @@ def _cpu_seconds() -> float:
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _earlier_attempt_seconds(out: str) -> float:
+  """Wall seconds an earlier, killed attempt of a resumable cell spent in `out`: from its
+  recorded start to the last file it wrote (a lower bound: work after the last write is
+  lost). 0.0 without an earlier attempt."""
+  attempt = out + ATTEMPT_SUFFIX
+  if not os.path.exists(attempt) or not os.path.isdir(out):
+    return 0.0
+  started = float(tio.read_json(attempt)["started_epoch"])
+  last = max((os.path.getmtime(os.path.join(root, f))
+              for root, _, files in os.walk(out) for f in files), default=started)
+  return max(0.0, last - started) + float(tio.read_json(attempt).get(EARLIER, 0.0))
+
+
 def _log(work: str, entry: dict) -> None:
   with open(os.path.join(work, CELL_LOG), "a", encoding="utf-8") as f:
     f.write(json.dumps({"time": _now(), **entry}, sort_keys=True) + "\n")
@@ -178,6 +197,7 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
       current[cell.name] = "blocked"
       logger.warning("[%d/%d] %s: blocked by %s", i, total, cell.name, ", ".join(blocked))
       continue
+    earlier = _earlier_attempt_seconds(out)  # before clean() removes a killed attempt's files
     cells_lib.clean(cell, out)
     tio.makedirs(out)
     for name in (FAILED_FILE, DONE_FILE):
@@ -188,6 +208,8 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
       if os.path.exists(os.path.join(out, name)):
         os.remove(os.path.join(out, name))
     logs.progress("[%d/%d] %s ...", i, total, cell.name)
+    tio.write_json(out + ATTEMPT_SUFFIX,
+                   {"started_epoch": time.time(), EARLIER: round(earlier, 1)})
     started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
     try:
       result = cells_lib.EXECUTORS[cell.kind](cell, ctx, out)
@@ -209,7 +231,9 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
                    {"cell": cell.name, "kind": cell.kind, "key": cell.key,
                     "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
                     "started": started, "finished": _now(), "seconds": round(seconds, 1),
-                    "cpu_seconds": round(cpu, 1), **result})
+                    "cpu_seconds": round(cpu, 1),
+                    **({EARLIER: round(earlier, 1)} if earlier else {}), **result})
+    os.remove(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
     current[cell.name] = "done"
     ran.append(cell.name)
     _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",

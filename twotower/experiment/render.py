@@ -404,17 +404,24 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
   restored = sum(1 for d in done.values() if d and d.get(execute.RESTORED))
+  resumed = [d[execute.EARLIER] for d in done.values() if d and d.get(execute.EARLIER)]
   lines += ["", "## Cells", "",
             (f"{restored} of the finished cells were restored from `{execute.RECORDS_FILE}` "
              "(run in an earlier work directory; their times are the ones recorded then). "
              if restored else "") +
             f"{counts['done']} of {len(plan)} cells done, {counts['failed']} failed, "
             f"{counts['blocked']} blocked, {counts['todo']} to do. Finished cells took "
-            f"{format_seconds(wall)} wall and {format_seconds(cpu)} CPU time.", "",
+            f"{format_seconds(wall)} wall and {format_seconds(cpu)} CPU time." +
+            (f" {len(resumed)} cells were interrupted and resumed: their times are their last "
+             f"attempt's; the earlier attempts spent at least {format_seconds(sum(resumed))} "
+             "more wall time (from their files' last write; their CPU time is not measured)."
+             if resumed else ""), "",
             "| cell | state | wall | CPU | finished |", "|---|---|---:|---:|---|"]
   for cell in plan:
     d = done[cell.name] or {}
-    lines.append(f"| `{cell.name}` | {state[cell.name]} | "
+    resumed_note = f" (resumed; + {format_seconds(d[execute.EARLIER])} before)" \
+        if d.get(execute.EARLIER) else ""
+    lines.append(f"| `{cell.name}`{resumed_note} | {state[cell.name]} | "
                  f"{format_seconds(d['seconds']) if d else ''} | "
                  f"{format_seconds(d.get('cpu_seconds', 0)) if d else ''} | "
                  f"{d.get('finished', '')} |")
