@@ -1,11 +1,13 @@
-"""Per-question gold ranks of result cells (twotower.experiment.ranks): recorded from a run
-file and a ReQA split, byte-stable, exported beside the tables and read back by cell name."""
+"""Per-question gold ranks: a run's on a ReQA split as a byte-stable file (twotower.eval.
+gold_ranks), recorded by every result cell of a grid, exported beside the tables and read back
+by cell name (twotower.experiment.ranks)."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import pathlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +15,7 @@ import pytest
 
 from twotower import contracts
 from twotower import metrics
-from twotower.eval import evaluate, runs
+from twotower.eval import evaluate, gold_ranks, runs
 from twotower.eval.runs import Ranked
 from twotower.experiment import cells, execute, grid, plan as plan_lib, ranks
 
@@ -26,7 +28,7 @@ RUN = {"q1": Ranked((10, 20, 21), (3.0, 2.0, 1.0)),     # gold first: rank 1
        "q4": Ranked((20, 21), (2.0, 1.0)),              # gold beyond the run's depth: a miss
        "q6": Ranked((16,), (1.0,))}                     # q5 not in the run at all: a miss
 EXPECTED = {"q1": 1, "q2": 3, "q3": 2, "q4": None, "q5": None}
-SCORED = ("validation-80", "test-80")
+SCORED = gold_ranks.scored_splits(("validation-80", "test-80"))  # test-80
 
 
 def write_reqa(directory) -> str:
@@ -47,8 +49,9 @@ def write_reqa(directory) -> str:
 def test_recorded_ranks_are_the_gold_ranks_of_the_questions_the_table_scores(tmp_path):
   reqa = write_reqa(tmp_path / "reqa")
   runs.write_run(str(tmp_path / "run.trec"), RUN)
-  summary = ranks.record(str(tmp_path / "run.trec"), reqa, SCORED, str(tmp_path / "cell"))
-  got = ranks.read(str(tmp_path / "cell" / contracts.RANKS_FILE))
+  summary = gold_ranks.record(str(tmp_path / "run.trec"), reqa, SCORED,
+                              str(tmp_path / "cell"))
+  got = gold_ranks.read(str(tmp_path / "cell" / contracts.RANKS_FILE))
   assert got == EXPECTED                            # q6 (validation) left out
   assert summary["questions"] == 5 and summary["misses"] == 2
   # The table's numbers come back from the ranks: the gold lookup is evaluate's.
@@ -56,8 +59,8 @@ def test_recorded_ranks_are_the_gold_ranks_of_the_questions_the_table_scores(tmp
   (record,) = evaluate.evaluate_run_file(str(tmp_path / "run.trec"), "x", [split])
   assert metrics.summarize([r or 0 for r in got.values()]) == record["metrics"]
   # Zero-shot scores every question: all of them, q6 at rank 1.
-  ranks.record(str(tmp_path / "run.trec"), reqa, ["all"], str(tmp_path / "zero"))
-  assert ranks.read(str(tmp_path / "zero" / contracts.RANKS_FILE)) == {**EXPECTED, "q6": 1}
+  gold_ranks.record(str(tmp_path / "run.trec"), reqa, ["all"], str(tmp_path / "zero"))
+  assert gold_ranks.read(str(tmp_path / "zero" / contracts.RANKS_FILE)) == {**EXPECTED, "q6": 1}
 
 
 def test_the_same_run_gives_the_same_bytes(tmp_path):
@@ -66,7 +69,7 @@ def test_the_same_run_gives_the_same_bytes(tmp_path):
   runs.write_run(str(tmp_path / "run.parquet"), RUN)  # the same ranking, another format
   outs = []
   for name, run_file in (("a", "run.trec"), ("b", "run.trec"), ("c", "run.parquet")):
-    ranks.record(str(tmp_path / run_file), reqa, SCORED, str(tmp_path / name))
+    gold_ranks.record(str(tmp_path / run_file), reqa, SCORED, str(tmp_path / name))
     outs.append({f: (tmp_path / name / f).read_bytes() for f in os.listdir(tmp_path / name)})
   assert outs[0] == outs[1] == outs[2]
   data = outs[0][contracts.RANKS_FILE]
@@ -82,27 +85,28 @@ def test_the_same_run_gives_the_same_bytes(tmp_path):
 
 def test_deep_runs_widen_the_ranks_and_bad_files_are_named(tmp_path):
   deep = {"a": 300, "b": 0, "c": 1}
-  path = ranks.write(deep, str(tmp_path))
-  assert ranks.read(path) == {"a": 300, "b": None, "c": 1}
-  assert json.loads(gzip.decompress(open(path, "rb").read()).split(b"\n")[0])["width"] == 2
-  assert ranks.read(ranks.write({"a": 70000}, str(tmp_path / "deeper"))) == {"a": 70000}
-  body = gzip.decompress(open(path, "rb").read())
+  path = gold_ranks.write(deep, str(tmp_path))
+  assert gold_ranks.read(path) == {"a": 300, "b": None, "c": 1}
+  assert json.loads(gzip.decompress(pathlib.Path(path).read_bytes()).split(b"\n")[0])["width"] == 2
+  deeper = gold_ranks.write({"a": 70000}, str(tmp_path / "deeper"))
+  assert gold_ranks.read(deeper) == {"a": 70000}
+  body = gzip.decompress(pathlib.Path(path).read_bytes())
   (tmp_path / "cut").mkdir()
   for f in os.listdir(tmp_path):
     if f.startswith("questions-"):
       (tmp_path / "cut" / f).write_bytes((tmp_path / f).read_bytes())
   (tmp_path / "cut" / contracts.RANKS_FILE).write_bytes(gzip.compress(body[:-1]))
   with pytest.raises(ValueError, match=r"cut.ranks\.gz: 5 bytes of ranks for 3 questions"):
-    ranks.read(str(tmp_path / "cut" / contracts.RANKS_FILE))
+    gold_ranks.read(str(tmp_path / "cut" / contracts.RANKS_FILE))
   (tmp_path / "alone").mkdir()
-  (tmp_path / "alone" / contracts.RANKS_FILE).write_bytes(open(path, "rb").read())
+  (tmp_path / "alone" / contracts.RANKS_FILE).write_bytes(pathlib.Path(path).read_bytes())
   with pytest.raises(ValueError, match=r"alone.ranks\.gz: its question ids, .* are missing"):
-    ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
+    gold_ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
   (tmp_path / "alone" / contracts.RANKS_FILE).write_bytes(gzip.compress(b"not ranks\n"))
   with pytest.raises(ValueError, match=r"not a twotower-ranks file"):
-    ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
+    gold_ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
   with pytest.raises(ValueError, match=r"question id 'x\\ny'"):
-    ranks.write({"x\ny": 1}, str(tmp_path))
+    gold_ranks.write({"x\ny": 1}, str(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,8 +135,9 @@ def tiny(tmp_path):
     runs.write_run(run_file, run)
     records[name] = {"run_file": run_file}
   # BM25 recorded its ranks as it ran (cells._bm25's tail).
-  ranks.record(records[BM25]["run_file"], reqa, the_plan[BM25].params.splits,
-               execute.cell_dir(work, the_plan[BM25]))
+  gold_ranks.record(records[BM25]["run_file"], reqa,
+                    gold_ranks.scored_splits(the_plan[BM25].params.splits),
+                    execute.cell_dir(work, the_plan[BM25]))
   for name in ("reqa/squad", BM25, ICT):
     cell = the_plan[name]
     with open(os.path.join(execute.cell_dir(work, cell), execute.DONE_FILE), "w") as f:
@@ -152,14 +157,14 @@ def test_ranks_are_exported_beside_the_tables_and_read_back_by_cell_name(tiny, t
   # BM25 scores every ratio in one run: its ranks hold every question it scores (zero-shot's
   # `all` included), validation sides aside; ICT's the test side of its ratio.
   every = {**EXPECTED, "q6": 1}
-  assert ranks.read(str(folder / bm25_file)) == every
+  assert gold_ranks.read(str(folder / bm25_file)) == every
   shifted = {"q1": 2, "q2": 1, "q3": 1, "q4": None, "q5": None}
   # The ICT cell finished before cells recorded ranks: recorded now, from its run file.
   assert os.path.exists(os.path.join(execute.cell_dir(work, the_plan[ICT]),
                                      contracts.RANKS_FILE))
   # The results folder shares one question-id file between cells scored on the same split.
   assert sorted(f for f in os.listdir(folder) if f.startswith("questions-")) == sorted(
-      contracts.ranks_questions_file(ranks.encode(r)[2]) for r in
+      contracts.ranks_questions_file(gold_ranks.encode(r)[2]) for r in
       ({q: r or 0 for q, r in every.items()}, {q: r or 0 for q, r in shifted.items()}))
   for ranks_of in (ranks.reader(the_plan, work, results),
                    ranks.reader(the_plan, str(tmp_path / "no-work"), results),
@@ -199,8 +204,8 @@ def test_a_fuse_cell_records_the_ranks_of_its_fused_run(tiny):
   fuse = the_plan[FUSE]
   os.makedirs(dirs[FUSE])
   result = cells.EXECUTORS["fuse"](fuse, ctx, dirs[FUSE])
-  got = ranks.read(os.path.join(dirs[FUSE], contracts.RANKS_FILE))
+  got = gold_ranks.read(os.path.join(dirs[FUSE], contracts.RANKS_FILE))
   reqa = dirs["reqa/squad"]
-  assert got == {q: r or None for q, r in ranks.of_run(result["run_file"], reqa,
+  assert got == {q: r or None for q, r in gold_ranks.of_run(result["run_file"], reqa,
                                                        ["test-80"]).items()}
   assert set(got) == set(SPLITS["test-80"]) and got["q5"] is None

@@ -110,10 +110,11 @@ def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 def _record_ranks(cell: Cell, ctx: Context, out: str, run_file: str) -> None:
-  """A result cell's per-question gold ranks beside its run (experiment.ranks): what the
-  reading's paired intervals resample."""
-  from twotower.experiment import ranks  # (imports execute, which imports this module)
-  ranks.record(run_file, ctx.dep(cell, "reqa"), cell.params.splits, out)
+  """A result cell's per-question gold ranks beside its run, on the splits its table entries
+  score (experiment.ranks keeps them with the tables): what paired intervals resample."""
+  from twotower.eval import gold_ranks
+  gold_ranks.record(run_file, ctx.dep(cell, "reqa"),
+                    gold_ranks.scored_splits(cell.params.splits), out)
 
 
 def _vocab_file(cell: Cell, ctx: Context) -> str:
