@@ -80,10 +80,10 @@ def _width(ranks: Sequence[int]) -> int:
 def encode(ranks: Mapping[str, int]) -> tuple[bytes, bytes, str]:
   """(ranks file, question-id file, digest) of {question id: rank, 0 for a miss}."""
   ids = sorted(ranks)
-  bad = [q for q in ids if not q or "\n" in q or q != q.strip()]
+  bad = [q for q in ids if not q or "\n" in q]
   if bad:
-    raise ValueError(f"question id {bad[0]!r}: empty, or with a line break or edge blanks; "
-                     "the ranks file's id list is one id a line")
+    raise ValueError(f"question id {bad[0]!r}: empty or with a line break; the ranks "
+                     "file's id list is one id a line")
   ids_text = _ids_text(ids)
   digest = _digest(ids_text)
   values = [ranks[q] for q in ids]
@@ -140,14 +140,23 @@ def record(run_file: str, reqa_dir: str, splits: Sequence[str], out: str) -> dic
   return {"questions": len(ranks), "misses": misses, "bytes": os.path.getsize(path)}
 
 
+def _gunzip(path: str) -> bytes:
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    return gzip.decompress(data)
+  except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+    raise ValueError(f"{path}: not a whole gzip file ({e})") from None
+
+
 def read(path: str) -> dict[str, Optional[int]]:
   """{question id: rank, None for a miss} of a ranks file and the question-id file beside it.
 
   Raises:
-    ValueError: not a ranks file, or its id file is missing or not the one it names.
+    ValueError: not a ranks file (or a damaged one), or its id file is missing, damaged or
+      not the one it names.
   """
-  with open(path, "rb") as f:
-    body = gzip.decompress(f.read())
+  body = _gunzip(path)
   line, _, payload = body.partition(b"\n")
   try:
     header = json.loads(line)
@@ -166,11 +175,10 @@ def read(path: str) -> dict[str, Optional[int]]:
       header["questions"]))
   if not os.path.exists(ids_path):
     raise ValueError(f"{path}: its question ids, {ids_path}, are missing")
-  with open(ids_path, "rb") as f:
-    ids_text = gzip.decompress(f.read())
+  ids_text = _gunzip(ids_path)
   if _digest(ids_text) != header["questions"]:
     raise ValueError(f"{ids_path}: not the question ids {path} was written over (digest)")
-  ids = ids_text.decode("utf-8").splitlines()
+  ids = ids_text.decode("utf-8").split("\n")[:-1]  # (not splitlines: an id may hold a \r)
   if len(ids) != count:
     raise ValueError(f"{ids_path}: {len(ids)} question ids for {count} ranks in {path}")
   values = np.frombuffer(payload, dtype=f"<u{width}")

@@ -105,8 +105,14 @@ def test_deep_runs_widen_the_ranks_and_bad_files_are_named(tmp_path):
   (tmp_path / "alone" / contracts.RANKS_FILE).write_bytes(gzip.compress(b"not ranks\n"))
   with pytest.raises(ValueError, match=r"not a twotower-ranks file"):
     gold_ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
-  with pytest.raises(ValueError, match=r"question id 'x\\ny'"):
+  (tmp_path / "alone" / contracts.RANKS_FILE).write_bytes(pathlib.Path(path).read_bytes()[:30])
+  with pytest.raises(ValueError, match=r"alone.ranks\.gz: not a whole gzip file"):
+    gold_ranks.read(str(tmp_path / "alone" / contracts.RANKS_FILE))
+  with pytest.raises(ValueError, match=r"question id 'x\\ny': empty or with a line break"):
     gold_ranks.write({"x\ny": 1}, str(tmp_path))
+  odd = {"a\rb": 2, " c ": 0, "d\u2028e": 1}        # any other character is kept whole
+  assert gold_ranks.read(gold_ranks.write(odd, str(tmp_path / "odd"))) == {
+      "a\rb": 2, " c ": None, "d\u2028e": 1}
 
 
 # ---------------------------------------------------------------------------------------------
