@@ -239,7 +239,7 @@ DENSE_RUN_FILE = "run.parquet"
 FUSED_RUN_FILE = "run.trec"
 
 
-#: A result cell's (bm25, eval, fuse) per-question gold ranks (experiment.ranks), in its
+#: A result cell's (bm25, eval, fuse) per-question gold ranks (eval.gold_ranks), in its
 #: directory: gzip of a JSON header line, then one little-endian unsigned int per question (the
 #: rank of its gold candidate, 0: not in the run), in the order of the question-id list beside
 #: it, `ranks_questions_file(<the header's digest>)`.
