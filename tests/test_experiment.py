@@ -17,7 +17,8 @@ from twotower.commands import experiment as experiment_cmd
 from twotower import contracts
 from twotower.contracts import codecs
 from twotower import experiment
-from twotower.experiment import cells, estimate, execute, grid, plan, recheck, render
+from twotower import metrics
+from twotower.experiment import cells, estimate, execute, grid, plan, ranks, recheck, render
 from twotower.experiment.params import key_params
 from wikidump_fixtures import DumpPage, write_dump
 
@@ -587,6 +588,23 @@ def test_tiny_grid_end_to_end_writes_every_table_the_fusion_and_a_bundle(tiny_gr
       "## Claims")[1] and "**observation, " in reading
   for word in ("tensorflow", "apache-beam", "faiss-cpu", "pyserini", "spacy", "cores", "RAM"):
     assert word in readme
+  _assert_ranks_give_the_tables(the_plan, work, results)
+
+
+def _assert_ranks_give_the_tables(the_plan, work, results) -> None:
+  """Every table entry's numbers come back from its cell's committed per-question ranks,
+  restricted to the entry's split (BM25's cell holds every question it scores)."""
+  ranks_of = ranks.results_reader(str(results))
+  reqa_dir = execute.cell_dir(work, the_plan["reqa/squad"])
+  per_seed = json.loads((pathlib.Path(results) / "results.json").read_text())["per_seed"]
+  assert {e["cell"] for e in per_seed} == {c.name for c in the_plan
+                                           if c.kind in plan.RESULT_KINDS}
+  for entry in per_seed:
+    split = [q.question_id for q in codecs.read_questions(reqa_dir, entry["split"])]
+    of_cell = ranks_of(entry["cell"])
+    assert set(split) <= set(of_cell), entry["cell"]
+    got = metrics.summarize([of_cell[q] or 0 for q in split])
+    assert got == pytest.approx(entry["record"]["metrics"], abs=1e-12), entry["cell"]
 
 
 @pytest.mark.slow
@@ -644,6 +662,9 @@ def test_tiny_grid_lost_work_dir_restores_cells_and_reruns_only_a_missing_result
                             "finetune/squad/ict/base/r80/s0", "eval/squad/ict/base/r80/s0"}
   assert set(again.states.values()) == {"done"}
   assert _aggregates(results) == _aggregates(config.results_dir)
+  # The restored cells' ranks are the committed ones, kept; the one that ran wrote its own.
+  assert (results / contracts.RANKS_DIR).exists()
+  _assert_ranks_give_the_tables(the_plan, str(tmp_path / "new-work"), results)
 
 
 def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):

@@ -136,6 +136,19 @@ def write_text(path: str, text: str) -> None:
     f.write(text.encode("utf-8"))
 
 
+def write_bytes(path: str, data: bytes) -> None:
+  """Writes a binary file atomically (temp file + rename) locally, or through FileSystems."""
+  if is_local(path):
+    def write(tmp: str) -> None:
+      with open(tmp, "wb") as f:
+        f.write(data)
+    _write_local(path, write)
+    return
+  from apache_beam.io.filesystems import FileSystems
+  with FileSystems.create(path) as f:
+    f.write(data)
+
+
 def write_parquet(path: str, table) -> None:
   """Writes a `pyarrow.Table` as one Parquet file, atomically and into a directory made if
   needed (locally), or through FileSystems."""

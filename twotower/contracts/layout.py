@@ -239,6 +239,22 @@ DENSE_RUN_FILE = "run.parquet"
 FUSED_RUN_FILE = "run.trec"
 
 
+#: A result cell's (bm25, eval, fuse) per-question gold ranks (eval.gold_ranks), in its
+#: directory: gzip of a JSON header line, then one little-endian unsigned int per question (the
+#: rank of its gold candidate, 0: not in the run), in the order of the question-id list beside
+#: it, `ranks_questions_file(<the header's digest>)`.
+RANKS_FILE = "ranks.gz"
+#: The results directory's folder of every result cell's ranks file (`<cell dir>.ranks.gz`,
+#: the cell directory's `/` as `_`) and the question-id lists they are over.
+RANKS_DIR = "ranks"
+RANKS_SUFFIX = ".ranks.gz"
+
+
+def ranks_questions_file(digest: str) -> str:
+  """The question ids (sorted, gzip text, one a line) a ranks file with `digest` is over."""
+  return f"questions-{digest}.txt.gz"
+
+
 def bm25_run_path(bm25_dir: str) -> str:
   """The run `twotower bm25 --out bm25_dir` wrote."""
   return _join(bm25_dir, BM25_RUN_FILE)

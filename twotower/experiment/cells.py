@@ -105,7 +105,16 @@ def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
   result = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out, doc_text=p.doc_text,
                                     splits=p.splits, golds=p.golds, system=p.system,
                                     keep_index=False))
+  _record_ranks(cell, ctx, out, result.run_file)
   return {"records": result.records, "run_file": result.run_file}
+
+
+def _record_ranks(cell: Cell, ctx: Context, out: str, run_file: str) -> None:
+  """A result cell's per-question gold ranks beside its run, on the splits its table entries
+  score (experiment.ranks keeps them with the tables): what paired intervals resample."""
+  from twotower.eval import gold_ranks
+  gold_ranks.record(run_file, ctx.dep(cell, "reqa"),
+                    gold_ranks.scored_splits(cell.params.splits), out)
 
 
 def _vocab_file(cell: Cell, ctx: Context) -> str:
@@ -154,6 +163,7 @@ def _eval(cell: Cell, ctx: Context, out: str) -> dict:
       model=contracts.saved_model_path(ctx.dep(cell, "model")), reqa=ctx.dep(cell, "reqa"),
       work=out, splits=p.splits, system=p.system, golds=p.golds, doc_text=p.doc_text,
       keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args))
+  _record_ranks(cell, ctx, out, result.run_file)
   return {"records": result.records, "run_file": result.run_file}
 
 
@@ -173,6 +183,7 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
                                         untuned_weight=p.untuned_weight,
                                         score_splits=p.splits, golds=GOLDS))
   tuning = dataclasses.asdict(result.tuning) if result.tuning else None
+  _record_ranks(cell, ctx, out, result.run_file)
   return {"records": result.records, "run_file": result.run_file, "weight": result.weight,
           "partner": partners[result.partner], "tuning": tuning}
 

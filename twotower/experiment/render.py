@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
-from twotower.experiment import execute, readings
+from twotower.experiment import execute, ranks, readings
 from twotower.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.identity import CellId
@@ -198,7 +198,9 @@ class Written:
 def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str,
                  results_dir: str) -> Written:
   """`table<id>-<dataset>.md` (+ a PNG per ratio of recall tables), results.csv and
-  results.json, summary.md, reading.md; returns the README's sections and the summaries."""
+  results.json, summary.md, reading.md, and the result cells' per-question ranks (ranks/);
+  returns the README's sections and the summaries."""
+  ranks.export(plan, work, results_dir)
   stats = [(c.params.dataset, execute.read_done(execute.cell_dir(work, c)))
            for c in plan.of_kind("datastats")]
   # The reading's pre-training check reads the pre-training records and their pair cells'.
