@@ -113,13 +113,16 @@ def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
 
 
 def caveats(spec: GridSpec, claim: Claim) -> list[str]:
-  """The claim's caveat, then each of its rows' (once each), as printed beside verdicts."""
-  out = [claim.caveat.strip()] if claim.caveat else []
-  for ref in dict.fromkeys(r.system for pair in claim.pairs for r in pair):
-    system = spec.systems.get(ref)
+  """The claim's caveat, then its rows' (each text once, after the rows that carry it), as
+  printed beside its verdicts."""
+  out = [" ".join(claim.caveat.split())] if claim.caveat else []
+  rows: dict[str, list[str]] = {}      # caveat -> the rows that carry it
+  for name in dict.fromkeys(r.system for pair in claim.pairs for r in pair):
+    system = spec.systems.get(name)
     if system is not None and system.caveat:
-      out.append(f"{_label(spec, RowRef(ref), claim.table)}: {system.caveat.strip()}")
-  return out
+      rows.setdefault(" ".join(system.caveat.split()), []).append(
+          _label(spec, RowRef(name), claim.table))
+  return out + [f"{'; '.join(labels)}: {text}" for text, labels in rows.items()]
 
 
 def compare(spec: GridSpec, results: Mapping,

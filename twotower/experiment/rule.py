@@ -46,8 +46,9 @@ RULE = (
     "contradicted**: above 0 (paired seeds too), but wholly outside the qualifier's bounds; "
     "**direction holds, size not resolved**: above 0, across a bound. Anything else: **not "
     "resolved**. With one seed on a side that has seeds, the interval is shown but the "
-    "verdict is an **observation** (as or against the claim, by the point estimate): seed "
-    "spreads of a few points are common at this scale, and one seed cannot show them.\n"
+    "verdict is an **observation, as claimed** or **observation, against the claim** (by the "
+    "point estimate, the qualifier's bounds included): seed spreads of a few points are "
+    "common at this scale, and one seed cannot show them.\n"
     "* **Without ranks** (results recorded before ranks were): the interval is mean gain ± "
     "2 × max(SD A, SD B), the SDs being sample standard deviations (n − 1) over seeds, with "
     "at least two seeds on each side (a BM25 row: SD 0 by construction, one run serves). The "
@@ -55,8 +56,9 @@ RULE = (
     "verdicts. Where the interval crosses 0 but every one of n ≥ 3 paired seeds has the same "
     "sign, the verdict is **seeds agree, as claimed** (or **seeds agree, against the "
     "claim**), with the two-sided sign test's p = 2 / 2^n beside it (0.25 at 3 seeds: "
-    "agreement, not proof); otherwise **not resolved**. One seed on a side that has seeds: an "
-    "**observation**.\n\n"
+    "agreement, not proof; as claimed also needs the mean gain within the qualifier's "
+    "bounds); otherwise **not resolved**. One "
+    "seed on a side that has seeds: an observation, as above.\n\n"
     "A ratio threshold reads the bootstrap's interval of the ratio of means, or, without "
     "ranks, 1 + the gain's interval / the mean of the row claimed to be lower. Each claim is "
     "counted per comparison: per (pair, metric, ratio), as its summary line says.")
@@ -209,8 +211,12 @@ def judge(a: Side, b: Side, expect: str = "higher", size: Size = Size(),
     inside = size.inside(interval, ratio) if size.bounded else True
     verdict = HOLDS if inside else SIZE_MISSED if inside is False else SIZE_OPEN
     return Judgement(verdict, gain, interval, paired)
-  if boot is None and len(paired) >= MIN_SIGN_SEEDS and (
-      all(g > 0 for g in paired) or all(g < 0 for g in paired)):
-    return Judgement(SEEDS_AS if paired[0] > 0 else SEEDS_AGAINST, gain, interval, paired,
-                     sign_test(len(paired)))
+  if boot is None and len(paired) >= MIN_SIGN_SEEDS:
+    # The sign test speaks of the direction; "as claimed" also needs the mean gain within
+    # the qualifier's bounds.
+    point_ratio = (a.mean / b.mean) ** sign if a.mean and b.mean else math.nan
+    if all(g < 0 for g in paired) or (all(g > 0 for g in paired) and
+                                      size.point_inside(gain, point_ratio)):
+      return Judgement(SEEDS_AS if paired[0] > 0 else SEEDS_AGAINST, gain, interval, paired,
+                       sign_test(len(paired)))
   return Judgement(NOT_RESOLVED, gain, interval, paired)
