@@ -1,15 +1,18 @@
-"""The reading of a grid: claims parsed from the grid file, verdicts by the two-SD rule on
-sample standard deviations, and the committed reading and docs/results.md true to the
-committed results."""
+"""The reading of a grid: claims parsed from the grid file, verdicts by the rule
+(experiment.rule: per-question bootstrap intervals with paired seeds; the two-SD rule on sample
+standard deviations and a sign test where no ranks were recorded; qualifier thresholds), the
+bootstrap itself, counts per (pair, metric, ratio), caveats beside verdicts, and the committed
+reading and docs/results.md true to the committed results."""
 
 import json
 import pathlib
 import re
+import math
 import statistics
 
 import pytest
 
-from twotower.experiment import grid, readings
+from twotower.experiment import bootstrap, grid, readings, rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "cpu-small"
@@ -135,8 +138,10 @@ def test_comparisons_are_computed_from_the_results():
   assert deeper.b.values == (pytest.approx(20),) and deeper.verdict == readings.SEEN_AGAINST
   assert ("deeper", 1, "R@100") not in got
   text = readings.markdown(spec, results)
+  # Without ranks the interval is the seed-SD bar; the seeds: 30, 12, 24 all above 0.
   assert "| Transformer, ICT | Transformer, MLM | 5 % | R@100 | 42.00 ± 2.00 (3 seeds) | " \
-         "20.00 ± 10.00 (3 seeds) | +22.00 | 210.0 % | 20.00 | **holds, resolved** |" in text
+         "20.00 ± 10.00 (3 seeds) | +22.00 | ± 20.00 (2 × max SD) | 210.0 % | 3 of 3 | " \
+         "**holds, resolved** |" in text
 
 
 def test_pretraining_runs_are_checked_against_chance():
@@ -264,3 +269,282 @@ def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
   assert cell in (tmp_path / "README.md").read_text(encoding="utf-8")
   blocks = _blocks(page.read_text(encoding="utf-8"))
   assert "[mlm-over-no-ssl](reading.md#mlm-over-no-ssl)" in blocks["cpu-small-reading"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-question paired bootstrap (experiment.bootstrap).
+# ---------------------------------------------------------------------------------------------
+
+
+def _runs(n, hit):
+  """One run of n questions: rank 1 where hit(i), else a miss (None)."""
+  return {f"q{i}": 1 if hit(i) else None for i in range(n)}
+
+
+def test_bootstrap_interval_sits_around_a_known_difference():
+  # A finds the gold at rank 1 on 3 questions in 4, B on 2 in 4: R@1 75 against 50, a
+  # difference of exactly 25 points; per question the difference is 100 on a quarter of the
+  # questions, so its standard error is 100 x sqrt(0.25 x 0.75 / 400) = 2.165 points.
+  a = [_runs(400, lambda i: i % 4 != 3)]
+  b = [_runs(400, lambda i: i % 2 == 0)]
+  got = bootstrap.paired(a, b, "R@1")
+  assert (got.questions, got.mean_a, got.mean_b, got.difference) == (400, 75.0, 50.0, 25.0)
+  assert got.low < 25 < got.high
+  assert (got.high - got.low) / 2 == pytest.approx(1.96 * 2.165, abs=0.6)
+  assert got.ratio_low < 1.5 < got.ratio_high
+  # The same ranks give the same interval (a fixed generator seed); another seed another.
+  assert bootstrap.paired(a, b, "R@1") == got
+  assert bootstrap.paired(a, b, "R@1", seed=1) != got
+
+
+def test_bootstrap_of_identical_sides_contains_zero():
+  a = [_runs(300, lambda i: i % 3 == 0)]
+  same = bootstrap.paired(a, a, "R@1")
+  assert (same.low, same.high, same.difference) == (0.0, 0.0, 0.0)
+  # The same hit rate on other questions: no paired difference in the mean, 0 inside.
+  shifted = [_runs(300, lambda i: i % 3 == 1)]
+  other = bootstrap.paired(a, shifted, "R@1")
+  assert other.difference == 0.0 and other.low < 0 < other.high
+
+
+def test_bootstrap_averages_seeds_per_question_and_pairs_by_common_questions():
+  # A's two seeds: rank 1 and rank 4 on q0 -> R@1 50, R@5 100, MRR (100 + 25) / 2 = 62.5.
+  a = [{"q0": 1, "q1": None, "q2": 2}, {"q0": 4, "q1": 10, "q2": 2}]
+  # B (a BM25 run) holds every split's questions; only q0..q2 are A's split.
+  b = [{"q0": 2, "q1": 1, "q2": None, "q3": 1, "q4": 1}]
+  assert bootstrap.common_questions(a, b) == ["q0", "q1", "q2"]
+  questions = bootstrap.common_questions(a, b)
+  assert list(bootstrap.side_values(a, questions, "R@1")) == [50.0, 0.0, 0.0]
+  assert list(bootstrap.side_values(a, questions, "R@5")) == [100.0, 0.0, 100.0]
+  assert list(bootstrap.side_values(a, questions, "MRR")) == [62.5, 5.0, 50.0]
+  got = bootstrap.paired(a, b, "MRR")
+  assert got.questions == 3 and got.mean_b == pytest.approx(50.0)
+  with pytest.raises(ValueError, match="metric 'P@1'"):
+    bootstrap.paired(a, b, "P@1")
+  assert bootstrap.paired(a, [{"x": 1}], "R@1") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule with intervals, paired seeds and qualifiers (experiment.rule).
+# ---------------------------------------------------------------------------------------------
+
+
+def boot(low, high, ratio_low=math.nan, ratio_high=math.nan):
+  return bootstrap.Interval(1000, 0.0, 0.0, low, high, ratio_low, ratio_high, 2000)
+
+
+@pytest.mark.parametrize("a, b, expect, size, interval, verdict", [
+    # The interval above 0, every paired seed above 0.
+    (side(12, 13, 14), side(10, 10, 11), "higher", rule.Size(), boot(0.5, 4.0), rule.HOLDS),
+    # The same interval, one paired seed below 0: the seeds say the sign is not settled.
+    (side(12, 9, 14), side(10, 10, 11), "higher", rule.Size(), boot(0.5, 4.0),
+     rule.NOT_RESOLVED),
+    # Below 0 with every seed below: contradicted (here: claimed higher).
+    (side(8, 9, 7), side(10, 10, 11), "higher", rule.Size(), boot(-4.0, -0.5),
+     rule.CONTRADICTED),
+    # An interval across 0 is not resolved, whatever the seeds (3 of 3 agree here).
+    (side(12, 13, 14), side(10, 10, 11), "higher", rule.Size(), boot(-0.5, 4.0),
+     rule.NOT_RESOLVED),
+    # "A below B": the frame turns round; A − B in [-4, -0.5] holds a claim that A is lower.
+    (side(8, 9, 7), side(10, 10, 11), "lower", rule.Size(), boot(-4.0, -0.5), rule.HOLDS),
+    # Qualifier "at least 5 points": met by [6, 8]; missed by [1, 3]; [4, 6] crosses it.
+    (side(17, 18, 17), side(10, 11, 10), "higher", rule.Size("notably", min_gain=5),
+     boot(6, 8), rule.HOLDS),
+    (side(12, 13, 12), side(10, 11, 10), "higher", rule.Size("notably", min_gain=5),
+     boot(1, 3), rule.SIZE_MISSED),
+    (side(15, 16, 15), side(10, 11, 10), "higher", rule.Size("notably", min_gain=5),
+     boot(4, 6), rule.SIZE_OPEN),
+    # "only marginally" (at most 2 points): a gain of [3, 5] is too large for the qualifier.
+    (side(14, 15, 14), side(10, 11, 10), "higher", rule.Size("only marginally", max_gain=2),
+     boot(3, 5), rule.SIZE_MISSED),
+    (side(11, 11, 11), side(10, 10, 10), "higher", rule.Size("only marginally", max_gain=2),
+     boot(0.2, 1.5), rule.HOLDS),
+    # A ratio threshold reads the ratio's interval.
+    (side(30, 31, 30), side(10, 11, 10), "higher", rule.Size("much more", min_ratio=2),
+     boot(18, 22, 2.5, 3.2), rule.HOLDS),
+    (side(13, 14, 13), side(10, 11, 10), "higher", rule.Size("much more", min_ratio=2),
+     boot(2, 4, 1.2, 1.4), rule.SIZE_MISSED),
+    # One seed on a side that has seeds: an observation, even with a tight interval.
+    (side(50), side(3, 4, 5), "higher", rule.Size(), boot(40, 50), rule.SEEN_AS),
+    # BM25 (no seed) against three seeds: each seed is paired with BM25's one run.
+    (side(95, seedless=True), side(40, 45, 50), "higher", rule.Size(), boot(44, 56),
+     rule.HOLDS),
+], ids=["holds", "a-seed-disagrees", "contradicted", "interval-across-0", "lower-holds",
+        "min-gain-met", "min-gain-missed", "min-gain-open", "marginal-too-large",
+        "marginal-met", "ratio-met", "ratio-missed", "one-seed", "seedless"])
+def test_rule_with_intervals(a, b, expect, size, interval, verdict):
+  assert rule.judge(a, b, expect, size, interval).verdict == verdict
+
+
+def test_without_ranks_three_agreeing_seeds_are_not_noise():
+  # The committed grid's ICT − BFS at zero-shot (R@100): -5.16 under a bar of 5.84, yet every
+  # paired seed is negative (29.32 - 38.82, 31.67 - 34.50, 35.13 - 38.29).
+  ict, bfs = side(29.32, 31.67, 35.13), side(38.82, 34.50, 38.29)
+  got = rule.judge(ict, bfs, "higher")
+  assert got.verdict == rule.SEEDS_AGAINST and got.sign_p == 0.25
+  assert got.paired == pytest.approx((-9.50, -2.83, -3.16))
+  assert rule.judge(bfs, ict, "higher").verdict == rule.SEEDS_AS
+  # Two paired seeds are too few for the sign test; mixed signs are noise.
+  assert rule.judge(side(29, 35), side(38, 36), "higher").verdict == rule.NOT_RESOLVED
+  assert rule.judge(side(29, 36, 35), side(38, 34, 38), "higher").verdict == \
+      rule.NOT_RESOLVED
+  # With a qualifier, agreeing seeds are "as claimed" only where the mean gain meets it.
+  # (BFS − ICT: a mean gain of 5.16.)
+  assert rule.judge(bfs, ict, "higher", rule.Size("notably", min_gain=5)).verdict == \
+      rule.SEEDS_AS
+  assert rule.judge(bfs, ict, "higher", rule.Size("notably", min_gain=6)).verdict == \
+      rule.NOT_RESOLVED
+  # Seeds are paired by seed number, not by position (a row read on seed 2 only).
+  a = rule.Side("a", (10.0, 11.0, 12.0), seeds=(0, 1, 2))
+  b = rule.Side("b", (9.0,), seeds=(2,))
+  assert rule.paired_gains(a, b, 1) == (3.0,)
+  # MLM +7.27 over No-SSL (5 %, bar 4.39) no longer holds "only marginally" (<= 2 points).
+  mlm, no_ssl = side(22.5, 18.2, 20.68), side(15.3, 11.2, 13.1)
+  assert rule.judge(mlm, no_ssl, "higher").verdict == rule.HOLDS
+  assert rule.judge(mlm, no_ssl, "higher", rule.Size("only marginally", max_gain=2)
+                    ).verdict == rule.SIZE_MISSED
+
+
+def test_the_rule_text_names_every_verdict():
+  for verdict in rule.VERDICTS:
+    assert f"**{verdict}**" in rule.RULE
+  assert "2 / 2^n" in rule.RULE and "bootstrap" in rule.RULE
+
+
+# ---------------------------------------------------------------------------------------------
+# Qualifiers, ranks, counts per (metric, ratio) and caveats, through the grid file.
+# ---------------------------------------------------------------------------------------------
+
+RANKED_GRID = {
+    "model": "cpu-small", "ratios": [1, 5],
+    "systems": {"bm25": {"kind": "bm25", "encoder": "BM25"},
+                "ict": {"encoder": "Transformer", "pretraining": "ICT", "tasks": ["ict"],
+                        "caveat": "ICT's caveat."},
+                "mlm": {"encoder": "Transformer", "pretraining": "MLM", "tasks": ["mlm"]}},
+    "tables": [{"id": "3", "title": "t3", "ratios": [1, 5], "rows": ["bm25", "ict", "mlm"]}],
+    "readings": [
+        {"id": "ict-over-bm25", "sentence": "ICT notably beats BM25.", "source": "ours",
+         "metrics": ["R@1", "MRR"], "pairs": [["ict", "bm25"]], "qualifier": "notably",
+         "min_gain": 5, "caveat": "BM25 reads whole documents."},
+        {"id": "ict-over-mlm", "sentence": "ICT is above MLM.", "source": "ours",
+         "pairs": [["ict", "mlm"]]}]}
+N = 200
+
+
+def _ranked(hits):
+  """(results.json, ranks by cell) from {(system, ratio): [R@1 hit rate per seed]}: a run
+  finds the gold at rank 1 on its first hit-rate x N questions, at rank 50 on the others."""
+  per_seed, ranks = [], {}
+  for (system, ratio), rates in hits.items():
+    for seed, rate in enumerate(rates):
+      cell = "bm25/squad" if system == "bm25" else f"eval/squad/{system}/base/r{ratio}/s{seed}"
+      run = {f"q{i}": 1 if i < rate * N else 50 for i in range(N)}
+      if system == "bm25":    # BM25 ranks every split's questions in one run
+        run.update({f"other{i}": 1 for i in range(50)})
+        ranks[cell] = {**ranks.get(cell, {}), **run}
+      else:
+        ranks[cell] = run
+      values = [1.0 if r == 1 else 0.0 for q, r in run.items() if q.startswith("q")]
+      per_seed.append({"table": "3", "dataset": "squad", "system": system, "variant": "base",
+                       "ratio": ratio, "seed": seed, "cell": cell, "split": f"test-{ratio}",
+                       "record": {"questions": N, "metrics": {
+                           "R@1": sum(values) / N, "R@100": sum(values) / N,
+                           "MRR": sum(1.0 if r == 1 else 0.02 for q, r in run.items()
+                                      if q.startswith("q")) / N}}})
+  return {"per_seed": per_seed}, ranks
+
+
+def test_claims_over_several_metrics_are_counted_per_metric_and_ratio():
+  spec = grid.parse("g", RANKED_GRID)
+  claim = spec.readings[0]
+  assert (claim.qualifier, claim.min_gain, claim.caveat) == ("notably", 5.0,
+                                                           "BM25 reads whole documents.")
+  # 1 %: ICT 65 % against BM25 50 % (+15 points, every seed); 5 %: ICT 45 % against 50 %.
+  results, ranks = _ranked({("bm25", 1): [0.5], ("bm25", 5): [0.5],
+                            ("ict", 1): [0.65, 0.65, 0.65], ("ict", 5): [0.45, 0.45, 0.45],
+                            ("mlm", 1): [0.3, 0.3, 0.3], ("mlm", 5): [0.3, 0.3, 0.3]})
+  got = {(c.claim, c.ratio, c.metric): c
+         for c in readings.compare(spec, results, ranks.get)}
+  one = got[("ict-over-bm25", 1, "R@1")]
+  # 30 questions of 200 differ by 100: SE 2.5 points, the interval about [10, 20], above 5.
+  assert one.boot.questions == N and one.boot.difference == pytest.approx(15.0)
+  assert one.boot.low > 5 and one.verdict == rule.HOLDS
+  assert got[("ict-over-bm25", 5, "R@1")].verdict == rule.CONTRADICTED
+  assert got[("ict-over-bm25", 5, "MRR")].verdict == rule.CONTRADICTED
+  text = readings.markdown(spec, results, (), ranks.get)
+  summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bm25]"))
+  counts = readings.counts_text([c for c in got.values() if c.claim == "ict-over-bm25"])
+  assert "contradicted at 2" in counts and " of 4 (metric, ratio)" in counts
+  assert f"| {counts} |" in summary
+  # The per-metric verdicts, one row per metric, one column per ratio.
+  assert "| metric | 1 % | 5 % |" in text
+  assert "| MRR | " in text and "| R@1 | " in text
+
+
+def test_a_caveat_is_printed_beside_its_verdicts(tmp_path):
+  spec = grid.parse("g", RANKED_GRID)
+  results, ranks = _ranked({("bm25", 1): [0.5], ("ict", 1): [0.7, 0.7], ("mlm", 1): [0.3]})
+  text = readings.write(spec, results, (), str(tmp_path), ranks.get)
+  assert (tmp_path / readings.READING_FILE).read_text(encoding="utf-8") == text
+  # In the summary line (the block docs/results.md shows), right after the counts...
+  summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bm25]"))
+  assert summary.endswith("| ⚠ BM25 reads whole documents. ⚠ Transformer, ICT: ICT's "
+                          "caveat. |")
+  # ...above the claim's table and after its verdicts.
+  section = text.split("### ict-over-bm25", 1)[1].split("### ", 1)[0]
+  assert "**Caveat.** BM25 reads whole documents.\n**Caveat.** Transformer, ICT: ICT's " \
+         "caveat.\n" in section
+  assert re.search(r"\nVerdicts: [^\n]+ ⚠ BM25 reads whole documents\. ⚠ Transformer, ICT",
+                   section)
+  # A row's caveat follows it into every claim that reads it.
+  other = next(line for line in text.splitlines() if line.startswith("| [ict-over-mlm]"))
+  assert other.endswith("| ⚠ Transformer, ICT: ICT's caveat. |")
+
+
+def test_ranks_are_used_only_where_both_rows_have_them():
+  spec = grid.parse("g", RANKED_GRID)
+  results, ranks = _ranked({("bm25", 1): [0.5], ("ict", 1): [0.7, 0.7], ("mlm", 1): [0.3]})
+  # MLM's runs recorded no ranks: the seed rule (one MLM seed: an observation).
+  no_mlm = {k: v for k, v in ranks.items() if "/mlm/" not in k}
+  got = {(c.claim, c.metric): c for c in readings.compare(spec, results, no_mlm.get)}
+  assert got[("ict-over-mlm", "R@100")].boot is None
+  assert got[("ict-over-mlm", "R@100")].verdict == rule.SEEN_AS
+  # BM25's run holds other splits' questions too: the pair is the ICT run's 200 questions.
+  assert got[("ict-over-bm25", "R@1")].boot.questions == N
+  # No RanksOf at all (the committed grid): no interval anywhere.
+  assert all(c.boot is None for c in readings.compare(spec, results))
+  # Entries scored on other questions than the ranks hold: no interval, not a wrong one.
+  for e in results["per_seed"]:
+    e["record"]["questions"] = N + 1
+  assert all(c.boot is None for c in readings.compare(spec, results, ranks.get))
+
+
+@pytest.mark.parametrize("claim, message", [
+    ({"qualifier": "notably"}, "a `qualifier` and its threshold"),
+    ({"min_gain": 5}, "a `qualifier` and its threshold"),
+    ({"qualifier": "x", "min_gain": 5, "max_gain": 2}, "min_gain <= max_gain"),
+    ({"qualifier": "x", "min_ratio": 0}, "min_ratio > 0"),
+    ({"qualifier": "x", "min_gain": "five"}, "numbers"),
+], ids=["word-without-threshold", "threshold-without-word", "empty-range", "zero-ratio",
+        "not-a-number"])
+def test_bad_qualifiers_are_named_errors(claim, message):
+  raw = dict(GRID, readings=[{"id": "bad", "sentence": "s", "source": "ours",
+                              "pairs": [["ict", "mlm"]], **claim}])
+  with pytest.raises(ValueError, match=re.escape(message)):
+    grid.parse("g", raw)
+
+
+def test_readings_and_caveats_are_not_cell_parameters():
+  """The shipped grids' qualifiers and caveats change no cell key: the grid planned without
+  any reading or caveat has the same cells."""
+  from twotower.experiment import plan
+  inputs = plan.Inputs("d.xml.bz2", squad="s.json", corpus="c.txt.bz2")
+  for name in ("cpu-small", "cpu-small-links"):
+    name_, raw = grid._raw(name)
+    bare = dict(raw, readings=[], systems={
+        n: {k: v for k, v in (s or {}).items() if k != "caveat"}
+        for n, s in raw["systems"].items()})
+    assert any("caveat" in (s or {}) for s in raw["systems"].values())
+    keys = [{c.name: c.key for c in plan.plan(g, inputs)[0]}
+            for g in (grid.parse(name_, raw), grid.parse(name_, bare))]
+    assert keys[0] == keys[1]

@@ -18,6 +18,8 @@ Split by concern:
   execute   runs the cells once each, resumably; one state per cell, on disk
   render    tables in the paper's layout, CSV / JSON / PNG, and the README
   readings  the grid's claims checked against the results: verdicts by a rule, as code
+  rule      that rule: intervals, paired seeds and qualifier thresholds -> a verdict
+  bootstrap the per-question paired bootstrap interval of a difference between two rows
 
 `run(ExperimentConfig)` ties them together; `twotower.commands.experiment` parses flags.
 """

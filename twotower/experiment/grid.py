@@ -94,6 +94,7 @@ class System:
   min_tune_questions: int = 50
   untuned_weight: float = 0.5
   note: str = ""
+  caveat: str = ""   # printed beside every verdict of a reading that reads the row
 
   @property
   def pretrained(self) -> bool:
@@ -144,6 +145,11 @@ class Claim:
     ratios: () = every ratio of the table.
     metrics: recalls or MRR, as the result records name them ("R@100").
     expect: "higher" (A above B) or "lower".
+    qualifier, min_gain, max_gain, min_ratio: the sentence's word of size ("only
+      marginally") and its threshold, tested (experiment.rule.Size): the gain (A - B; B - A
+      for "lower") in points at least / at most, the ratio (A / B; B / A) at least.
+    caveat: what the verdicts rest on that the numbers do not show (a confound), printed
+      beside them.
   """
   id: str
   sentence: str
@@ -153,6 +159,11 @@ class Claim:
   ratios: tuple[int, ...] = ()
   metrics: tuple[str, ...] = ("R@100",)
   expect: str = "higher"
+  qualifier: str = ""
+  min_gain: Optional[float] = None
+  max_gain: Optional[float] = None
+  min_ratio: Optional[float] = None
+  caveat: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,6 +312,16 @@ def _claim(raw: Mapping[str, Any], where: str) -> Claim:
     raise ValueError(f"{where}: no `pairs` to compare")
   if claim.expect not in CLAIM_DIRECTIONS:
     raise ValueError(f"{where}: expect {claim.expect!r}; expected one of {CLAIM_DIRECTIONS}")
+  bounds = (claim.min_gain, claim.max_gain, claim.min_ratio)
+  if any(x is not None and not isinstance(x, (int, float)) for x in bounds) or (
+      claim.min_gain is not None and claim.max_gain is not None and
+      claim.min_gain > claim.max_gain) or (claim.min_ratio is not None and
+                                           claim.min_ratio <= 0):
+    raise ValueError(f"{where}: min_gain / max_gain / min_ratio {bounds}: numbers, "
+                     "min_gain <= max_gain, min_ratio > 0")
+  if bool(claim.qualifier) != any(x is not None for x in bounds):
+    raise ValueError(f"{where}: a `qualifier` and its threshold (min_gain, max_gain or "
+                     "min_ratio) come together")
   return claim
 
 

@@ -1,20 +1,17 @@
 """The reading of a grid: each claim of the grid file (grid.Claim) checked against the results,
-with the verdict computed by one rule, so that no sentence about the grid is typed by hand.
+with the verdict computed by one rule (experiment.rule), so that no sentence about the grid is
+typed by hand.
 
     twotower experiment ...              # writes <results_dir>/reading.md with the tables
     python -m twotower.experiment.rerender --grid cpu-small \\
         --results_dir docs/results/cpu-small   # re-renders it from results.json + cells.json
 
-The rule (`verdict`), on recalls in percent, mean and sample standard deviation (n - 1) over
-the seeds of each row:
-
-  * A difference is **resolved** when |mean A - mean B| >= 2 x max(SD A, SD B) and each side
-    has at least two seeds. A BM25 row has no seed (the same numbers on every run): its SD is
-    0 by construction and one run is enough on its side.
-  * Resolved in the claim's direction: **holds, resolved**; against it: **contradicted**.
-  * Both sides measured often enough but the gap under the bar: **not resolved**.
-  * One seed on a side that has a seed: an **observation** (as or against the claim): the
-    difference has no spread to be measured against, whatever its size.
+Each claim is compared per (pair, metric, ratio): the two rows' per-seed values from
+results.json, and, where a `RanksOf` gives both rows' per-question gold ranks, the per-question
+paired bootstrap interval of the difference (experiment.bootstrap). The rule (rule.RULE) reads
+the interval, the paired seeds and the claim's qualifier threshold; without ranks it falls back
+to the seed-SD interval and a sign test over paired seeds. A claim's `caveat` and its rows'
+are printed beside its verdicts.
 
 A second section checks each pre-training run's held-out in-batch accuracy at its last step
 against chance (1 / the documents a held-out query is ranked among: the batch, or the run's
@@ -24,79 +21,39 @@ held-out pairs where fewer), so "does not generalise at this scale" is computed 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from twotower import contracts
 from twotower import io as tio
+from twotower.experiment import bootstrap
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import plan as plan_lib
 from twotower.experiment.grid import Claim, GridSpec, RowRef
 from twotower.experiment.identity import CellId
+from twotower.experiment.rule import (  # noqa: F401  (the reading's words, re-exported)
+    CONTRADICTED, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST, SEEN_AS,
+    SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd)
+
+logger = logging.getLogger(__name__)
 
 READING_FILE = "reading.md"
-HOLDS = "holds, resolved"
-CONTRADICTED = "contradicted"
-NOT_RESOLVED = "not resolved"
-SEEN_AS = "observation, as claimed"
-SEEN_AGAINST = "observation, against the claim"
-VERDICTS = (HOLDS, CONTRADICTED, NOT_RESOLVED, SEEN_AS, SEEN_AGAINST)
 # Rows whose result does not depend on the seed (their SD is 0 by construction).
 SEEDLESS_KINDS = ("bm25",)
-RULE = ("A difference is **resolved** when |mean A − mean B| ≥ 2 × max(SD A, SD B), the SDs "
-        "being sample standard deviations (n − 1) over seeds, with at least two seeds on each "
-        "side; a BM25 row has no seed (SD 0 by construction), so one run serves its side. "
-        "Resolved in the claim's direction: **holds, resolved**; against it: "
-        "**contradicted**; under the bar: **not resolved**. With one seed on a side that has "
-        "seeds, the difference is an **observation** only (as or against the claim), whatever "
-        "its size.")
-
-
-def mean_and_sd(values: Sequence[float]) -> tuple[float, float]:
-  """Mean and sample standard deviation (n - 1; 0.0 for a single value)."""
-  mean = sum(values) / len(values)
-  if len(values) < 2:
-    return mean, 0.0
-  return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
-
-
-@dataclasses.dataclass(frozen=True)
-class Side:
-  """One row's values (percent) on one metric at one ratio, one per seed."""
-  label: str
-  values: tuple[float, ...]
-  seedless: bool = False      # BM25: the same value on every seed
-
-  @property
-  def mean(self) -> float:
-    return mean_and_sd(self.values)[0]
-
-  @property
-  def sd(self) -> float:
-    return mean_and_sd(self.values)[1]
-
-  @property
-  def measured(self) -> bool:
-    """Whether the side's spread is known: two seeds or more, or no seed to vary."""
-    return self.seedless or len(self.values) >= 2
-
-  def text(self) -> str:
-    if len(self.values) < 2:
-      return f"{self.mean:.2f}" + (" (no seed)" if self.seedless else " (1 seed)")
-    return f"{self.mean:.2f} ± {self.sd:.2f} ({len(self.values)} seeds)"
+#: A result cell's name (str(CellId)) -> {question id: the gold's 1-based rank, None past the
+#: run's top 100} over the questions its table entry is scored on; None: no ranks recorded.
+RanksOf = Callable[[str], Optional[Mapping[str, Optional[int]]]]
 
 
 def verdict(a: Side, b: Side, expect: str = "higher") -> str:
-  """The rule of the module docstring: is A above (`expect` "higher") or below B?"""
-  diff = a.mean - b.mean
-  as_claimed = diff > 0 if expect == "higher" else diff < 0
-  if not (a.measured and b.measured):
-    return SEEN_AS if as_claimed else SEEN_AGAINST
-  bar = 2 * max(a.sd, b.sd)
-  if diff != 0 and abs(diff) >= bar:
-    return HOLDS if as_claimed else CONTRADICTED
-  return NOT_RESOLVED
+  """The rule without ranks or qualifier: is A above (`expect` "higher") or below B?"""
+  return judge(a, b, expect).verdict
+
+
+def size_of(claim: Claim) -> Size:
+  return Size(claim.qualifier, claim.min_gain, claim.max_gain, claim.min_ratio)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,16 +65,31 @@ class Comparison:
   metric: str
   a: Side
   b: Side
-  verdict: str
+  judgement: Judgement
+  boot: Optional[bootstrap.Interval] = None    # None: a row without recorded ranks
+  pair: int = 0                                # the index of the claim's pair
+
+  @property
+  def verdict(self) -> str:
+    return self.judgement.verdict
 
 
-def _per_seed(results: Mapping) -> dict[tuple, dict[int, Mapping[str, float]]]:
-  """{(table, dataset, system, variant, ratio): {seed: metrics}} from results.json."""
-  out: dict[tuple, dict[int, Mapping[str, float]]] = {}
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  """One seed's table entry: its metrics, its result cell, its question count."""
+  metrics: Mapping[str, float]
+  cell: str
+  questions: Optional[int]
+
+
+def _per_seed(results: Mapping) -> dict[tuple, dict[int, _Run]]:
+  """{(table, dataset, system, variant, ratio): {seed: run}} from results.json."""
+  out: dict[tuple, dict[int, _Run]] = {}
   for e in results.get("per_seed", ()):
     if e.get("record"):
       key = (e["table"], e["dataset"], e["system"], e["variant"], e["ratio"])
-      out.setdefault(key, {})[e["seed"]] = e["record"]["metrics"]
+      out.setdefault(key, {})[e["seed"]] = _Run(e["record"]["metrics"], e.get("cell", ""),
+                                                e["record"].get("questions"))
   return out
 
 
@@ -140,8 +112,23 @@ def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
   return label
 
 
-def compare(spec: GridSpec, results: Mapping) -> list[Comparison]:
-  """Every claim x pair x ratio x metric that the results hold both sides of."""
+def caveats(spec: GridSpec, claim: Claim) -> list[str]:
+  """The claim's caveat, then its rows' (each text once, after the rows that carry it), as
+  printed beside its verdicts."""
+  out = [" ".join(claim.caveat.split())] if claim.caveat else []
+  rows: dict[str, list[str]] = {}      # caveat -> the rows that carry it
+  for name in dict.fromkeys(r.system for pair in claim.pairs for r in pair):
+    system = spec.systems.get(name)
+    if system is not None and system.caveat:
+      rows.setdefault(" ".join(system.caveat.split()), []).append(
+          _label(spec, RowRef(name), claim.table))
+  return out + [f"{'; '.join(labels)}: {text}" for text, labels in rows.items()]
+
+
+def compare(spec: GridSpec, results: Mapping,
+            ranks_of: Optional[RanksOf] = None) -> list[Comparison]:
+  """Every claim x pair x ratio x metric that the results hold both sides of; with
+  `ranks_of`, each with its bootstrap interval where both rows recorded ranks."""
   values = _per_seed(results)
   tables = {t.id: t for t in spec.tables}
   datasets = sorted({key[1] for key in values})
@@ -152,26 +139,52 @@ def compare(spec: GridSpec, results: Mapping) -> list[Comparison]:
     for dataset in datasets:
       for ratio in ratios:
         for metric in claim.metrics:
-          for ref_a, ref_b in claim.pairs:
+          for index, (ref_a, ref_b) in enumerate(claim.pairs):
             a, b = (_side(spec, values, claim.table, dataset, ratio, metric, ref)
                     for ref in (ref_a, ref_b))
             if a is None or b is None:
               continue
-            out.append(Comparison(claim.id, dataset, ratio, metric, a, b,
-                                  verdict(a, b, claim.expect)))
+            boot = _interval(a, b, metric, ranks_of) if ranks_of else None
+            out.append(Comparison(claim.id, dataset, ratio, metric, a[0], b[0],
+                                  judge(a[0], b[0], claim.expect, size_of(claim), boot),
+                                  boot, index))
   return out
 
 
 def _side(spec: GridSpec, values, claim_table: str, dataset: str, ratio: int, metric: str,
-          ref: RowRef) -> Optional[Side]:
+          ref: RowRef) -> Optional[tuple[Side, list[_Run]]]:
   by_seed = values.get((ref.table or claim_table, dataset, ref.system, ref.variant, ratio), {})
-  xs = tuple(100 * m[metric] for seed, m in sorted(by_seed.items())
-             if metric in m and (not ref.seeds or seed in ref.seeds))
-  if not xs:
+  runs = [(seed, run) for seed, run in sorted(by_seed.items())
+          if metric in run.metrics and (not ref.seeds or seed in ref.seeds)]
+  if not runs:
     return None
   system = spec.systems.get(ref.system)
-  return Side(_label(spec, ref, claim_table), xs,
-              seedless=bool(system and system.kind in SEEDLESS_KINDS))
+  side = Side(_label(spec, ref, claim_table), tuple(100 * r.metrics[metric] for _, r in runs),
+              seedless=bool(system and system.kind in SEEDLESS_KINDS),
+              seeds=tuple(seed for seed, _ in runs))
+  return side, [r for _, r in runs]
+
+
+def _interval(a: tuple[Side, list[_Run]], b: tuple[Side, list[_Run]], metric: str,
+              ranks_of: RanksOf) -> Optional[bootstrap.Interval]:
+  """The bootstrap interval of A - B, or None where a row has no ranks or the questions both
+  rows hold are not the questions their table entries were scored on (two BM25 rows: each
+  holds every question, so neither says which split the entry scored)."""
+  sides = []
+  for side, runs in (a, b):
+    # A seedless row's seeds are one run: the same ranks on every seed.
+    ranks = [ranks_of(run.cell) for run in (runs[:1] if side.seedless else runs)]
+    if any(r is None for r in ranks):
+      return None
+    sides.append(ranks)
+  questions = bootstrap.common_questions(*sides)
+  scored = {r.questions for r in a[1] + b[1] if r.questions is not None}
+  if not questions or (scored and scored != {len(questions)}):
+    logger.warning("no interval for %s against %s (%s): %d question(s) in both rows' ranks, "
+                   "entries scored on %s", a[0].label, b[0].label, metric, len(questions),
+                   sorted(scored))
+    return None
+  return bootstrap.paired(*sides, metric)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,39 +270,132 @@ def _counts(comparisons: Sequence[Comparison]) -> dict[str, int]:
   return {v: sum(1 for c in comparisons if c.verdict == v) for v in VERDICTS}
 
 
+def _unit(comparisons: Sequence[Comparison]) -> str:
+  """What one count is: "(metric, ratio)" for a claim over several metrics and ratios."""
+  varying = [name for name, key in (("pair", lambda c: c.pair), ("metric", lambda c: c.metric),
+                                    ("ratio", lambda c: (c.ratio, c.dataset)))
+             if len({key(c) for c in comparisons}) > 1]
+  if not varying:
+    return "comparison"
+  return varying[0] + "s" if len(varying) == 1 else f"({', '.join(varying)})"
+
+
+def counts_text(comparisons: Sequence[Comparison]) -> str:
+  """"holds, resolved at 14 of 24 (metric, ratio); contradicted at 6; ..." (no verdict named
+  that no comparison got)."""
+  counts = [(v, n) for v, n in _counts(comparisons).items() if n]
+  if not counts:
+    return ""
+  (first, n), rest = counts[0], counts[1:]
+  return "; ".join([f"{first} at {n} of {len(comparisons)} {_unit(comparisons)}"]
+                   + [f"{v} at {k}" for v, k in rest])
+
+
+def _caveat_text(spec: GridSpec, claim: Claim) -> str:
+  return " ".join(f"⚠ {c}" for c in caveats(spec, claim))
+
+
 def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: str = "") -> str:
-  """One line per claim: how many of its comparisons got each verdict (no recall in it: the
-  numbers are in reading.md, at `link`: "" within reading.md itself)."""
-  lines = ["| claim | source | " + " | ".join(VERDICTS) + " |",
-           "|---|---|" + "---:|" * len(VERDICTS)]
+  """One line per claim: how many of its comparisons got each verdict, counted per (pair,
+  metric, ratio), and the caveats the verdicts rest on (no recall in it: the numbers are in
+  reading.md, at `link`: "" within reading.md itself)."""
+  lines = ["| claim | source | verdicts | caveat |", "|---|---|---|---|"]
   for claim in spec.readings:
-    counts = _counts([c for c in comparisons if c.claim == claim.id])
-    if any(counts.values()):
-      lines.append(f"| [{claim.id}]({link}#{claim.id}): "
-                   f"{claim.sentence} | {claim.source} | "
-                   + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+    text = counts_text([c for c in comparisons if c.claim == claim.id])
+    if text:
+      lines.append(f"| [{claim.id}]({link}#{claim.id}): {claim.sentence} | {claim.source} | "
+                   f"{text} | {_caveat_text(spec, claim) or '–'} |")
   return "\n".join(lines) + "\n"
 
 
-def _claim_section(claim: Claim, comparisons: Sequence[Comparison]) -> list[str]:
+def _where(c: Comparison, several_datasets: bool) -> str:
+  return ("zero-shot" if c.ratio == contracts.ZERO_SHOT_RATIO else f"{c.ratio} %") + (
+      f" ({c.dataset})" if several_datasets else "")
+
+
+def _interval_text(c: Comparison) -> str:
+  """The bootstrap interval of A − B (the table's direction), or the seed-SD bar's."""
+  if c.boot is not None:
+    return f"[{c.boot.low:+.2f}, {c.boot.high:+.2f}] ({c.boot.questions:,} q)"
+  if c.a.measured and c.b.measured:
+    return f"± {2 * max(c.a.sd, c.b.sd):.2f} (2 × max SD)"
+  return "–"
+
+
+def _seeds_text(c: Comparison) -> str:
+  paired = c.judgement.paired
+  text = f"{sum(1 for g in paired if g > 0)} of {len(paired)}" if paired else "–"
+  if c.judgement.sign_p is not None:
+    text += f" (p = {c.judgement.sign_p:.2g})"
+  return text
+
+
+def _pair_signs(comparisons: Sequence[Comparison]) -> list[str]:
+  """Per (pair, metric): the paired seeds' gains above 0 over every ratio. The ratios share
+  each seed's pre-training, so this is a guide to consistency, not a test of its own."""
+  lines = []
+  for key in dict.fromkeys((c.pair, c.metric) for c in comparisons):
+    these = [c for c in comparisons if (c.pair, c.metric) == key]
+    gains = [g for c in these for g in c.judgement.paired]
+    if len(these) > 1 and len(gains) >= 3:
+      up = sum(1 for g in gains if g > 0)
+      p = (f"; all of one sign: two-sided sign test p = {2 / 2 ** len(gains):.2g}"
+           if up in (0, len(gains)) else "")
+      lines.append(f"* {these[0].a.label} against {these[0].b.label}, {key[1]}: the gain "
+                   f"is above 0 in {up} of {len(gains)} paired runs over "
+                   f"{len(these)} ratios{p}.")
+  if lines:
+    lines = ["Paired runs over every ratio (seed i of A against seed i of B at each ratio; "
+             "the ratios share each seed's pre-training, so the runs are not independent):",
+             ""] + lines + [""]
+  return lines
+
+
+def _matrix(comparisons: Sequence[Comparison], several_datasets: bool) -> list[str]:
+  """For a claim over several metrics: a verdict per (metric, ratio), one table per pair."""
+  wheres = list(dict.fromkeys(_where(c, several_datasets) for c in comparisons))
+  lines = []
+  for pair in dict.fromkeys(c.pair for c in comparisons):
+    these = [c for c in comparisons if c.pair == pair]
+    cell = {(c.metric, _where(c, several_datasets)): c.verdict for c in these}
+    lines += [f"{these[0].a.label} against {these[0].b.label}, per metric and ratio:", "",
+              "| metric | " + " | ".join(wheres) + " |", "|---|" + "---|" * len(wheres)]
+    for metric in dict.fromkeys(c.metric for c in these):
+      lines.append(f"| {metric} | " + " | ".join(cell.get((metric, w), "–") for w in wheres)
+                   + " |")
+    lines.append("")
+  return lines
+
+
+def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Comparison]
+                   ) -> list[str]:
   relation = ">" if claim.expect == "higher" else "<"
+  size = size_of(claim)
   # The heading is the claim's id, so "reading.md#<id>" links to it.
   lines = [f"### {claim.id}", "",
            f"> {claim.sentence}", "", f"Source: {claim.source}. Read from Table {claim.table}; "
-           f"claimed: A {relation} B. Metrics in percent.", "",
-           "| A | B | ratio | metric | A | B | A − B | A / B | 2 × max SD | verdict |",
-           "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+           f"claimed: A {relation} B" + (f"; \"{size.word}\" tested as {size.text()}"
+                                         if size.bounded else "") + ". Metrics in percent; "
+           "the interval is the bootstrap's 95 % interval of A − B over the questions (q), "
+           "or ± 2 × max SD where the rows recorded no ranks; seeds: the paired seeds whose "
+           "gain (A − B, or B − A for a claim that A is below) is above 0.", ""]
+  lines += [f"**Caveat.** {c}" for c in caveats(spec, claim)] + (
+      [""] if caveats(spec, claim) else [])
+  lines += ["| A | B | ratio | metric | A | B | A − B | interval | A / B | seeds as claimed | "
+            "verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
   several_datasets = len({c.dataset for c in comparisons}) > 1
   for c in comparisons:
-    where = ("zero-shot" if c.ratio == contracts.ZERO_SHOT_RATIO else f"{c.ratio} %") + (
-        f" ({c.dataset})" if several_datasets else "")
-    bar = f"{2 * max(c.a.sd, c.b.sd):.2f}" if c.a.measured and c.b.measured else "–"
     share = f"{100 * c.a.mean / c.b.mean:.1f} %" if c.b.mean else "–"
-    lines.append(f"| {c.a.label} | {c.b.label} | {where} | {c.metric} | {c.a.text()} | "
-                 f"{c.b.text()} | {c.a.mean - c.b.mean:+.2f} | {share} | {bar} | "
-                 f"**{c.verdict}** |")
-  counts = _counts(comparisons)
-  lines += ["", "Verdicts: " + "; ".join(f"{v} {n}" for v, n in counts.items() if n) + ".", ""]
+    lines.append(f"| {c.a.label} | {c.b.label} | {_where(c, several_datasets)} | {c.metric} | "
+                 f"{c.a.text()} | {c.b.text()} | {c.a.mean - c.b.mean:+.2f} | "
+                 f"{_interval_text(c)} | {share} | {_seeds_text(c)} | **{c.verdict}** |")
+  lines += [""]
+  if len({c.metric for c in comparisons}) > 1:
+    lines += _matrix(comparisons, several_datasets)
+  lines += _pair_signs(comparisons)
+  lines += [f"Verdicts: {counts_text(comparisons)}."
+            + (f" {_caveat_text(spec, claim)}" if claim.caveat or caveats(spec, claim) else ""),
+            ""]
   return lines
 
 
@@ -321,15 +427,17 @@ def _pretrain_section(checks: Sequence[PretrainCheck], without_history: int) -> 
   return lines + [""]
 
 
-def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] = ()
-             ) -> str:
+def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] = (),
+             ranks_of: Optional[RanksOf] = None) -> str:
   """reading.md: the rule, a summary line per claim, each claim's comparisons, and the
-  pre-training check. Every number in it is computed from `results` (results.json) and the
-  pre-training and pair records (cells.json)."""
-  comparisons = compare(spec, results)
+  pre-training check. Every number in it is computed from `results` (results.json), the
+  per-question ranks `ranks_of` gives (None: no ranks anywhere) and the pre-training and pair
+  records (cells.json)."""
+  comparisons = compare(spec, results, ranks_of)
   lines = [f"# Reading of the `{spec.name}` grid against its claims", "",
            "Generated by `twotower experiment` (`twotower/experiment/readings.py`) from "
-           "`results.json` and the pre-training records in `cells.json`; the claims are the "
+           "`results.json`, the per-question ranks where the runs recorded them, and the "
+           "pre-training records in `cells.json`; the claims are the "
            f"`readings:` of `twotower/experiment/grids/{spec.name}.yaml`. Do not edit by hand: "
            f"`python -m twotower.experiment.rerender --grid {spec.name} --results_dir "
            f"docs/results/{spec.name}` writes it again.", "", "## The rule", "", RULE, "",
@@ -337,7 +445,7 @@ def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] =
   for claim in spec.readings:
     these = [c for c in comparisons if c.claim == claim.id]
     if these:
-      lines += _claim_section(claim, these)
+      lines += _claim_section(spec, claim, these)
   cell_records = list(cell_records)
   checks = pretrain_checks(spec, cell_records)
   if checks:
@@ -348,10 +456,10 @@ def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] =
 
 
 def write(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping],
-          results_dir: str) -> Optional[str]:
+          results_dir: str, ranks_of: Optional[RanksOf] = None) -> Optional[str]:
   """Writes `<results_dir>/reading.md` where the grid has readings; returns its text."""
   if not spec.readings:
     return None
-  text = markdown(spec, results, cell_records)
+  text = markdown(spec, results, cell_records, ranks_of)
   tio.write_text(os.path.join(results_dir, READING_FILE), text)
   return text
