@@ -203,9 +203,11 @@ def _untuned(cell: Cell, ctx: Context) -> tuple[float, str, dict]:
     return alone
   carried = ctx.done(cell.deps[plan.FUSE_CARRY])
   source = carried.get("weight_source") or {}
-  if source.get("how") == fusion.CARRIED:
+  # (A record from before `weight_source` was tuned where it has a tuning.)
+  how = source.get("how") or (fusion.TUNED if carried.get("tuning") else None)
+  if how == fusion.CARRIED:
     return carried["weight"], carried["partner"], dict(source)
-  if source.get("how") == fusion.TUNED:
+  if how == fusion.TUNED:
     ratio = CellId.parse(cell.deps[plan.FUSE_CARRY]).ratio
     return carried["weight"], carried["partner"], fusion.weight_source(fusion.CARRIED,
                                                                        ratio=ratio)
