@@ -16,7 +16,8 @@ A *cell* is one resumable unit of work with a done-marker:
     finetune  one row x size x ratio x seed
     eval      embed + flat search + Recall@k of one fine-tuned model on one ReQA directory
     fuse      a hybrid of two rows' runs, its weight (and, given several dense rows, which one)
-              tuned on the ratio's validation split
+              tuned on the ratio's validation split (too small a split: `untuned`, e.g. carried
+              from the next larger ratio's fuse cell)
     bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
