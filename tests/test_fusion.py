@@ -3,11 +3,9 @@ fused order, and a weight chosen on the validation split, never on the test spli
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
+import fusion_fixtures
 from twotower.commands import fuse as fuse_cmd
 from twotower.eval import evaluate, fusion, runs
 from twotower.eval.runs import Ranked
@@ -48,16 +46,8 @@ def write_reqa(directory):
   """Candidates 1..4; validation questions whose gold (4) run A ranks first, test questions
   whose gold (1) run B ranks first: validation prefers weight 1 (all A), test would prefer
   0."""
-  directory.mkdir()
-  cands = [{"candidate_id": i, "sentence": f"s{i}", "passage": f"p{i}", "title": "t",
-            "source": "squad"} for i in range(1, 5)]
-  pq.write_table(pa.Table.from_pylist(cands, schema=contracts.CANDIDATE_SCHEMA),
-                 directory / contracts.CANDIDATES_FILE)
-  splits = {"validation-5": [("v1", 4), ("v2", 4)], "test-5": [("t1", 1), ("t2", 1)]}
-  for split, rows in splits.items():
-    pq.write_table(pa.Table.from_pylist(
-        [{"question_id": q, "question": q, "gold_candidate_ids": [g]} for q, g in rows],
-        schema=contracts.QUESTION_SCHEMA), directory / contracts.questions_file(split))
+  fusion_fixtures.write_reqa(directory, range(1, 5), {
+      "validation-5": [("v1", 4), ("v2", 4)], "test-5": [("t1", 1), ("t2", 1)]})
 
 
 def runs_for_tuning():
@@ -182,3 +172,192 @@ def test_a_validation_split_under_the_floor_is_refused_or_given_the_untuned_weig
   # At 0.5 the tie between 4 (A's first) and 1 (B's first) goes to 1: the untuned weight,
   # not the one validation would choose (> 0.5, which puts 4 first).
   assert runs.read_run(str(tmp_path / "even.trec"))["v1"].candidate_ids[0] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# BM25 alone among the candidates, and the worst gain over it (issue 37).
+# ---------------------------------------------------------------------------------------------
+
+
+def test_weight_one_is_the_first_run_itself_its_ties_and_length_kept(tmp_path):
+  """BM25 ranks 7 before 3 at a tied score and lists four candidates; the dense run adds 1
+  and 2. The formula at weight 1 would re-sort the tie (3 before 7) and let 1 and 2 (0 from
+  BM25) tie with BM25's last candidate (9, normalised 0) and pass it by id."""
+  bm25 = {"q": Ranked((5, 7, 3, 9), (4.0, 2.0, 2.0, 1.0)), "only-bm25": Ranked((4,), (1.0,))}
+  dense = {"q": Ranked((1, 2, 9), (0.9, 0.8, 0.1)), "only-dense": Ranked((8,), (1.0,))}
+  fused = fusion.interpolate(bm25, dense, fusion.FIRST_ALONE)
+  assert fused["q"] == Ranked((5, 7, 3, 9), (1.0, 1 / 3, 1 / 3, 0.0))
+  assert fused["only-bm25"] == Ranked((4,), (1.0,))
+  assert fused["only-dense"] == Ranked((), ())  # BM25 retrieved nothing for it
+  assert fusion.interpolate(bm25, dense, 1.0, depth=2)["q"].candidate_ids == (5, 7)
+  # Written and read back: the same order (a TREC file keeps ranks, not a re-sort by score).
+  runs.write_run(str(tmp_path / "alone.trec"), fused)
+  assert runs.read_run(str(tmp_path / "alone.trec"))["q"].candidate_ids == (5, 7, 3, 9)
+  # Just below 1 the formula applies: the tie goes to the smaller id, 1 and 2 join.
+  assert fusion.interpolate(bm25, dense, 0.95)["q"].candidate_ids == (5, 3, 7, 1, 2, 9)
+
+
+def _trading_reqa(tmp_path):
+  """validation-5: two questions BM25 gets first, one it misses; test-5 likewise."""
+  top1, rescued = ["v1", "v2", "t1", "t2"], ["v3", "t3"]
+  reqa = fusion_fixtures.write_reqa(tmp_path / "reqa", range(1, 12), {
+      "validation-5": [("v1", 1), ("v2", 1), ("v3", 11)],
+      "test-5": [("t1", 1), ("t2", 1), ("t3", 11)]})
+  return reqa, fusion_fixtures.trading_runs(top1, rescued)
+
+
+def test_when_every_dense_weight_loses_r1_the_worst_gain_chooses_bm25_alone(tmp_path):
+  reqa, (bm25, dense) = _trading_reqa(tmp_path)
+  (validation,) = evaluate.load_splits(reqa, ["validation-5"])
+  # The mean of R@k buys R@5..100 with R@1: a weight below 1, a third of R@1 lost (two
+  # top-1 questions lost, the rescued one won).
+  mean = fusion.tune_weight(bm25, dense, validation)
+  alone = fusion._split_metrics(fusion.interpolate(bm25, dense, 1.0), validation)
+  at_mean = fusion._split_metrics(fusion.interpolate(bm25, dense, mean.weight), validation)
+  assert mean.weight < 1.0 and at_mean["R@1"] == pytest.approx(alone["R@1"] - 1 / 3)
+  assert at_mean["R@100"] == pytest.approx(alone["R@100"] + 1 / 3)
+  # The worst gain cannot trade: every weight below 1 loses R@1, so BM25 alone.
+  worst = fusion.tune_weight(bm25, dense, validation, metric=fusion.WORST_GAIN)
+  assert (worst.weight, worst.metric, worst.questions) == (1.0, "worst_gain_over_first", 3)
+  assert worst.score == (0.0, 0.0)
+  assert worst.gains == {m: 0.0 for m in ("R@1", "R@5", "R@10", "R@50", "R@100", "MRR")}
+  by_weight = dict(worst.by_weight)
+  assert set(by_weight) == set(fusion.WEIGHT_GRID)
+  assert all(by_weight[w] < 0 for w in fusion.WEIGHT_GRID if w < 1.0)
+  # A weight list without 1 still has BM25 alone among its candidates.
+  assert fusion.tune_weight(bm25, dense, validation, fusion.WORST_GAIN,
+                            weights=(0.5, 0.9)).weight == 1.0
+
+
+def test_the_fuse_run_chosen_by_worst_gain_is_bm25s_run_and_never_below_it(tmp_path):
+  """Through `fusion.run` and files: the fused run is BM25's run list for list (its scores
+  normalised), its records BM25's on both splits (never below on validation)."""
+  reqa, (bm25, dense) = _trading_reqa(tmp_path)
+  runs.write_run(str(tmp_path / "bm25.trec"), bm25)
+  runs.write_run(str(tmp_path / "dense.parquet"), dense)
+  out = str(tmp_path / "hybrid.trec")
+  result = fusion.run(fusion.FuseConfig(
+      runs=(str(tmp_path / "bm25.trec"), str(tmp_path / "dense.parquet")), out=out,
+      reqa=reqa, tune_split="validation-5", tune_metric=fusion.WORST_GAIN,
+      min_tune_questions=3, score_splits=("validation-5", "test-5"), golds=("pair",)))
+  assert result.weight == 1.0 and result.tune_questions == 3
+  assert {q: r.candidate_ids for q, r in runs.read_run(out).items()} == {
+      q: r.candidate_ids for q, r in bm25.items()}
+  splits = evaluate.load_splits(reqa, ["validation-5", "test-5"])
+  reference = evaluate.evaluate_run_file(str(tmp_path / "bm25.trec"), "fused", splits,
+                                         ("pair",))
+  assert [r["metrics"] for r in result.records] == [r["metrics"] for r in reference]
+
+
+def test_worst_gain_takes_a_weight_that_gains_everywhere_and_never_loses(tmp_path):
+  """Every question is a rescue (and one both runs get first): below 0.5 the dense run's
+  gold goes first, a gain at every metric; the largest worst gain wins, its ties going to
+  the larger mean gain, then to the weight nearer BM25."""
+  bm25, dense = fusion_fixtures.trading_runs([], ["v1", "v2"])
+  bm25["v3"], dense["v3"] = Ranked((1, 2), (2.0, 1.0)), Ranked((1,), (0.5,))
+  reqa = fusion_fixtures.write_reqa(tmp_path / "reqa", range(1, 12), {
+      "validation-5": [("v1", 11), ("v2", 11), ("v3", 1)]})
+  (validation,) = evaluate.load_splits(reqa, ["validation-5"])
+  tuning = fusion.tune_weight(bm25, dense, validation, metric=fusion.WORST_GAIN)
+  alone = fusion._split_metrics(fusion.interpolate(bm25, dense, 1.0), validation)
+  chosen = fusion._split_metrics(fusion.interpolate(bm25, dense, tuning.weight), validation)
+  assert tuning.weight == 0.45  # the weight below 0.5 nearest BM25
+  assert chosen["R@1"] == pytest.approx(alone["R@1"] + 2 / 3)
+  assert all(chosen[m] > alone[m] for m in alone)
+  assert tuning.gains == pytest.approx({m: chosen[m] - alone[m] for m in alone})
+  assert dict(tuning.by_weight)[0.45] == min(tuning.gains.values()) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_random_runs_the_worst_gain_choice_is_never_below_bm25_on_validation(tmp_path,
+                                                                                  seed):
+  """The guarantee on runs nobody arranged: 40 questions, 30 candidates, noisy scores; the
+  chosen fusion (weight and partner) scored from its file is at or above BM25 at every
+  metric of the tuning split."""
+  import random
+  rng = random.Random(seed)
+  questions = [(f"v{i}", rng.randint(1, 30)) for i in range(40)]
+
+  def a_run(depth):
+    return {q: Ranked(tuple(rng.sample(range(1, 31), depth)),
+                      tuple(sorted((rng.random() for _ in range(depth)), reverse=True)))
+            for q, _ in questions}
+
+  reqa = fusion_fixtures.write_reqa(tmp_path / "reqa", range(1, 31),
+                                    {"validation-10": questions})
+  paths = []
+  for name, depth in (("bm25.trec", 12), ("d1.parquet", 20), ("d2.parquet", 8)):
+    runs.write_run(str(tmp_path / name), a_run(depth))
+    paths.append(str(tmp_path / name))
+  result = fusion.run(fusion.FuseConfig(
+      runs=tuple(paths), out=str(tmp_path / "fused.trec"), reqa=reqa,
+      tune_split="validation-10", tune_metric=fusion.WORST_GAIN, depth=10,
+      score_splits=("validation-10",), golds=("pair",), min_tune_questions=40))
+  (split,) = evaluate.load_splits(reqa, ["validation-10"])
+  bm25_cut = {q: r.candidate_ids[:10] for q, r in runs.read_run(paths[0]).items()}
+  (bm25_record,) = evaluate.evaluate(bm25_cut, "bm25", [split], ("pair",))
+  fused, first = result.records[0]["metrics"], bm25_record["metrics"]
+  assert all(fused[m] >= first[m] for m in first), (result.weight, fused, first)
+  assert min(fused[m] - first[m] for m in first) == pytest.approx(result.tuning.score[0])
+  # (BM25's 12 random candidates against the dense rows' 20: here a weight below 1 wins.)
+  assert result.weight < 1.0 and result.tuning.score[0] >= 0.0
+
+
+def test_partners_compare_by_worst_gain_and_tie_at_bm25_alone_to_the_first(tmp_path):
+  reqa, (bm25, dense) = _trading_reqa(tmp_path)
+  (validation,) = evaluate.load_splits(reqa, ["validation-5"])
+  # Neither partner fuses without losing R@1: BM25 alone, with the first partner named.
+  name, tuning = fusion.choose_partner(bm25, {"trader": dense, "same": dict(dense)},
+                                       validation, metric=fusion.WORST_GAIN)
+  assert (name, tuning.weight) == ("trader", 1.0)
+  # A partner that agrees with BM25 on the top-1 questions and rescues the other one gains
+  # without a loss: it is chosen over the trader, at a weight below 1.
+  helper = {q: Ranked((1,), (0.7,)) if q in ("v1", "v2", "t1", "t2") else r
+            for q, r in dense.items()}
+  name, tuning = fusion.choose_partner(bm25, {"trader": dense, "helper": helper},
+                                       validation, metric=fusion.WORST_GAIN)
+  assert name == "helper" and tuning.weight < 1.0 and tuning.score[0] >= 0.0
+  assert tuning.preference == (*tuning.score, -abs(tuning.weight - 1.0))
+
+
+def test_an_untuned_weight_applies_to_the_named_partner(tmp_path):
+  reqa, (bm25, dense) = _trading_reqa(tmp_path)
+  other = {q: Ranked((3,), (1.0,)) for q in dense}
+  for name, run_ in (("bm25.trec", bm25), ("dense.trec", dense), ("other.trec", other)):
+    runs.write_run(str(tmp_path / name), run_)
+  paths = tuple(str(tmp_path / n) for n in ("bm25.trec", "dense.trec", "other.trec"))
+  base = dict(runs=paths, reqa=reqa, tune_split="validation-5", untuned_weight=0.3)
+  result = fusion.run(fusion.FuseConfig(out=str(tmp_path / "f.trec"), untuned_partner=paths[2],
+                                        **base))
+  assert (result.weight, result.partner, result.tuning) == (0.3, paths[2], None)
+  assert result.tune_questions == 3
+  assert runs.read_run(str(tmp_path / "f.trec"))["v3"].candidate_ids[0] == 3  # other's first
+  with pytest.raises(ValueError, match="untuned_partner 'x' is not one of the partner runs"):
+    fusion.FuseConfig(out=str(tmp_path / "g.trec"), untuned_partner="x", **base)
+
+
+def test_weight_sources_say_how_each_weight_was_come_by():
+  tuned = fusion.weight_source(fusion.TUNED, questions=72)
+  carried = fusion.weight_source(fusion.CARRIED, ratio=5, why="18 questions, fewer than 50")
+  assert tuned == {"how": "tuned", "text": "tuned on 72 validation questions", "questions": 72}
+  assert carried["text"] == "carried from the 5 % ratio's tuned weight"
+  assert carried["why"] == "18 questions, fewer than 50"
+  assert fusion.weight_source(fusion.FIRST_RUN_ALONE)["text"] == "BM25 alone"
+  assert fusion.weight_source(fusion.NOT_TUNED, weight=0.5)["text"] == "weight 0.50, not tuned"
+  with pytest.raises(ValueError, match="unknown weight source"):
+    fusion.weight_source("guessed")
+  note = fusion.weights_note([(5, 1, 0.9, tuned), (1, 0, 0.95, carried), (5, 0, 0.95, tuned),
+                              (80, 0, 1.0, fusion.weight_source(fusion.FIRST_RUN_ALONE))])
+  assert note == ("The hybrid's weight on BM25, by ratio: 1 %: 0.95 (carried from the 5 % "
+                  "ratio's tuned weight); 5 %: 0.95, 0.90 (tuned on 72 validation questions); "
+                  "80 %: 1.00 (BM25 alone).")
+
+
+def test_fuse_command_takes_the_worst_gain_objective(tmp_path):
+  config = fuse_cmd.parse(["--run", "a.trec", "b.trec", "--out", str(tmp_path / "f.trec"),
+                           "--reqa", "r", "--tune_split", "validation-5",
+                           "--tune_metric", "worst_gain_over_first"])
+  assert config.tune_metric == fusion.WORST_GAIN
+  with pytest.raises(SystemExit):
+    fuse_cmd.parse(["--run", "a.trec", "b.trec", "--out", "f.trec", "--reqa", "r",
+                    "--tune_split", "validation-5", "--tune_metric", "worst_gain"])

@@ -111,6 +111,7 @@ def hybrid_tuning(p: argparse.ArgumentParser, weight: float | None, tune_split: 
   if tune_split and contracts.split_side(tune_split) != contracts.VALIDATION_SIDE:
     p.error(f"--tune_split {tune_split!r}: only a validation split (validation-<ratio>) may "
             "choose the weight")
-  metrics = (contracts.MEAN_RECALL, "MRR", *(f"R@{k}" for k in contracts.DEFAULT_KS))
+  metrics = (contracts.MEAN_RECALL, contracts.WORST_GAIN, "MRR",
+             *(f"R@{k}" for k in contracts.DEFAULT_KS))
   if tune_metric not in metrics:
     p.error(f"--tune_metric {tune_metric!r}: expected one of {', '.join(metrics)}")

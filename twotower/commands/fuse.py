@@ -18,8 +18,9 @@ HELP = {
     "reqa": "ReQA directory (to tune the weight)",
     "tune_split": "validation split that chooses the weight, e.g. validation-5 (a test split "
                   "is refused)",
-    "tune_metric": "what the weight maximises: mean_R@k (the mean of R@1..100), or one metric "
-                   "(R@100, MRR, ...)",
+    "tune_metric": "what the weight maximises: mean_R@k (the mean of R@1..100), "
+                   "worst_gain_over_first (the worst gain over RUN_A alone among R@1..100 and "
+                   "MRR: never below RUN_A on the split), or one metric (R@100, MRR, ...)",
     "min_tune_questions": "fewest questions of --tune_split that may choose the weight",
     "depth": "candidates kept per question",
     "rrf_k": "RRF's k",

@@ -358,6 +358,9 @@ Run = dict[str, Ranked]
 DEFAULT_KS = (1, 5, 10, 50, 100)
 #: A tuning objective (eval.fusion): the mean of a metrics record's Recall@k values.
 MEAN_RECALL = "mean_R@k"
+#: A tuning objective (eval.fusion): the worst, over R@k and MRR, of the fused run's gain over
+#: the first run alone (BM25); it cannot trade one metric for another.
+WORST_GAIN = "worst_gain_over_first"
 
 
 def metrics_record(system: str, split: str, questions: int, candidates: int,

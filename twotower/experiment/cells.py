@@ -12,7 +12,8 @@ import shutil
 from typing import Callable, Mapping
 
 from twotower import contracts
-from twotower.experiment import plan
+from twotower.experiment import grid, plan
+from twotower.experiment.identity import CellId
 from twotower.experiment.params import (Bm25Params, EvalParams, FinetuneParams, FuseParams,
                                         GOLDS, HardnegParams, PairsParams, PretrainParams,
                                         ReqaParams, from_key_params)
@@ -174,18 +175,55 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
   # Several partner rows: fusion.run keeps the one that fuses best on the validation split.
   partners = {ctx.done(dep)["run_file"]: role[len(plan.FUSE_PARTNER):]
               for role, dep in cell.deps.items() if role.startswith(plan.FUSE_PARTNER)}
+  # What a validation split too small to tune gets (`untuned`), and how to say so.
+  weight, partner, source = _untuned(cell, ctx)
   run_file = os.path.join(out, contracts.FUSED_RUN_FILE)
-  result = fusion.run(fusion.FuseConfig(runs=(first, *partners), out=run_file,
-                                        method=p.method, reqa=ctx.dep(cell, "reqa"),
-                                        tune_split=p.tune_split, tag=p.system,
-                                        tune_metric=p.tune_metric,
-                                        min_tune_questions=p.min_tune_questions,
-                                        untuned_weight=p.untuned_weight,
-                                        score_splits=p.splits, golds=GOLDS))
+  result = fusion.run(fusion.FuseConfig(
+      runs=(first, *partners), out=run_file, method=p.method, reqa=ctx.dep(cell, "reqa"),
+      tune_split=p.tune_split, tag=p.system, tune_metric=p.tune_metric,
+      min_tune_questions=p.min_tune_questions, untuned_weight=weight,
+      untuned_partner=next((f for f, row in partners.items() if row == partner), ""),
+      score_splits=p.splits, golds=GOLDS))
   tuning = dataclasses.asdict(result.tuning) if result.tuning else None
   _record_ranks(cell, ctx, out, result.run_file)
+  if result.tuning:
+    source = fusion.weight_source(fusion.TUNED, questions=result.tuning.questions)
+  elif p.method != "interpolate":
+    source = None  # reciprocal-rank fusion weighs nothing
+  elif result.tune_questions is not None:
+    source["why"] = (f"{result.tune_questions} {p.tune_split} questions, fewer than "
+                     f"{p.min_tune_questions}")
+>>>>>>> h-fuse
   return {"records": result.records, "run_file": result.run_file, "weight": result.weight,
-          "partner": partners[result.partner], "tuning": tuning}
+          "partner": partners[result.partner], "tuning": tuning, "weight_source": source}
+
+
+def _untuned(cell: Cell, ctx: Context) -> tuple[float, str, dict]:
+  """(weight, partner row, its `weight_source`) of a fuse cell whose validation split is too
+  small to tune: the grid's `untuned_weight` and first partner; the first row alone (weight
+  1: BM25's own ranking); or the weight and partner of the `carry` cell, which was tuned or
+  carried in turn (BM25 alone where nothing larger was tuned)."""
+  from twotower.eval import fusion
+  p: FuseParams = cell.params
+  first_partner = next(role[len(plan.FUSE_PARTNER):] for role in cell.deps
+                       if role.startswith(plan.FUSE_PARTNER))
+  alone = (fusion.FIRST_ALONE, first_partner, fusion.weight_source(fusion.FIRST_RUN_ALONE))
+  if p.untuned == grid.UNTUNED_WEIGHT:
+    return p.untuned_weight, first_partner, fusion.weight_source(fusion.NOT_TUNED,
+                                                                 weight=p.untuned_weight)
+  if p.untuned == grid.UNTUNED_BM25 or plan.FUSE_CARRY not in cell.deps:
+    return alone
+  carried = ctx.done(cell.deps[plan.FUSE_CARRY])
+  source = carried.get("weight_source") or {}
+  # (A record from before `weight_source` was tuned where it has a tuning.)
+  how = source.get("how") or (fusion.TUNED if carried.get("tuning") else None)
+  if how == fusion.CARRIED:
+    return carried["weight"], carried["partner"], dict(source)
+  if how == fusion.TUNED:
+    ratio = CellId.parse(cell.deps[plan.FUSE_CARRY]).ratio
+    return carried["weight"], carried["partner"], fusion.weight_source(fusion.CARRIED,
+                                                                       ratio=ratio)
+  return alone
 
 
 def _bundle(cell: Cell, ctx: Context, out: str) -> dict:

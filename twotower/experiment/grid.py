@@ -32,6 +32,8 @@ import yaml
 from twotower import contracts
 
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
+#: A hybrid's weight where its validation split is too small to tune (`System.untuned`).
+UNTUNED = UNTUNED_WEIGHT, UNTUNED_CARRY, UNTUNED_BM25 = ("weight", "carry", "bm25")
 TABLE_LAYOUTS = ("recall", "r100")
 CLAIM_DIRECTIONS = ("higher", "lower")
 #: The key of `seeds` for every ratio the grid names no seeds for (YAML: `default`).
@@ -70,9 +72,12 @@ class System:
       row gets a second pair set of the same text, and the grid's vocabulary.
     fuse: rows of a hybrid: the first (BM25), then its partner, or several candidate
       partners of which the validation split chooses one; fusion: its method.
-    tune_metric, min_tune_questions, untuned_weight: a hybrid's weight maximises
-      `tune_metric` on the validation split (eval.fusion); a split with fewer questions than
-      `min_tune_questions` tunes nothing: `untuned_weight` and the first partner.
+    tune_metric, min_tune_questions, untuned, untuned_weight: a hybrid's weight maximises
+      `tune_metric` on the validation split (eval.fusion; `worst_gain_over_first` cannot
+      fall below BM25 there); a split with fewer questions than `min_tune_questions` tunes
+      nothing, and `untuned` says what it gets: "weight" (`untuned_weight` and the first
+      partner), "carry" (the nearest larger ratio's tuned weight and partner, same seed;
+      BM25 alone where none was tuned) or "bm25" (BM25 alone).
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -93,6 +98,7 @@ class System:
   tune_metric: str = contracts.MEAN_RECALL
   min_tune_questions: int = 50
   untuned_weight: float = 0.5
+  untuned: str = UNTUNED_WEIGHT
   note: str = ""
   caveat: str = ""   # printed beside every verdict of a reading that reads the row
 
@@ -420,6 +426,8 @@ def check(spec: GridSpec) -> None:
       raise ValueError(f"{where}: system {s.name!r} refers to unknown system(s) {missing}")
     if s.kind == "hybrid" and len(s.fuse) < 2:
       raise ValueError(f"{where}: hybrid {s.name!r} needs `fuse: [first, second, ...]`")
+    if s.untuned not in UNTUNED:
+      raise ValueError(f"{where}: system {s.name!r} untuned {s.untuned!r}; expected {UNTUNED}")
     if s.kind == "hybrid" and len(s.fuse) > 2 and s.fusion != "interpolate":
       raise ValueError(f"{where}: hybrid {s.name!r} chooses among {len(s.fuse) - 1} partner "
                        "rows by tuning an interpolation; `fusion: rrf` takes one partner")

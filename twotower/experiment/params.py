@@ -9,7 +9,7 @@ each marked where it is declared:
   out while it holds the value those runs had, so their cells keep their keys (a key that
   moved would make every restored cell, and all it feeds, run again). These are the hash-key
   branches of earlier code, in one place: `PairsParams.corpus`, `.text_cleanup` and `.recover_links`,
-  `PretrainParams.export`, `Bm25Params.golds` and `EvalParams.golds`.
+  `PretrainParams.export`, `Bm25Params.golds`, `EvalParams.golds` and `FuseParams.untuned`.
 * `not_in_demo()`: a grid row's field the demo's cells have none of (None, left out).
 
 A mapping field (`pairs`, `passages`, `config`) is the stage's settings as they are hashed
@@ -171,6 +171,9 @@ class FuseParams:
   tune_metric: str
   min_tune_questions: int
   untuned_weight: Optional[float]
+  # Under `min_tune_questions`: "weight" (`untuned_weight`, the committed grids'), "carry" (a
+  # larger ratio's tuned weight: the cell's `carry` dependency), "bm25" (the first row alone).
+  untuned: str = added_later("weight")
 
 
 @dataclasses.dataclass(frozen=True)

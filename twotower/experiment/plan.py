@@ -16,7 +16,8 @@ A *cell* is one resumable unit of work with a done-marker:
     finetune  one row x size x ratio x seed
     eval      embed + flat search + Recall@k of one fine-tuned model on one ReQA directory
     fuse      a hybrid of two rows' runs, its weight (and, given several dense rows, which one)
-              tuned on the ratio's validation split
+              tuned on the ratio's validation split (too small a split: `untuned`, e.g. carried
+              from the next larger ratio's fuse cell)
     bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
@@ -53,8 +54,10 @@ from twotower.pipelines.pair_tasks import PairConfig
 KINDS = tuple(LAYOUTS)
 #: Cells whose results are table entries.
 RESULT_KINDS = ("bm25", "eval", "fuse")
-#: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run.
-FUSE_FIRST, FUSE_PARTNER = "first", "partner:"
+#: Dependency roles of a fuse cell: the first run (BM25), and each candidate partner run;
+#: under `untuned: carry`, the next larger ratio's fuse cell (same seed), whose weight it
+#: carries where its own validation split is too small to tune.
+FUSE_FIRST, FUSE_PARTNER, FUSE_CARRY = "first", "partner:", "carry"
 #: Dependency roles of a bundle cell: its fuse cell, and each partner row's trained model.
 BUNDLE_FUSE, BUNDLE_MODEL = "fuse", "model:"
 #: The grid's pre-training text (a pairs cell and the vocabulary's dataset).
@@ -315,6 +318,12 @@ def _fuse(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa: 
   for name in partners:
     deps[FUSE_PARTNER + name] = _result(g, g.spec.systems[name], variant, reqa, train_reqa,
                                         ratio, seed)
+  # The plan cannot know which validation splits are too small (the ReQA cell counts them),
+  # so every ratio may carry from the next larger one, which may carry in turn; a cell whose
+  # own split tunes reads nothing from it. The same seed: its dense rows are this seed's.
+  larger = [r for r in g.trained_ratios if r > ratio and seed in g.spec.seeds_for(r)]
+  if system.untuned == grid_lib.UNTUNED_CARRY and larger:
+    deps[FUSE_CARRY] = _fuse(g, system, variant, reqa, train_reqa, min(larger), seed)
   return g.plan.add(
       CellId("fuse", reqa.dataset, system.name, variant.name, ratio, seed),
       FuseParams(system=system.name, method=system.fusion, ratio=ratio, seed=seed,
@@ -322,7 +331,7 @@ def _fuse(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa: 
                    tune_split=contracts.validation_split(ratio),
                    tune_metric=system.tune_metric,
                    min_tune_questions=system.min_tune_questions,
-                   untuned_weight=system.untuned_weight),
+                   untuned_weight=system.untuned_weight, untuned=system.untuned),
       {**deps, "reqa": reqa})
 
 
