@@ -76,7 +76,7 @@ def test_a_grid_chooses_per_row_and_carries_where_validation_is_small(tmp_path):
   the_plan, _ = plan.plan(spec, INPUTS)
   chooser = the_plan["finetune/squad/ict/base/r80/s0"]
   assert chooser.params.select == {"metric": "R@100", "window": 3, "checkpoints": 4,
-                                   "patience": 3, "min_questions": 50}
+                                   "patience": 2, "min_questions": 50}
   assert chooser.params.carried_from is None and plan.FINETUNE_LENGTH not in chooser.deps
   trainer = chooser.params.config["trainer"]
   assert (trainer["finetune_steps"], trainer["checkpoint_every"]) == (40, 10)
@@ -100,7 +100,8 @@ def test_a_grid_chooses_per_row_and_carries_where_validation_is_small(tmp_path):
     ("{max_steps: {80: 40}}", r"no max_steps or carry for ratio\(s\) \[1\]"),
     ("{max_steps: {80: 40}, carry: {1: 5}}", "carry 1: 5, but ratio 5 has no max_steps"),
     ("{max_steps: {80: 40}, carry: {1: 80}, colour: red}", r"unknown field\(s\) \['colour'\]"),
-    ("{max_steps: {80: 2}, carry: {1: 80}}", r"max_steps of ratio\(s\) \[80\] under 10"),
+    ("{max_steps: {80: 4}, carry: {1: 80}}", r"ratio\(s\) \[80\] not a multiple of 8"),
+    ("{max_steps: {80: 36}, carry: {1: 80}}", r"ratio\(s\) \[80\] not a multiple of 8"),
 ])
 def test_bad_selection_settings_are_named_errors(tmp_path, select, message):
   with pytest.raises(ValueError, match=message):

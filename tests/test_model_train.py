@@ -445,6 +445,11 @@ def test_cli_flags_become_the_job(workdir, reqa_dir):
   assert (ft.training.trainer.finetune_steps, ft.training.trainer.finetune_batch_size) == (9, 2)
   assert ft.validation_recall is False and ft.select == "" and ft.split == "80"
   assert ft.training.trainer.deterministic is True  # the default
+  assert (ft.select_window, ft.patience, ft.stop_at) == (1, 0, 0)
+  chosen = finetune_cmd.parse(["--config", "tiny", "--reqa", str(reqa_dir), "--vocab", "v.txt",
+                               "--out", "o", "--init", "none", "--select_window", "3",
+                               "--patience", "2", "--stop_at", "5"])
+  assert (chosen.select_window, chosen.patience, chosen.stop_at) == (3, 2, 5)
   base = ["--config", "tiny", "--out", "o", "--vocab", "v", "--set", "trainer.deterministic=false"]
   assert pretrain_cmd.parse(base).training.trainer.deterministic is False  # the config's
   assert pretrain_cmd.parse(base + ["--deterministic"]).training.trainer.deterministic is True

@@ -41,8 +41,8 @@ class FinetuneSelect:
   carry: Mapping[int, int] = dataclasses.field(default_factory=dict)  # ratio -> source ratio
   metric: str = "R@100"
   window: int = 3
-  checkpoints: int = 10
-  patience: int = 3
+  checkpoints: int = 8
+  patience: int = 2
   min_questions: int = 50
   share_seed: Optional[int] = None
 
@@ -59,7 +59,7 @@ class FinetuneSelect:
 
   def checkpoint_every(self, ratio: int) -> int:
     """Steps between the validation checkpoints of a ratio's cap."""
-    return max(1, self.max_steps[ratio] // max(1, self.checkpoints))
+    return self.max_steps[ratio] // self.checkpoints
 
 
 def parse_select(raw: Optional[Mapping[str, Any]], where: str) -> Optional[FinetuneSelect]:
@@ -76,10 +76,12 @@ def parse_select(raw: Optional[Mapping[str, Any]], where: str) -> Optional[Finet
   sel = FinetuneSelect(**raw)
   if sel.window < 1 or sel.checkpoints < 1 or sel.patience < 0 or sel.min_questions < 0:
     raise ValueError(f"{where}: window and checkpoints >= 1, patience and min_questions >= 0")
-  bad = [r for r, s in sel.max_steps.items() if s < sel.checkpoints]
+  # A cap that the checkpoints divide: the trainer would otherwise checkpoint at another
+  # divisor of the cap (model.train.checkpoint_interval), i.e. score validation more often.
+  bad = [r for r, s in sel.max_steps.items() if s < sel.checkpoints or s % sel.checkpoints]
   if bad:
-    raise ValueError(f"{where}: max_steps of ratio(s) {bad} under {sel.checkpoints} "
-                     "checkpoints")
+    raise ValueError(f"{where}: max_steps of ratio(s) {bad} not a multiple of "
+                     f"{sel.checkpoints} checkpoints")
   for ratio, source in sel.carry.items():
     if source not in sel.max_steps:
       raise ValueError(f"{where}: carry {ratio}: {source}, but ratio {source} has no "
