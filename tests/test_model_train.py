@@ -284,6 +284,7 @@ def _known_validation_curve(monkeypatch, values):
   return scored
 
 
+@pytest.mark.slow  # 45-50 s here (8 checkpoints scored; two runs)
 def test_finetune_length_is_the_moving_average_rule_and_stops_after_its_patience(
     workdir, reqa_dir, pretrained, monkeypatch):
   from twotower.model import selection
@@ -325,6 +326,7 @@ def test_a_carried_length_stops_the_caps_schedule_at_the_chosen_step(workdir, re
   assert (run["steps"], run["stop_at"]) == (40, 15)  # the 40-step schedule, stopped at 15
 
 
+@pytest.mark.slow  # 45-50 s here (8 checkpoints scored; two runs)
 def test_grid_cells_choose_a_length_and_another_seed_carries_it(workdir, reqa_dir, pretrained,
                                                                 monkeypatch):
   from twotower.experiment import cells, plan as plan_lib
