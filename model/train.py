@@ -93,7 +93,8 @@ class TrainResult:
     seconds: wall time of this invocation.
     selected_step: the step whose weights are exported: the best checkpoint by `select`,
       else the last step.
-    select: the logged metric that chose it ("" = the last checkpoint).
+    select: the logged metric that chose it ("" = the last checkpoint), e.g. "val_R@100",
+      or its moving average "val_R@100_avg3" (`select_window`).
   """
   out: str
   history: dict[str, list[float]]
@@ -467,7 +468,7 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
   return TrainResult(out=job.out, history=history.as_dict(), saved_model=saved,
                      steps=steps_done, seconds=time.perf_counter() - started,
                      selected_step=selected if selected is not None else steps_done,
-                     select=select)
+                     select=keep_best.key if keep_best else select)
 
 
 def summary_table(result: TrainResult) -> str:

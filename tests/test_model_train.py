@@ -300,6 +300,7 @@ def test_finetune_length_is_the_moving_average_rule_and_stops_after_its_patience
   assert result.history["val_R@5"] == curve[:8]
   assert result.history["val_R@5_avg3"] == pytest.approx(selection.smoothed(curve[:8], 3))
   assert result.selected_step == 30 == steps[selection.best_index(curve, 3)]
+  assert result.select == "val_R@5_avg3"
   best_dir = contracts.best_checkpoint_dir(str(out))
   assert tf.train.latest_checkpoint(best_dir).endswith("ckpt-30")
   # Only the validation questions were scored, at every checkpoint; the test split (a file
