@@ -57,6 +57,22 @@ class FinetuneSelect:
     return {"metric": self.metric, "window": self.window, "checkpoints": self.checkpoints,
             "patience": self.patience, "min_questions": self.min_questions}
 
+  def describe(self, ratio: int) -> Optional[str]:
+    """How a ratio's length is set, for the README (None: not by this rule)."""
+    seeds = "" if self.share_seed is None else f" (seed {self.share_seed}'s)"
+    if ratio in self.carry:
+      return f"the {self.carry[ratio]} % length{seeds}, scaled by training questions"
+    if ratio in self.max_steps:
+      return f"chosen on validation {self.metric}{seeds}, up to {self.max_steps[ratio]}"
+    return None
+
+  def check(self, trained_ratios, where: str) -> None:
+    """Every trained ratio of the grid chooses its length or carries one."""
+    missing = [r for r in trained_ratios if r not in self.max_steps and r not in self.carry]
+    if missing:
+      raise ValueError(f"{where}: training.finetune_select has no max_steps or carry for "
+                       f"ratio(s) {missing}")
+
   def checkpoint_every(self, ratio: int) -> int:
     """Steps between the validation checkpoints of a ratio's cap."""
     return self.max_steps[ratio] // self.checkpoints

@@ -202,13 +202,8 @@ class GridSpec:
 
   def finetune_length_text(self, ratio: int) -> str:
     """A ratio's fine-tuning length as the README states it."""
-    sel = self.finetune_select
-    seeds = "" if sel is None or sel.share_seed is None else f" (seed {sel.share_seed}'s)"
-    if sel is not None and ratio in sel.carry:
-      return f"the {sel.carry[ratio]} % length{seeds}, scaled by training questions"
-    if sel is not None and ratio in sel.max_steps:
-      return f"chosen on validation {sel.metric}{seeds}, up to {sel.max_steps[ratio]}"
-    return str(self.finetune_steps_for(ratio) or "preset")
+    chosen = self.finetune_select.describe(ratio) if self.finetune_select else None
+    return chosen or str(self.finetune_steps_for(ratio) or "preset")
 
   def pretraining_of(self, system: System) -> System:
     """The row whose pre-training `system` reuses (itself unless `pretrained_as`)."""
@@ -429,13 +424,9 @@ def check(spec: GridSpec) -> None:
     extra = [r for r in t.ratios if r not in spec.ratios]
     if extra:
       raise ValueError(f"{where}: table {t.id} ratios {extra} are not in the grid's ratios")
-  sel = spec.finetune_select
-  if sel is not None:
-    missing = [r for r in spec.ratios if r != contracts.ZERO_SHOT_RATIO
-               and r not in sel.max_steps and r not in sel.carry]
-    if missing:
-      raise ValueError(f"{where}: training.finetune_select has no max_steps or carry for "
-                       f"ratio(s) {missing}")
+  if spec.finetune_select is not None:
+    spec.finetune_select.check(
+        [r for r in spec.ratios if r != contracts.ZERO_SHOT_RATIO], where)
   tables = {t.id: t for t in spec.tables}
   for claim in spec.readings:
     for ref in (r for pair in claim.pairs for r in pair):
