@@ -18,6 +18,13 @@ checkpoints/best/, and that model is exported. The result says which step won
 (`selected_step`) and carries the validation curve (`result.curve("val_R@100")`, also in
 history.csv). The `test-<ratio>` questions are never read here.
 
+Length by validation (the grid's `training.finetune_select`): `select_window` judges each
+checkpoint by the trailing moving average of the metric over that many checkpoints (the
+earliest best wins: loop.best_index), `patience` stops the run once that many checkpoints
+passed without a new best, so `finetune_steps` is a cap, and `min_validation_questions`
+refuses a validation split too small to choose on (one question of 18 moves R@100 by 5.6
+points).
+
 `run(FinetuneConfig) -> train.TrainResult` is the typed entry point; `twotower finetune`
 (twotower.commands.finetune) is its flag parser.
 """
@@ -59,6 +66,13 @@ class FinetuneConfig(train.TrainRunConfig):
       exports the last one (so does a run without validation).
     hard_negatives: k BM25 hard negatives per question in the softmax (reads the pairs
       `twotower hardneg --k k` wrote next to the plain ones); 0: in-batch negatives only.
+    select_window: judge each checkpoint by the trailing moving average of `select` over
+      this many checkpoints (1: the checkpoint's own value).
+    patience: stop after this many checkpoints without a new best (0: train every step).
+    min_validation_questions: with `select`, fail when the validation split has fewer
+      questions (0: any).
+    stop_at: stop at this step of the finetune_steps schedule (0: its end): a length chosen
+      by another run on the same schedule.
   """
   reqa: str
   split: str = "5"
@@ -66,6 +80,10 @@ class FinetuneConfig(train.TrainRunConfig):
   validation_recall: bool = True
   select: str = DEFAULT_SELECT
   hard_negatives: int = 0
+  select_window: int = 1
+  patience: int = 0
+  min_validation_questions: int = 0
+  stop_at: int = 0
 
   STAGE: ClassVar[str] = "finetune"
 
@@ -196,6 +214,11 @@ def run(job: FinetuneConfig) -> train.TrainResult:
                        f"({len(validation[1])} candidates in {job.reqa}); choose one, or '' "
                        "for the last checkpoint")
     select = f"val_{job.select}"
+    if len(validation[0]) < job.min_validation_questions:
+      raise ValueError(
+          f"{job.reqa}: {contracts.validation_split(job.split)} has {len(validation[0])} "
+          f"questions, fewer than the {job.min_validation_questions} a length is chosen on; "
+          "take the length from another ratio (the grid's training.finetune_select.carry)")
   elif job.select:
     logger.warning("no validation to select on: exporting the last checkpoint")
 
@@ -210,11 +233,17 @@ def run(job: FinetuneConfig) -> train.TrainResult:
       return []
     return [RecallAtK(tokenizer, *validation, doc_text=job.doc_text)]
 
+  run_info = {"reqa": job.reqa, "split": job.split, "doc_text": job.doc_text,
+              "hard_negatives": k}
+  if select and (job.select_window > 1 or job.patience):  # (else: the settings runs had)
+    run_info.update(select_window=job.select_window, patience=job.patience)
+  if job.stop_at:
+    run_info["stop_at"] = job.stop_at
   return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
                      learning_rate=t.finetune_learning_rate, steps=t.finetune_steps,
-                     callbacks=callbacks, select=select,
-                     run_info={"reqa": job.reqa, "split": job.split, "doc_text": job.doc_text,
-                               "hard_negatives": k})
+                     callbacks=callbacks, select=select, select_window=job.select_window,
+                     patience=job.patience if select else 0, stop_at=job.stop_at,
+                     run_info=run_info)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ driving the same callbacks.
 One Keras "epoch" is `checkpoint_every` optimizer steps. At the end of each, in this order:
 
   extra callbacks  e.g. finetune.RecallAtK, which adds `val_R@k` to the logs
-  KeepBest         the best checkpoint so far by a logged metric, in checkpoints/best/
+  KeepBest         the best checkpoint so far by a logged metric (or its moving average), in
+                   checkpoints/best/; with a patience, it stops a run that stopped improving
   SaveCheckpoint   model + optimizer, numbered by optimizer step (a killed run resumes there)
   History          one row per checkpoint (its step first) in history.csv and in memory
   Progress         a tqdm bar over all steps, or one line per checkpoint, or nothing
@@ -29,6 +30,7 @@ from twotower import contracts
 from twotower import io as tio
 from twotower import logs as logs_lib
 from twotower.model import grad_cache
+from twotower.model.selection import smoothed, smoothed_name
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +96,21 @@ def higher_is_better(metric: str) -> bool:
 class KeepBest(keras.callbacks.Callback):
   """Keeps the model weights of the checkpoint with the best `monitor` (a key of the epoch
   logs, e.g. "val_R@100") under `directory`, numbered by step; ties keep the earlier step.
-  On resume, the best so far comes back from the checkpoint there and the history rows."""
+  On resume, the best so far comes back from the checkpoint there and the history rows.
 
-  def __init__(self, monitor: str, directory: str, history: History, model: keras.Model):
+  `window` > 1 judges each checkpoint by the trailing moving average of `monitor` over the
+  last `window` checkpoints (`best_index`; a single point of a small validation split is
+  noise), logged as `smoothed_name(monitor, window)`. `patience` > 0 stops training once
+  that many checkpoints have passed without a new best (`stopped`): the run trains to its
+  last step only while it still improves.
+  """
+
+  def __init__(self, monitor: str, directory: str, history: History, model: keras.Model,
+               window: int = 1, patience: int = 0):
     super().__init__()
-    self.monitor = monitor
+    self.monitor, self.window, self.patience = monitor, max(1, window), patience
+    self.key = smoothed_name(monitor, self.window)
+    self.history = history
     self.best_step: int | None = None
     self.best: float | None = None
     self.manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), directory,
@@ -106,22 +118,45 @@ class KeepBest(keras.callbacks.Callback):
     latest = self.manager.latest_checkpoint
     if latest:
       step = int(latest.rsplit("-", 1)[1])
-      values = [r[monitor] for r in history.rows if int(r["step"]) == step and monitor in r]
+      values = [r[self.key] for r in history.rows if int(r["step"]) == step and self.key in r]
       if values:
         self.best_step, self.best = step, values[-1]
+
+  def _curve(self) -> list[float]:
+    """`monitor` at the checkpoints the history holds (this run's and a resumed one's)."""
+    return [r[self.monitor] for r in self.history.rows if self.monitor in r]
+
+  @property
+  def stopped(self) -> bool:
+    """Whether `patience` checkpoints have passed since the best one (a resumed run that had
+    stopped trains no further)."""
+    if not self.patience or self.best_step is None:
+      return False
+    later = [r for r in self.history.rows if self.monitor in r and r["step"] > self.best_step]
+    return len(later) >= self.patience
 
   def on_epoch_end(self, epoch, logs=None):
     if self.monitor not in (logs or {}):
       raise ValueError(f"cannot select the checkpoint by {self.monitor!r}: it is not logged "
                        f"(logged: {', '.join(sorted(logs or {}))})")
-    value, step = float(logs[self.monitor]), _step(self.model)
+    # The history has not taken this checkpoint's row yet (History runs after KeepBest).
+    value = smoothed(self._curve() + [float(logs[self.monitor])], self.window)[-1]
+    step = _step(self.model)
+    if self.key != self.monitor:
+      logs[self.key] = value
     better = (self.best is None or (value > self.best if higher_is_better(self.monitor)
                                     else value < self.best))
     if better:
       self.best, self.best_step = value, step
       self.manager.save(checkpoint_number=step)
-    logger.info("%s=%.4f at step %d; best %.4f at step %d", self.monitor, value, step,
+    logger.info("%s=%.4f at step %d; best %.4f at step %d", self.key, value, step,
                 self.best, self.best_step)
+    # Counted with this checkpoint (History adds its row next).
+    later = sum(1 for r in self.history.rows if self.monitor in r and r["step"] > self.best_step)
+    if self.patience and not better and later + 1 >= self.patience:
+      logger.warning("STOP: %d checkpoints without a better %s than %.4f at step %d",
+                     self.patience, self.key, self.best, self.best_step)
+      self.model.stop_training = True
 
   def restore(self, model: keras.Model) -> int | None:
     """Loads the best checkpoint's weights into `model`; returns its step (None if none)."""
@@ -214,6 +249,7 @@ def _custom_loop(model, train_ds, strategy, callbacks, per_epoch, epochs, initia
     return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None) for k, v in logs.items()}
 
   cbs = keras.callbacks.CallbackList(callbacks, model=model)
+  model.stop_training = False  # a callback may set it (KeepBest's patience), as under fit
   cbs.on_train_begin()
   iterator = iter(dist_ds)
   for epoch in range(initial_epoch, epochs):
@@ -230,6 +266,8 @@ def _custom_loop(model, train_ds, strategy, callbacks, per_epoch, epochs, initia
         for k, v in logs.items():
           tf.summary.scalar(f"epoch_{k}", v)
     cbs.on_epoch_end(epoch, logs)
+    if model.stop_training:
+      break
   cbs.on_train_end()
 
 

@@ -93,7 +93,8 @@ class TrainResult:
     seconds: wall time of this invocation.
     selected_step: the step whose weights are exported: the best checkpoint by `select`,
       else the last step.
-    select: the logged metric that chose it ("" = the last checkpoint).
+    select: the logged metric that chose it ("" = the last checkpoint), e.g. "val_R@100",
+      or its moving average "val_R@100_avg3" (`select_window`).
   """
   out: str
   history: dict[str, list[float]]
@@ -319,7 +320,8 @@ def claim_run_dir(job: TrainRunConfig, text: str) -> None:
 
 def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
           learning_rate: float, steps: int, callbacks: MakeCallbacks | None = None,
-          select: str = "", exportable: bool = True,
+          select: str = "", select_window: int = 1, patience: int = 0, stop_at: int = 0,
+          exportable: bool = True,
           run_info: Mapping[str, Any] | None = None) -> TrainResult:
   """Builds, trains (resuming from OUT/checkpoints), selects and exports one model.
 
@@ -332,6 +334,12 @@ def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatas
     callbacks: extra callbacks (e.g. validation Recall@k), run first at each checkpoint.
     select: a logged metric ("val_R@100"): export the best checkpoint by it (higher is
       better, lower for losses) instead of the last one.
+    select_window: judge each checkpoint by the trailing moving average of `select` over
+      this many checkpoints (loop.best_index: the earliest best of the average).
+    patience: with `select`, stop after this many checkpoints without a new best (0: train
+      every step).
+    stop_at: stop after this many steps of the `steps`-step schedule (0: at its end): the
+      length another run chose on the same schedule (experiment.finetune_length).
     exportable: the model has query and document towers to export (not MLM).
     run_info: extra fields for the `run:` section of OUT/config.yaml.
   """
@@ -340,7 +348,9 @@ def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatas
   before = _op_determinism()
   try:
     return _train(job, build_model, make_datasets, learning_rate=learning_rate, steps=steps,
-                  callbacks=callbacks, select=select, exportable=exportable, run_info=run_info)
+                  callbacks=callbacks, select=select, select_window=select_window,
+                  patience=patience, stop_at=stop_at, exportable=exportable,
+                  run_info=run_info)
   finally:
     _set_op_determinism(before)
 
@@ -359,7 +369,8 @@ def checkpoint_interval(steps: int, every: int) -> int:
 
 def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
            learning_rate: float, steps: int, callbacks: MakeCallbacks | None, select: str,
-           exportable: bool, run_info: Mapping[str, Any] | None) -> TrainResult:
+           select_window: int, patience: int, stop_at: int, exportable: bool,
+           run_info: Mapping[str, Any] | None) -> TrainResult:
   from twotower.model import export as export_lib  # pylint: disable=import-outside-toplevel
   from twotower.model.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   started = time.perf_counter()
@@ -372,10 +383,12 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
     # The No-SSL baseline (experiment.demo, `--allow_untrained`): say it, so that a log never
     # passes these towers off as trained.
     logger.warning("0 steps: %s will hold the initial towers, untrained", job.out)
-  per_epoch = checkpoint_interval(steps, t.checkpoint_every)
-  epochs = math.ceil(steps / per_epoch)
-  if epochs * per_epoch != steps:
-    logger.warning("steps %d rounded up to %d (a multiple of checkpoint_every=%d)", steps,
+  # The schedule (warm-up, decay to 0) spans `steps`; the loop may stop before its end.
+  length = min(stop_at, steps) if stop_at else steps
+  per_epoch = checkpoint_interval(length, t.checkpoint_every)
+  epochs = math.ceil(length / per_epoch)
+  if epochs * per_epoch != length:
+    logger.warning("steps %d rounded up to %d (a multiple of checkpoint_every=%d)", length,
                    epochs * per_epoch, per_epoch)
   text = config_text(cfg, {"vocab": job.vocab, "init": job.init, "steps": steps,
                           "learning_rate": learning_rate,
@@ -416,11 +429,15 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
                    int(model.optimizer.iterations.numpy()))
   step = int(model.optimizer.iterations.numpy())
   history = loop.History(contracts.history_path(job.out) if worker is None else None, step)
-  keep_best = (loop.KeepBest(select, contracts.best_checkpoint_dir(own_dir), history, model)
+  keep_best = (loop.KeepBest(select, contracts.best_checkpoint_dir(own_dir), history, model,
+                             window=select_window, patience=patience)
                if select else None)
   initial_epoch = step // per_epoch
   if initial_epoch >= epochs:
     logger.info("already trained %d steps (>= %d): nothing to do", step, steps)
+  elif keep_best and keep_best.stopped:
+    logger.info("stopped at step %d (%d checkpoints past the best): nothing to do", step,
+                patience)
   else:
     train_ds, eval_ds = make_datasets(tokenizer)
     # The training input is one endless seeded stream: skip what the restored steps trained
@@ -440,7 +457,7 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
   selected = keep_best.restore(model) if keep_best else None
   if keep_best and selected is not None:
     logger.warning("SELECT: exporting step %d of %d, the best %s (%.4f)", selected, steps_done,
-                   select, keep_best.best)
+                   keep_best.key, keep_best.best)
 
   saved = None
   if job.export and exportable and worker is None:
@@ -451,7 +468,7 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
   return TrainResult(out=job.out, history=history.as_dict(), saved_model=saved,
                      steps=steps_done, seconds=time.perf_counter() - started,
                      selected_step=selected if selected is not None else steps_done,
-                     select=select)
+                     select=keep_best.key if keep_best else select)
 
 
 def summary_table(result: TrainResult) -> str:

@@ -22,7 +22,7 @@ import pytest
 import tensorflow as tf
 
 from twotower import cli, contracts, texts
-from twotower.contracts import Pair
+from twotower.contracts import Pair, codecs
 from twotower.model import config, finetune, pretrain, train
 from twotower.testing import pairs as testing
 
@@ -267,6 +267,105 @@ def test_without_validation_the_last_checkpoint_is_exported(workdir, reqa_dir):
   assert not any(k.startswith("val_R@") for k in result.history)
 
 
+def _known_validation_curve(monkeypatch, values):
+  """RecallAtK scores the questions as always (the question ids it ranks are recorded) but
+  logs `values`, one per checkpoint, as val_R@5: a curve the test knows."""
+  scored, known = [], iter(values)
+  ranked, recall = finetune.RecallAtK.ranked, finetune.RecallAtK.recall
+
+  def spy_ranked(self):
+    run = ranked(self)
+    scored.append(sorted(run))
+    return run
+
+  monkeypatch.setattr(finetune.RecallAtK, "ranked", spy_ranked)
+  monkeypatch.setattr(finetune.RecallAtK, "recall",
+                      lambda self: {**recall(self), "val_R@5": next(known)})
+  return scored
+
+
+@pytest.mark.slow  # 45-50 s here (8 checkpoints scored; two runs)
+def test_finetune_length_is_the_moving_average_rule_and_stops_after_its_patience(
+    workdir, reqa_dir, pretrained, monkeypatch):
+  from twotower.model import selection
+  # Trailing 3-checkpoint average: .2 .35 .33 .47 .5 .6 .47 .3 ...: best at the 6th (step 30).
+  curve = [0.2, 0.5, 0.3, 0.6, 0.6, 0.6, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1]
+  scored = _known_validation_curve(monkeypatch, curve)
+  out = workdir / "ft-select"
+  job = finetune_job(workdir, reqa_dir, out, pretrained[0].out, "trainer.finetune_steps=60",
+                     select="R@5", select_window=3, patience=2, export=False)
+  result = finetune.run(job)
+  steps = [int(s) for s in result.history["step"]]
+  assert steps == [5, 10, 15, 20, 25, 30, 35, 40]  # stopped 2 checkpoints after the best
+  assert result.history["val_R@5"] == curve[:8]
+  assert result.history["val_R@5_avg3"] == pytest.approx(selection.smoothed(curve[:8], 3))
+  assert result.selected_step == 30 == steps[selection.best_index(curve, 3)]
+  assert result.select == "val_R@5_avg3"
+  best_dir = contracts.best_checkpoint_dir(str(out))
+  assert tf.train.latest_checkpoint(best_dir).endswith("ckpt-30")
+  # Only the validation questions were scored, at every checkpoint; the test split (a file
+  # that is not Parquet) was never read.
+  validation = sorted(q.question_id for q in codecs.read_questions(str(reqa_dir),
+                                                                     "validation-5"))
+  assert scored == [validation] * 8
+  # Run again, it has stopped: nothing trains or scores, and the choice is the same.
+  again = finetune.run(job)
+  assert (again.steps, again.selected_step, len(scored)) == (40, 30, 8)
+  # A validation split smaller than the grid's minimum is refused, not chosen on.
+  with pytest.raises(ValueError, match="validation-5 has 10 questions, fewer than the 11"):
+    finetune.run(finetune_job(workdir, reqa_dir, workdir / "ft-small", "none",
+                              select="R@5", min_validation_questions=11))
+
+
+def test_a_carried_length_stops_the_caps_schedule_at_the_chosen_step(workdir, reqa_dir):
+  import yaml
+  out = workdir / "ft-stop"
+  result = finetune.run(finetune_job(workdir, reqa_dir, out, "none", "trainer.finetune_steps=40",
+                                     validation_recall=False, stop_at=15, export=False))
+  assert result.steps == 15 and result.history["step"] == [5.0, 10.0, 15.0]
+  run = yaml.safe_load((out / contracts.RUN_CONFIG_FILE).read_text())["run"]
+  assert (run["steps"], run["stop_at"]) == (40, 15)  # the 40-step schedule, stopped at 15
+
+
+@pytest.mark.slow  # 45-50 s here (8 checkpoints scored; two runs)
+def test_grid_cells_choose_a_length_and_another_seed_carries_it(workdir, reqa_dir, pretrained,
+                                                                monkeypatch):
+  from twotower.experiment import cells, plan as plan_lib
+  from twotower.experiment.identity import CellId
+  from twotower.experiment.params import FinetuneParams
+  scored = _known_validation_curve(monkeypatch, [0.1, 0.4, 0.5, 0.3, 0.2, 0.2])
+  cfg = config.load("tiny", ["trainer.finetune_steps=30"]).to_dict()
+  select = {"metric": "R@5", "window": 3, "checkpoints": 6, "patience": 2, "min_questions": 5}
+  dirs = {"vocab/wiki": str(workdir), "reqa/squad": str(reqa_dir),
+          "pretrain/ict/base/s0": pretrained[0].out}
+  records = {}
+
+  def run_cell(seed, config, **fields):
+    deps = {"vocab": "vocab/wiki", "reqa": "reqa/squad", "init": "pretrain/ict/base/s0"}
+    if "carried_from" in fields:
+      deps[plan_lib.FINETUNE_LENGTH] = "finetune/squad/ict/base/r5/s0"
+    cell = plan_lib.Cell(CellId("finetune", "squad", "ict", "base", 5, seed),
+                         FinetuneParams(system="ict", variant="base", ratio=5, seed=seed,
+                                        config=config, hard_negatives=0,
+                                        doc_text=texts.DEFAULT_DOC_TEXT, **fields), deps, "k")
+    out = str(workdir / f"cell-s{seed}")
+    dirs[cell.name] = out
+    ctx = cells.Context(work=str(workdir), dirs=dirs, done=records.__getitem__, progress="none")
+    records[cell.name] = cells.EXECUTORS["finetune"](cell, ctx, out)
+    return records[cell.name]
+
+  chosen = run_cell(0, cfg, select=select)["selection"]
+  # Averages .1 .25 .33 .4 .33 .23: the 4th checkpoint (step 20); 2 more, then it stops.
+  assert (chosen["chosen_step"], chosen["steps_trained"], chosen["cap"]) == (20, 30, 30)
+  assert chosen["steps"] == [5, 10, 15, 20, 25, 30] and chosen["validation_questions"] == 10
+  assert len(scored) == 6
+  carried = run_cell(1, {**cfg, "trainer": {**cfg["trainer"], "finetune_steps": 0}},
+                     carried_from={"ratio": 5, "seed": 0})
+  assert carried["selection"] == {"carried_from": {"ratio": 5, "seed": 0}, "source_step": 20,
+                                  "source_cap": 30, "cap": 30, "chosen_step": 20}
+  assert carried["history"]["step"][-1] == 20 and len(scored) == 6  # no validation scored
+
+
 def test_init_towers_restores_every_variable_of_the_pretrained_towers(workdir, pretrained):
   # The training checkpoint (model + optimizer) also names each trainable variable by its
   # index in model.trainable_variables (optimizer/_trainable_variables/N): the reference values,
@@ -349,6 +448,11 @@ def test_cli_flags_become_the_job(workdir, reqa_dir):
   assert (ft.training.trainer.finetune_steps, ft.training.trainer.finetune_batch_size) == (9, 2)
   assert ft.validation_recall is False and ft.select == "" and ft.split == "80"
   assert ft.training.trainer.deterministic is True  # the default
+  assert (ft.select_window, ft.patience, ft.stop_at) == (1, 0, 0)
+  chosen = finetune_cmd.parse(["--config", "tiny", "--reqa", str(reqa_dir), "--vocab", "v.txt",
+                               "--out", "o", "--init", "none", "--select_window", "3",
+                               "--patience", "2", "--stop_at", "5"])
+  assert (chosen.select_window, chosen.patience, chosen.stop_at) == (3, 2, 5)
   base = ["--config", "tiny", "--out", "o", "--vocab", "v", "--set", "trainer.deterministic=false"]
   assert pretrain_cmd.parse(base).training.trainer.deterministic is False  # the config's
   assert pretrain_cmd.parse(base + ["--deterministic"]).training.trainer.deterministic is True

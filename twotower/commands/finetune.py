@@ -31,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
   g.add_argument("--select", default=finetune.DEFAULT_SELECT,
                  help="validation metric (R@k or MRR) whose best checkpoint is exported; '' "
                       "for the last checkpoint")
+  g.add_argument("--select_window", type=int, default=1, metavar="N",
+                 help="judge each checkpoint by the trailing average of --select over N "
+                      "checkpoints (the earliest best wins)")
+  g.add_argument("--patience", type=int, default=0, metavar="N",
+                 help="stop after N checkpoints without a new best (0: train every step)")
+  g.add_argument("--stop_at", type=int, default=0, metavar="STEP",
+                 help="stop at this step of the --steps schedule (a length chosen by another "
+                      "run on the same schedule)")
   g.add_argument("--hard_negatives", type=int, default=0, metavar="K",
                  help="K BM25 hard negatives per question in the softmax (the pairs "
                       "`twotower hardneg --k K` wrote); 0: in-batch negatives only")
@@ -48,7 +56,9 @@ def parse(argv: Iterable[str] | None) -> finetune.FinetuneConfig:
                               overwrite=args.overwrite,
                               reqa=args.reqa, split=args.split, doc_text=args.doc_text,
                               validation_recall=not args.no_recall, select=args.select,
-                              hard_negatives=args.hard_negatives)
+                              hard_negatives=args.hard_negatives,
+                              select_window=args.select_window, patience=args.patience,
+                              stop_at=args.stop_at)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

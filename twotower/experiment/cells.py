@@ -147,14 +147,49 @@ def _pretrain(cell: Cell, ctx: Context, out: str) -> dict:
 def _finetune(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.model import config as config_lib
   from twotower.model import finetune
+  from twotower.experiment import finetune_length
   p: FinetuneParams = cell.params
+  cfg = config_lib.from_dict(p.config)
+  reqa = ctx.dep(cell, "reqa")
+  select = dict(p.select or {})
+  carried, stop_at = None, 0
+  if p.carried_from is not None:
+    # The length the source cell chose (another seed's, or another ratio's where this one's
+    # validation is too small), its schedule scaled to as many passes over this ratio's
+    # training questions (experiment.finetune_length).
+    source = ctx.done(cell.deps[plan.FINETUNE_LENGTH])["selection"]
+    carried = {"carried_from": dict(p.carried_from), "source_step": source["chosen_step"],
+               "source_cap": source["cap"]}
+    counts = (1, 1)  # another seed of the same ratio: the same length
+    if p.carried_from["ratio"] != p.ratio:
+      counts = tuple(_question_count(reqa, contracts.train_split(r))
+                     for r in (p.ratio, p.carried_from["ratio"]))
+      carried["train_questions"] = {str(p.ratio): counts[0],
+                                    str(p.carried_from["ratio"]): counts[1]}
+    steps, stop_at = finetune_length.carried(source, *counts)
+    carried.update(cap=steps, chosen_step=stop_at)
+    cfg = config_lib.replace(cfg, trainer={"finetune_steps": steps})
   _clear_keras()
   result = finetune.run(finetune.FinetuneConfig(
-      training=config_lib.from_dict(p.config), out=out, vocab=_vocab_file(cell, ctx),
+      training=cfg, out=out, vocab=_vocab_file(cell, ctx),
       init=ctx.dep(cell, "init") if "init" in cell.deps else "none",
-      reqa=ctx.dep(cell, "reqa"), split=str(p.ratio), doc_text=p.doc_text,
-      validation_recall=False, hard_negatives=p.hard_negatives, progress=ctx.progress))
-  return {"history": result.history, "seconds_training": result.seconds}
+      reqa=reqa, split=str(p.ratio), doc_text=p.doc_text,
+      validation_recall=bool(select), select=select.get("metric", ""),
+      select_window=select.get("window", 1), patience=select.get("patience", 0),
+      min_validation_questions=select.get("min_questions", 0), stop_at=stop_at,
+      hard_negatives=p.hard_negatives, progress=ctx.progress))
+  out_record = {"history": result.history, "seconds_training": result.seconds}
+  if select:
+    out_record["selection"] = finetune_length.record(
+        result.history, select, result.selected_step, cfg.trainer.finetune_steps,
+        _question_count(reqa, contracts.validation_split(p.ratio)))
+  elif carried:
+    out_record["selection"] = carried
+  return out_record
+
+
+def _question_count(reqa: str, split: str) -> int:
+  return len(contracts.codecs.read_questions(reqa, split))
 
 
 def _eval(cell: Cell, ctx: Context, out: str) -> dict:
@@ -193,7 +228,6 @@ def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
   elif result.tune_questions is not None:
     source["why"] = (f"{result.tune_questions} {p.tune_split} questions, fewer than "
                      f"{p.min_tune_questions}")
->>>>>>> h-fuse
   return {"records": result.records, "run_file": result.run_file, "weight": result.weight,
           "partner": partners[result.partner], "tuning": tuning, "weight_source": source}
 

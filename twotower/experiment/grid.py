@@ -30,6 +30,7 @@ from typing import Any, Mapping, Optional
 import yaml
 
 from twotower import contracts
+from twotower.experiment.finetune_length import FinetuneSelect, parse_select
 
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
 #: A hybrid's weight where its validation split is too small to tune (`System.untuned`).
@@ -207,12 +208,19 @@ class GridSpec:
   systems: Mapping[str, System]
   tables: tuple[Table, ...]
   readings: tuple[Claim, ...] = ()
+  # None: every row fine-tunes `finetune_steps` (the committed grids).
+  finetune_select: Optional[FinetuneSelect] = None
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
 
   def finetune_steps_for(self, ratio: int) -> int:
     return int(self.finetune_steps.get(ratio, 0))
+
+  def finetune_length_text(self, ratio: int) -> str:
+    """A ratio's fine-tuning length as the README states it."""
+    chosen = self.finetune_select.describe(ratio) if self.finetune_select else None
+    return chosen or str(self.finetune_steps_for(ratio) or "preset")
 
   def pretraining_of(self, system: System) -> System:
     """The row whose pre-training `system` reuses (itself unless `pretrained_as`)."""
@@ -346,7 +354,11 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   seeds_raw = raw.get("seeds") or {"default": [0]}
   seeds = {(DEFAULT_SEEDS if k == "default" else int(k)): tuple(int(s) for s in _tuple(v))
            for k, v in seeds_raw.items()}
-  training = raw.get("training") or {}
+  training = dict(raw.get("training") or {})
+  unknown = sorted(set(training) - {"pretrain_steps", "finetune_steps", "finetune_select"})
+  if unknown:
+    raise ValueError(f"{where}: training: unknown field(s) {unknown}; known: "
+                     "['finetune_select', 'finetune_steps', 'pretrain_steps']")
   spec = GridSpec(
       name=name, description=str(raw.get("description", "")).strip(),
       model=str(raw.get("model", "")),
@@ -355,7 +367,8 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
       finetune_steps={int(k): int(v) for k, v in (training.get("finetune_steps") or {}).items()},
       ratios=tuple(int(r) for r in _tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
       seeds=seeds, variants=variants, systems=systems, tables=tables,
-      readings=tuple(_claim(c, where) for c in raw.get("readings") or ()))
+      readings=tuple(_claim(c, where) for c in raw.get("readings") or ()),
+      finetune_select=parse_select(training.get("finetune_select"), where))
   check(spec)
   return spec
 
@@ -440,6 +453,9 @@ def check(spec: GridSpec) -> None:
     extra = [r for r in t.ratios if r not in spec.ratios]
     if extra:
       raise ValueError(f"{where}: table {t.id} ratios {extra} are not in the grid's ratios")
+  if spec.finetune_select is not None:
+    spec.finetune_select.check(
+        [r for r in spec.ratios if r != contracts.ZERO_SHOT_RATIO], where)
   tables = {t.id: t for t in spec.tables}
   for claim in spec.readings:
     for ref in (r for pair in claim.pairs for r in pair):
@@ -524,9 +540,23 @@ def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int)
   return config_lib.replace(cfg, data=data, trainer=trainer)
 
 
+#: A carried cell's `trainer.finetune_steps`: the length comes from its `length` dependency
+#: when it runs (experiment.cells).
+CARRIED_STEPS = 0
+
+
 def finetune_config(spec: GridSpec, system: System, variant: Variant, ratio: int, seed: int):
+  """A row's fine-tuning config at a ratio: the grid's steps; under `finetune_select`, the
+  cap and its validation checkpoints, or CARRIED_STEPS where the length is carried."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   preset, overrides = model_overrides(spec, system, variant, "finetune")
   cfg = config_lib.load(preset, overrides)
+  sel = spec.finetune_select
+  if sel is not None and sel.source(ratio, seed) is not None:
+    return config_lib.replace(cfg, trainer={"seed": seed, "finetune_steps": CARRIED_STEPS})
+  if sel is not None and ratio in sel.max_steps:
+    return config_lib.replace(cfg, trainer={"seed": seed,
+                                            "finetune_steps": sel.max_steps[ratio],
+                                            "checkpoint_every": sel.checkpoint_every(ratio)})
   steps = spec.finetune_steps_for(ratio) or cfg.trainer.finetune_steps
   return config_lib.replace(cfg, trainer={"seed": seed, "finetune_steps": steps})

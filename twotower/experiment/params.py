@@ -9,7 +9,8 @@ each marked where it is declared:
   out while it holds the value those runs had, so their cells keep their keys (a key that
   moved would make every restored cell, and all it feeds, run again). These are the hash-key
   branches of earlier code, in one place: `PairsParams.corpus`, `.text_cleanup` and `.recover_links`,
-  `PretrainParams.export`, `Bm25Params.golds`, `EvalParams.golds` and `FuseParams.untuned`.
+  `PretrainParams.export`, `Bm25Params.golds`, `EvalParams.golds`, `FuseParams.untuned`, and
+  `FinetuneParams.select` and `.carried_from`.
 * `not_in_demo()`: a grid row's field the demo's cells have none of (None, left out).
 
 A mapping field (`pairs`, `passages`, `config`) is the stage's settings as they are hashed
@@ -145,6 +146,13 @@ class FinetuneParams:
   config: Mapping[str, Any]       # TrainingConfig.to_dict()
   hard_negatives: int
   doc_text: str
+  # The length chosen on the ratio's validation curve (FinetuneSelect.selection(): metric,
+  # window, checkpoints, patience, min_questions); config's finetune_steps is then the cap.
+  select: Optional[Mapping[str, Any]] = added_later(None)
+  # {"ratio", "seed"} of the cell whose chosen length this one carries (its `length`
+  # dependency), scaled by training questions; config's finetune_steps is then
+  # grid.CARRIED_STEPS.
+  carried_from: Optional[Mapping[str, int]] = added_later(None)
 
 
 @dataclasses.dataclass(frozen=True)

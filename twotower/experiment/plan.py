@@ -60,6 +60,8 @@ RESULT_KINDS = ("bm25", "eval", "fuse")
 FUSE_FIRST, FUSE_PARTNER, FUSE_CARRY = "first", "partner:", "carry"
 #: Dependency roles of a bundle cell: its fuse cell, and each partner row's trained model.
 BUNDLE_FUSE, BUNDLE_MODEL = "fuse", "model:"
+#: Dependency role of a fine-tuning cell whose length is carried: the cell that chose it.
+FINETUNE_LENGTH = "length"
 #: The grid's pre-training text (a pairs cell and the vocabulary's dataset).
 WIKI = "wiki"
 
@@ -283,11 +285,20 @@ def _finetune(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: i
   if system.hard_negatives:
     deps["hardneg"] = _hardneg(g, reqa, system.hard_negatives)
   cfg = grid_lib.finetune_config(g.spec, system, variant, ratio, seed)
+  # Under `finetune_select` the length is chosen on the ratio's validation curve, or carried
+  # from the cell (same row and size) that chose it: another ratio's, or another seed's.
+  sel, select, carried_from = g.spec.finetune_select, None, None
+  source = sel.source(ratio, seed) if sel is not None else None
+  if source is not None:
+    carried_from = {"ratio": source[0], "seed": source[1]}
+    deps[FINETUNE_LENGTH] = _finetune(g, system, variant, reqa, *source)
+  elif sel is not None:
+    select = sel.selection()
   return g.plan.add(
       CellId("finetune", reqa.dataset, system.name, variant.name, ratio, seed),
       FinetuneParams(system=system.name, variant=variant.name, ratio=ratio, seed=seed,
                        config=cfg.to_dict(), hard_negatives=system.hard_negatives,
-                       doc_text=g.doc_text), deps)
+                       doc_text=g.doc_text, select=select, carried_from=carried_from), deps)
 
 
 def _bm25(g: _Grid, reqa: CellId) -> CellId:

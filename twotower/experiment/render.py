@@ -380,7 +380,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
                     for r, s in sorted(spec.seeds.items(),
                                        key=lambda rs: 1000 if rs[0] == DEFAULT_SEEDS else rs[0]))
   steps = ", ".join("zero-shot: none" if r == contracts.ZERO_SHOT_RATIO else
-                    f"{r} %: {spec.finetune_steps_for(r) or 'preset'}" for r in spec.ratios)
+                    f"{r} %: {spec.finetune_length_text(r)}" for r in spec.ratios)
   lines = [f"# Experiment grid `{spec.name}`", "",
            "Written by `twotower experiment` (twotower/experiment/). Recalls in percent on the test "
            "side of each train/test split; gold convention `pair` (the paper's: the exact "
