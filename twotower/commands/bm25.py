@@ -22,6 +22,11 @@ HELP = {
     "hits": "candidates retrieved per question",
     "batch_size": "questions per batch_search call",
     "system": "system name in metrics (default bm25-<doc_text>)",
+    "vocab": "the towers' WordPiece vocabulary (with --doc_pieces / --query_pieces)",
+    "doc_pieces": "index what the document tower keeps of `[CLS] title [SEP] text [SEP]` cut "
+                  "to this many word pieces (its model.doc_len; 0: the whole text)",
+    "query_pieces": "search what the query tower keeps of each question, cut to this many "
+                    "word pieces (its model.query_len; 0: the whole question)",
 }
 
 
@@ -36,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--gold", default=",".join(d.golds), help="gold convention(s): pair, sentence")
   add(names=("threads", "hits", "batch_size", "system"),
       kwargs={name: {"type": flags.positive_int} for name in ("threads", "hits", "batch_size")})
+  add(names=("vocab", "doc_pieces", "query_pieces"))
   flags.add_overwrite(p)
   return p
 
