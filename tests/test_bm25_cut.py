@@ -128,3 +128,17 @@ def reqa_candidates(reqa_dir) -> dict[str, int]:
   from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
   return {r["sentence"]: r["candidate_id"]
           for r in codecs.read_candidates(str(reqa_dir), ["candidate_id", "sentence"])}
+
+
+def test_the_cut_flags_need_the_towers_vocabulary(capsys):
+  from twotower.commands import bm25 as bm25_cmd  # pylint: disable=import-outside-toplevel
+  config = bm25_cmd.parse(["--reqa=r", "--out=o", "--vocab=v.txt", "--doc_pieces=128",
+                           "--query_pieces=32"])
+  assert (config.vocab, config.doc_pieces, config.query_pieces, config.cut) == (
+      "v.txt", 128, 32, True)
+  assert not bm25_cmd.parse(["--reqa=r", "--out=o"]).cut
+  for bad in (["--doc_pieces=128"], ["--vocab=v.txt", "--query_pieces=-1"]):
+    with pytest.raises(SystemExit) as exit_info:
+      bm25_cmd.parse(["--reqa=r", "--out=o", *bad])
+    assert exit_info.value.code == 2
+  assert "give their --vocab" in capsys.readouterr().err

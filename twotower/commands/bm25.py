@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
+  if args.doc_pieces < 0 or args.query_pieces < 0:
+    p.error("--doc_pieces / --query_pieces: 0 (the whole text) or a length in word pieces")
+  if (args.doc_pieces or args.query_pieces) and not args.vocab:
+    p.error("--doc_pieces / --query_pieces cut the text into the towers' word pieces: give "
+            "their --vocab")
   return dataclass_flags.config_from(args, bm25.Bm25Config, out=flags.out_folder(p, args.out),
                                     splits=flags.csv(args.split), golds=flags.csv(args.gold))
 
