@@ -8,8 +8,10 @@ of the YAML, not of Python. Planning (experiment.plan) turns a GridSpec into cel
     systems:                       # rows; each has a table label (encoder, pre-training)
       ict:  {encoder: Transformer, pretraining: ICT, tasks: [ict]}
       hybrid: {kind: hybrid, encoder: Hybrid, pretraining: ..., fuse: [bm25, ict]}
+      bm25-cut: {kind: bm25, encoder: BM25, truncate: tower}  # over what the towers read
     variants:                      # model sizes: the grid's preset plus `--set` overrides
       l4-d256: {label: L4 / d256, set: [model.num_layers=4, model.embedding_dim=256]}
+      steps6k: {label: 6,000 steps, pretrain_steps: 6000}   # the grid's preset, pre-trained longer
     tables:
       - {id: "3", title: ..., rows: [bm25, ict], ratios: [1, 5, 10, 80]}
       - {id: "5", layout: r100, rows: [{system: ict, variant: l4-d256}], ratios: [1, 5]}
