@@ -22,6 +22,11 @@ HELP = {
     "hits": "candidates retrieved per question",
     "batch_size": "questions per batch_search call",
     "system": "system name in metrics (default bm25-<doc_text>)",
+    "vocab": "the towers' WordPiece vocabulary (with --doc_pieces / --query_pieces)",
+    "doc_pieces": "index what the document tower keeps of `[CLS] title [SEP] text [SEP]` cut "
+                  "to this many word pieces (its model.doc_len; 0: the whole text)",
+    "query_pieces": "search what the query tower keeps of each question, cut to this many "
+                    "word pieces (its model.query_len; 0: the whole question)",
 }
 
 
@@ -36,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--gold", default=",".join(d.golds), help="gold convention(s): pair, sentence")
   add(names=("threads", "hits", "batch_size", "system"),
       kwargs={name: {"type": flags.positive_int} for name in ("threads", "hits", "batch_size")})
+  add(names=("vocab", "doc_pieces", "query_pieces"))
   flags.add_overwrite(p)
   return p
 
@@ -43,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
+  if args.doc_pieces < 0 or args.query_pieces < 0:
+    p.error("--doc_pieces / --query_pieces: 0 (the whole text) or a length in word pieces")
+  if (args.doc_pieces or args.query_pieces) and not args.vocab:
+    p.error("--doc_pieces / --query_pieces cut the text into the towers' word pieces: give "
+            "their --vocab")
   return dataclass_flags.config_from(args, bm25.Bm25Config, out=flags.out_folder(p, args.out),
                                     splits=flags.csv(args.split), golds=flags.csv(args.gold))
 

@@ -103,11 +103,17 @@ def _hardneg(cell: Cell, ctx: Context, out: str) -> dict:
 def _bm25(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import bm25
   p: Bm25Params = cell.params
+  # A cut row (doc_pieces / query_pieces) reads the towers' vocabulary: its words are theirs.
+  vocab = _vocab_file(cell, ctx) if "vocab" in cell.deps else ""
   result = bm25.run(bm25.Bm25Config(reqa=ctx.dep(cell, "reqa"), out=out, doc_text=p.doc_text,
                                     splits=p.splits, golds=p.golds, system=p.system,
-                                    keep_index=False))
+                                    keep_index=False, vocab=vocab, doc_pieces=p.doc_pieces,
+                                    query_pieces=p.query_pieces))
   _record_ranks(cell, ctx, out, result.run_file)
-  return {"records": result.records, "run_file": result.run_file}
+  done = {"records": result.records, "run_file": result.run_file}
+  if result.cut:
+    done["cut"] = result.cut
+  return done
 
 
 def _record_ranks(cell: Cell, ctx: Context, out: str, run_file: str) -> None:

@@ -8,8 +8,10 @@ of the YAML, not of Python. Planning (experiment.plan) turns a GridSpec into cel
     systems:                       # rows; each has a table label (encoder, pre-training)
       ict:  {encoder: Transformer, pretraining: ICT, tasks: [ict]}
       hybrid: {kind: hybrid, encoder: Hybrid, pretraining: ..., fuse: [bm25, ict]}
+      bm25-cut: {kind: bm25, encoder: BM25, truncate: tower}  # over what the towers read
     variants:                      # model sizes: the grid's preset plus `--set` overrides
       l4-d256: {label: L4 / d256, set: [model.num_layers=4, model.embedding_dim=256]}
+      steps6k: {label: 6,000 steps, pretrain_steps: 6000}   # the grid's preset, pre-trained longer
     tables:
       - {id: "3", title: ..., rows: [bm25, ict], ratios: [1, 5, 10, 80]}
       - {id: "5", layout: r100, rows: [{system: ict, variant: l4-d256}], ratios: [1, 5]}
@@ -35,6 +37,8 @@ from twotower.experiment.finetune_length import FinetuneSelect, parse_select
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
 #: A hybrid's weight where its validation split is too small to tune (`System.untuned`).
 UNTUNED = UNTUNED_WEIGHT, UNTUNED_CARRY, UNTUNED_BM25 = ("weight", "carry", "bm25")
+#: A BM25 row's text: whole ("") or what the towers keep of it ("tower").
+TRUNCATIONS = ("", "tower")
 TABLE_LAYOUTS = ("recall", "r100")
 CLAIM_DIRECTIONS = ("higher", "lower")
 #: The key of `seeds` for every ratio the grid names no seeds for (YAML: `default`).
@@ -44,10 +48,13 @@ BASE_VARIANT = "base"
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-  """A model size: the grid's preset plus `section.field=value` overrides."""
+  """A model size: the grid's preset plus `section.field=value` overrides; `pretrain_steps`
+  (> 0) pre-trains this variant's rows for that many steps instead of the grid's
+  `training.pretrain_steps` (the budget table: the same rows at a longer budget)."""
   name: str
   label: str
   overrides: tuple[str, ...] = ()
+  pretrain_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +86,10 @@ class System:
       nothing, and `untuned` says what it gets: "weight" (`untuned_weight` and the first
       partner), "carry" (the nearest larger ratio's tuned weight and partner, same seed;
       BM25 alone where none was tuned) or "bm25" (BM25 alone).
+    truncate: a BM25 row's text: "" (whole candidates and questions) or "tower": what the
+      grid's towers keep of them (eval.bm25_cut: `[CLS] title [SEP] text [SEP]` cut to
+      `doc_pieces` word pieces, questions to `query_pieces`; 0 = the grid model's doc_len /
+      query_len), so that BM25 and the towers are compared on the same words.
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -100,6 +111,9 @@ class System:
   min_tune_questions: int = 50
   untuned_weight: float = 0.5
   untuned: str = UNTUNED_WEIGHT
+  truncate: str = ""
+  doc_pieces: int = 0
+  query_pieces: int = 0
   note: str = ""
   caveat: str = ""   # printed beside every verdict of a reading that reads the row
 
@@ -283,6 +297,17 @@ def _system(name: str, raw: Mapping[str, Any], where: str) -> System:
   if system.kind not in SYSTEM_KINDS:
     raise ValueError(f"{where}: system {name!r} kind {system.kind!r}; expected one of "
                      f"{SYSTEM_KINDS}")
+  if system.truncate not in TRUNCATIONS:
+    raise ValueError(f"{where}: system {name!r} truncate {system.truncate!r}; expected "
+                     f"`tower` (what the towers read) or nothing (whole texts)")
+  if (system.truncate or system.doc_pieces or system.query_pieces) and system.kind != "bm25":
+    raise ValueError(f"{where}: system {name!r}: truncate / doc_pieces / query_pieces are a "
+                     "BM25 row's (a tower's lengths are its model's doc_len / query_len)")
+  if (system.doc_pieces or system.query_pieces) and system.truncate != "tower":
+    raise ValueError(f"{where}: system {name!r}: doc_pieces / query_pieces cut the text as "
+                     "the towers do; say `truncate: tower` with them")
+  if system.doc_pieces < 0 or system.query_pieces < 0:
+    raise ValueError(f"{where}: system {name!r}: doc_pieces / query_pieces below 0")
   return system
 
 
@@ -348,7 +373,15 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
     if vname == BASE_VARIANT and v.get("set"):
       raise ValueError(f"{where}: variant {BASE_VARIANT!r} is the preset itself; it takes a "
                        f"label only (no 'set')")
-    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")))
+    unknown = sorted(set(v) - {"label", "set", "pretrain_steps"})
+    if unknown:
+      raise ValueError(f"{where}: variant {vname!r}: unknown field(s) {unknown}; known: "
+                       "['label', 'pretrain_steps', 'set']")
+    steps = v.get("pretrain_steps", 0)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+      raise ValueError(f"{where}: variant {vname!r}: pretrain_steps {steps!r}; expected a "
+                       "whole number of steps (0: the grid's)")
+    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")), steps)
   systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
   tables = tuple(_table(t, where) for t in raw.get("tables") or ())
   seeds_raw = raw.get("seeds") or {"default": [0]}
@@ -519,13 +552,24 @@ def model_overrides(spec: GridSpec, system: System, variant: Variant,
   return spec.model, variant.overrides + phase_overrides
 
 
+def bm25_cut(spec: GridSpec, system: System) -> tuple[int, int]:
+  """(doc_pieces, query_pieces) of a BM25 row cut as the towers read (`truncate: tower`): its
+  own, else the grid model's doc_len / query_len; (0, 0) for whole texts."""
+  if system.truncate != "tower":
+    return 0, 0
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  model = config_lib.load(spec.model).model
+  return system.doc_pieces or model.doc_len, system.query_pieces or model.query_len
+
+
 def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int):
-  """The TrainingConfig of a row's pre-training: tasks, batch, steps (scaled for a larger
-  batch so that as many examples are seen), seed."""
+  """The TrainingConfig of a row's pre-training: tasks, batch, steps (the variant's own, else
+  the grid's, else the preset's; scaled for a larger batch so that as many examples are
+  seen), seed."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
   preset, overrides = model_overrides(spec, system, variant, "pretrain")
   cfg = config_lib.load(preset, overrides)
-  steps = spec.pretrain_steps or cfg.trainer.steps
+  steps = variant.pretrain_steps or spec.pretrain_steps or cfg.trainer.steps
   data: dict[str, Any] = {"tasks": tuple(system.tasks)}
   trainer: dict[str, Any] = {"seed": seed}
   if system.pretrain_batch:

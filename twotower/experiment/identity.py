@@ -10,6 +10,8 @@ Each kind names the fields it has, in this order, in `LAYOUTS`:
     vocab/wiki, reqa/squad-open, heldout/demo, datastats/squad, bm25/squad
                                   dataset (a ReQA directory: "<qa set>" or "<qa set>-open")
     hardneg/squad/k1              dataset, k (hard negatives per pair)
+    bm25/squad/bm25-cut           dataset, system (a BM25 row over what the towers read;
+                                  whole-text BM25 is "bm25/squad", one cell for every row)
     pretrain/ict/base/s0          system, variant, seed
     finetune/squad/ict/base/r5/s0 dataset, system, variant, ratio, seed
     eval/ fuse/ bundle/...        the same as finetune
@@ -30,7 +32,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "pairs": ("dataset",), "vocab": ("dataset",), "reqa": ("dataset",),
     "heldout": ("dataset",), "datastats": ("dataset",),
     "hardneg": ("dataset", "k"),
-    "bm25": ("dataset",),
+    "bm25": ("dataset", "system"),  # system: a row cut as the towers read ("bm25-cut")
     "pretrain": (*_ROW, "seed"),
     **{kind: ("dataset", *_ROW, "ratio", "seed") for kind in ("finetune", "eval", "fuse",
                                                               "bundle")},

@@ -9,8 +9,8 @@ each marked where it is declared:
   out while it holds the value those runs had, so their cells keep their keys (a key that
   moved would make every restored cell, and all it feeds, run again). These are the hash-key
   branches of earlier code, in one place: `PairsParams.corpus`, `.text_cleanup` and `.recover_links`,
-  `PretrainParams.export`, `Bm25Params.golds`, `EvalParams.golds`, `FuseParams.untuned`, and
-  `FinetuneParams.select` and `.carried_from`.
+  `PretrainParams.export`, `Bm25Params.golds`, `.doc_pieces` and `.query_pieces`,
+  `EvalParams.golds`, `FuseParams.untuned`, and `FinetuneParams.select` and `.carried_from`.
 * `not_in_demo()`: a grid row's field the demo's cells have none of (None, left out).
 
 A mapping field (`pairs`, `passages`, `config`) is the stage's settings as they are hashed
@@ -119,11 +119,15 @@ class HardnegParams:
 
 @dataclasses.dataclass(frozen=True)
 class Bm25Params:
+  """BM25 over a ReQA directory; with `doc_pieces` / `query_pieces`, over what the towers keep
+  of each candidate and question (eval.bm25_cut; the cell then depends on the vocabulary)."""
   KIND: ClassVar[str] = "bm25"
   system: str
   splits: tuple[str, ...]
   doc_text: str
   golds: tuple[str, ...] = added_later(GOLDS)
+  doc_pieces: int = added_later(0)      # 0: whole candidates (the committed grids' BM25)
+  query_pieces: int = added_later(0)    # 0: whole questions
 
 
 @dataclasses.dataclass(frozen=True)

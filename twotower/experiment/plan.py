@@ -10,7 +10,8 @@ A *cell* is one resumable unit of work with a done-marker:
     heldout   a benchmark of held-out pages in the ReQA layout (the demo's)
     datastats the paper's Tables 1 and 2 for the pairs and a ReQA directory (word pieces)
     hardneg   BM25 hard negatives of a ReQA directory's fine-tuning pairs (every ratio)
-    bm25      BM25 over one ReQA directory: one run, every split scored
+    bm25      BM25 over one ReQA directory: one run, every split scored (whole texts, or
+              what the towers read of them: a `truncate: tower` row)
     pretrain  one row's pre-training for one model size and seed (shared by every ratio, and
               by rows that differ in fine-tuning only)
     finetune  one row x size x ratio x seed
@@ -301,12 +302,21 @@ def _finetune(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: i
                        doc_text=g.doc_text, select=select, carried_from=carried_from), deps)
 
 
-def _bm25(g: _Grid, reqa: CellId) -> CellId:
-  """BM25 over `reqa`: one run scores every split of every ratio (and serves every seed)."""
-  splits = [s for r in g.all_ratios for s in eval_splits(r)]
-  return g.plan.add(CellId("bm25", reqa.dataset),
-                    Bm25Params(system="bm25", splits=tuple(splits), doc_text=g.doc_text),
-                    {"reqa": reqa})
+def _bm25(g: _Grid, system: System, reqa: CellId) -> CellId:
+  """BM25 over `reqa`: one run scores every split of every ratio (and serves every seed).
+  Whole texts: one cell, "bm25/<dataset>", whatever the row's name. A row cut as the towers
+  read (`truncate: tower`) is a cell of its own, named by the row, reading the grid's
+  vocabulary (its words are the towers' word pieces)."""
+  splits = tuple(s for r in g.all_ratios for s in eval_splits(r))
+  doc_pieces, query_pieces = grid_lib.bm25_cut(g.spec, system)
+  if not (doc_pieces or query_pieces):
+    return g.plan.add(CellId("bm25", reqa.dataset),
+                      Bm25Params(system="bm25", splits=splits, doc_text=g.doc_text),
+                      {"reqa": reqa})
+  return g.plan.add(CellId("bm25", reqa.dataset, system=system.name),
+                    Bm25Params(system=system.name, splits=splits, doc_text=g.doc_text,
+                               doc_pieces=doc_pieces, query_pieces=query_pieces),
+                    {"reqa": reqa, "vocab": g.vocab})
 
 
 def _eval(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: int, seed: int,
@@ -352,7 +362,7 @@ def _result(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa
   `train_reqa` (the closed directory of the same QA set); None where the row has no zero-shot
   entry (`has_zero_shot`)."""
   if system.kind == "bm25":
-    return _bm25(g, reqa)
+    return _bm25(g, system, reqa)
   if ratio == contracts.ZERO_SHOT_RATIO:  # (a hybrid has none: has_zero_shot)
     if not has_zero_shot(system):
       return None
