@@ -18,7 +18,8 @@ from twotower import contracts
 from twotower.contracts import codecs
 from twotower import experiment
 from twotower import metrics
-from twotower.experiment import cells, estimate, execute, grid, plan, ranks, recheck, render
+from twotower.experiment import (cells, estimate, execute, grid, plan, ranks, recheck, render,
+                                  row_configs)
 from twotower.experiment.params import key_params
 from wikidump_fixtures import DumpPage, write_dump
 
@@ -86,7 +87,7 @@ def test_cpu_small_table5_is_the_papers_design():
       ("ict", "base"), ("bfs", "base"), ("wlp", "base"), ("no-ssl", "l4-d128"),
       ("mlm", "l4-d128"), ("ict", "l4-d128"), ("ict+bfs+wlp", "l4-d128"),
       ("ict+bfs+wlp", "l4-d256"), ("ict+bfs+wlp", "l4-d512")]
-  cfgs = {v: grid.pretrain_config(spec, spec.systems["ict+bfs+wlp"], spec.variants[v], 0)
+  cfgs = {v: row_configs.pretrain_config(spec, spec.systems["ict+bfs+wlp"], spec.variants[v], 0)
           for v in ("base", "l4-d128", "l4-d256", "l4-d512")}
   assert [(c.model.num_layers, c.model.embedding_dim) for c in cfgs.values()] == [
       (2, 128), (4, 128), (4, 256), (4, 512)]

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from twotower import contracts
-from twotower.experiment import grid, plan
+from twotower.experiment import grid, plan, row_configs
 from twotower.experiment.params import key_params
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def test_a_variant_sets_its_own_pretraining_steps(links):
   assert ft["base"].params.config == ft["steps6k"].params.config
   assert ft["steps6k"].deps["init"] == "pretrain/ict/steps6k/s0"
   # A larger batch sees as many examples as the variant's steps at the preset's batch.
-  large = grid.pretrain_config(spec, spec.systems["ict+bfs+wlp-large"],
+  large = row_configs.pretrain_config(spec, spec.systems["ict+bfs+wlp-large"],
                                spec.variants["steps6k"], 0)
   assert (large.trainer.steps, large.data.batch_size) == (6000 * 64 // 1024, 1024)
   budget = [e for e in entries if e.table == "budget"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from twotower.experiment import finetune_length, grid, plan
+from twotower.experiment import finetune_length, grid, plan, row_configs
 from twotower.experiment.params import key_params
 from twotower.model.selection import best_index, smoothed, smoothed_name
 
@@ -86,7 +86,7 @@ def test_a_grid_chooses_per_row_and_carries_where_validation_is_small(tmp_path):
     cell = the_plan[name]
     assert cell.deps[plan.FINETUNE_LENGTH] == chooser.name, name
     assert cell.params.carried_from == {"ratio": 80, "seed": 0} and cell.params.select is None
-    assert cell.params.config["trainer"]["finetune_steps"] == grid.CARRIED_STEPS
+    assert cell.params.config["trainer"]["finetune_steps"] == row_configs.CARRIED_STEPS
   assert "chosen on validation R@100 (seed 0's), up to 40" == spec.finetune_length_text(80)
   # Without share_seed every seed chooses at its own ratio and carries its own seed's length.
   spec = grid.load(_grid(tmp_path, "{max_steps: {80: 40}, carry: {1: 80}}"))

@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from twotower.experiment import bootstrap, grid, readings, rule
+from twotower.experiment import bootstrap, grid, grid_files, readings, row_configs, rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "cpu-small"
@@ -146,7 +146,7 @@ def test_comparisons_are_computed_from_the_results():
 
 def test_pretraining_runs_are_checked_against_chance():
   spec = grid.load("cpu-small")
-  cfg = grid.pretrain_config(spec, spec.systems["bfs"], spec.variants["base"], 0)
+  cfg = row_configs.pretrain_config(spec, spec.systems["bfs"], spec.variants["base"], 0)
   batch, examples = cfg.data.batch_size, cfg.trainer.eval_steps * cfg.data.batch_size
   records = [{"cell": f"pretrain/{name}/base/s0", "kind": "pretrain",
               "history": {"step": [640], "in_batch_accuracy": [0.98],
@@ -540,7 +540,7 @@ def test_readings_and_caveats_are_not_cell_parameters():
   from twotower.experiment import plan
   inputs = plan.Inputs("d.xml.bz2", squad="s.json", corpus="c.txt.bz2")
   for name in ("cpu-small", "cpu-small-links"):
-    name_, raw = grid._raw(name)
+    name_, raw = grid_files.read(name)
     bare = dict(raw, readings=[], systems={
         n: {k: v for k, v in (s or {}).items() if k != "caveat"}
         for n, s in raw["systems"].items()})

@@ -7,7 +7,8 @@ command, on any QA data and dump.
 Split by concern:
 
   grid      the grid definition as data: grids/<name>.yaml -> GridSpec (rows, sizes, tables,
-            ratios, seeds, steps)
+            ratios, seeds, steps); grid_files reads the YAML (`extends`), row_configs a row's
+            model configs
   identity  CellId: which cell (kind, dataset, row, ratio, seed); str() is its name, parse()
             reads one back
   params    each cell kind's typed parameters, and the one serialization its key hashes
@@ -16,6 +17,8 @@ Split by concern:
   estimate  a rough run time per cell (--dry_run), scaled by the cells a work dir timed
   cells     one executor per cell kind: typed stage configs in, results out
   execute   runs the cells once each, resumably; one state per cell, on disk
+  ranks     each result cell's per-question gold ranks, kept beside the tables
+  finetune_length  the fine-tuning length a row chooses on validation, or carries
   render    tables in the paper's layout, CSV / JSON / PNG, and the README
   readings  the grid's claims checked against the results: verdicts by a rule, as code
   rule      that rule: intervals, paired seeds and qualifier thresholds -> a verdict

@@ -25,13 +25,12 @@ A reading's verdicts are computed by experiment.readings, never typed.
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
-import os
 from typing import Any, Mapping, Optional
 
-import yaml
 
 from twotower import contracts
+from twotower.experiment import grid_files
+from twotower.experiment.grid_files import grid_names  # noqa: F401  (the shipped grids)
 from twotower.experiment.finetune_length import FinetuneSelect, parse_select
 
 SYSTEM_KINDS = ("dense", "bm25", "hybrid")
@@ -256,23 +255,6 @@ class GridSpec:
 # ---------------------------------------------------------------------------------------------
 
 
-def grid_names() -> list[str]:
-  files = importlib.resources.files("twotower.experiment") / "grids"
-  return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
-
-
-def _read(name_or_path: str) -> tuple[str, str]:
-  if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
-    with open(name_or_path, encoding="utf-8") as f:
-      return os.path.splitext(os.path.basename(name_or_path))[0], f.read()
-  resource = importlib.resources.files("twotower.experiment") / "grids" / \
-      f"{name_or_path}.yaml"
-  if not resource.is_file():
-    raise ValueError(f"--grid {name_or_path!r} is neither a file nor a grid; grids: "
-                     f"{', '.join(grid_names())}")
-  return name_or_path, resource.read_text(encoding="utf-8")
-
-
 def _tuple(value) -> tuple:
   if value is None:
     return ()
@@ -406,52 +388,12 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   return spec
 
 
-#: A grid file's key naming the grid it builds on (`extends: cpu-small`).
-EXTENDS = "extends"
-
-
-def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
-  """`base` with `over` laid on it: mappings merge key by key (recursively), anything else
-  (a list, a number, a string) is replaced; a key set to null in `over` is dropped, and a
-  list under `<key>+` is appended to `base`'s `<key>`."""
-  out = dict(base)
-  for key, value in over.items():
-    if key.endswith("+"):
-      key = key[:-1]
-      if not isinstance(value, list) or not isinstance(out.get(key, []), list):
-        raise ValueError(f"`{key}+` appends a list to the list `{key}`; got {value!r}")
-      out[key] = list(out.get(key) or []) + value
-    elif value is None:
-      out.pop(key, None)
-    elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-      out[key] = _merged(out[key], value)
-    else:
-      out[key] = value
-  return out
-
-
-def _raw(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
-  """The grid's mapping, with the grid it `extends` (a grid name or a file) merged under it."""
-  name, text = _read(name_or_path)
-  if name in seen:
-    raise ValueError(f"grid {seen[0]}: `{EXTENDS}` goes round in a circle "
-                     f"({' -> '.join(seen + (name,))})")
-  raw = yaml.safe_load(text) or {}
-  if not isinstance(raw, dict):
-    raise ValueError(f"grid {name}: expected a mapping at the top level")
-  parent = raw.pop(EXTENDS, None)
-  if parent is None:
-    return name, raw
-  _, base = _raw(str(parent), seen + (name,))
-  return name, _merged(base, raw)
-
-
 def load(name_or_path: str) -> GridSpec:
   """The GridSpec of a grid name (grids/<name>.yaml) or a YAML file. A grid that says
   `extends: <grid>` is that grid with its own keys laid over it (mappings such as `data`,
   `systems` and `variants` merged key by key, lists such as `tables` and `readings`
   replaced, or appended to with `tables+:`)."""
-  return parse(*_raw(name_or_path))
+  return parse(*grid_files.read(name_or_path))
 
 
 def check(spec: GridSpec) -> None:
@@ -518,89 +460,3 @@ def restrict(spec: GridSpec, *, ratios: Optional[tuple[int, ...]] = None,
     if rows and t_ratios:
       out.append(dataclasses.replace(t, rows=rows, ratios=t_ratios))
   return dataclasses.replace(spec, tables=tuple(out))
-
-
-# ---------------------------------------------------------------------------------------------
-# Model configs of a row (pure: model.config needs no TensorFlow).
-# ---------------------------------------------------------------------------------------------
-
-
-def _sized_like(grid_model: str, variant: Variant) -> list[str]:
-  """Overrides that size another preset (BoW-MLP) like the grid's variant: same lengths,
-  embedding dimension, tower sharing, batches and steps (the paper's BoW-MLP has the
-  Transformer's d; a baseline with other tower sharing than the rows it is compared with
-  would be handicapped, not compared)."""
-  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
-  c = config_lib.load(grid_model, variant.overrides)
-  return [f"model.query_len={c.model.query_len}", f"model.doc_len={c.model.doc_len}",
-          f"model.embedding_dim={c.model.embedding_dim}",
-          f"model.shared_towers={str(c.model.shared_towers).lower()}",
-          f"data.batch_size={c.data.batch_size}", f"trainer.steps={c.trainer.steps}",
-          f"trainer.checkpoint_every={c.trainer.checkpoint_every}",
-          f"trainer.eval_steps={c.trainer.eval_steps}",
-          f"trainer.finetune_batch_size={c.trainer.finetune_batch_size}",
-          f"trainer.finetune_steps={c.trainer.finetune_steps}"]
-
-
-def model_overrides(spec: GridSpec, system: System, variant: Variant,
-                    phase: str) -> tuple[str, tuple[str, ...]]:
-  """(preset, overrides) of a row's model for "pretrain" or "finetune"."""
-  phase_overrides = (system.pretrain_overrides if phase == "pretrain"
-                     else system.finetune_overrides)
-  if system.model:
-    return system.model, tuple(_sized_like(spec.model, variant)) + phase_overrides
-  return spec.model, variant.overrides + phase_overrides
-
-
-def bm25_cut(spec: GridSpec, system: System) -> tuple[int, int]:
-  """(doc_pieces, query_pieces) of a BM25 row cut as the towers read (`truncate: tower`): its
-  own, else the grid model's doc_len / query_len; (0, 0) for whole texts."""
-  if system.truncate != "tower":
-    return 0, 0
-  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
-  model = config_lib.load(spec.model).model
-  return system.doc_pieces or model.doc_len, system.query_pieces or model.query_len
-
-
-def pretrain_config(spec: GridSpec, system: System, variant: Variant, seed: int):
-  """The TrainingConfig of a row's pre-training: tasks, batch, steps (the variant's own, else
-  the grid's, else the preset's; scaled for a larger batch so that as many examples are
-  seen), seed."""
-  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
-  preset, overrides = model_overrides(spec, system, variant, "pretrain")
-  cfg = config_lib.load(preset, overrides)
-  steps = variant.pretrain_steps or spec.pretrain_steps or cfg.trainer.steps
-  data: dict[str, Any] = {"tasks": tuple(system.tasks)}
-  trainer: dict[str, Any] = {"seed": seed}
-  if system.pretrain_batch:
-    examples = steps * cfg.data.batch_size
-    steps = max(1, examples // system.pretrain_batch)
-    data["batch_size"] = system.pretrain_batch
-    # A checkpoint interval that divides the steps: the trainer rounds the steps up to a
-    # multiple of it, which would show this row more examples than the row it is compared with.
-    trainer["checkpoint_every"] = max(d for d in range(1, min(cfg.trainer.checkpoint_every,
-                                                             steps) + 1) if steps % d == 0)
-  trainer["steps"] = steps
-  return config_lib.replace(cfg, data=data, trainer=trainer)
-
-
-#: A carried cell's `trainer.finetune_steps`: the length comes from its `length` dependency
-#: when it runs (experiment.cells).
-CARRIED_STEPS = 0
-
-
-def finetune_config(spec: GridSpec, system: System, variant: Variant, ratio: int, seed: int):
-  """A row's fine-tuning config at a ratio: the grid's steps; under `finetune_select`, the
-  cap and its validation checkpoints, or CARRIED_STEPS where the length is carried."""
-  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
-  preset, overrides = model_overrides(spec, system, variant, "finetune")
-  cfg = config_lib.load(preset, overrides)
-  sel = spec.finetune_select
-  if sel is not None and sel.source(ratio, seed) is not None:
-    return config_lib.replace(cfg, trainer={"seed": seed, "finetune_steps": CARRIED_STEPS})
-  if sel is not None and ratio in sel.max_steps:
-    return config_lib.replace(cfg, trainer={"seed": seed,
-                                            "finetune_steps": sel.max_steps[ratio],
-                                            "checkpoint_every": sel.checkpoint_every(ratio)})
-  steps = spec.finetune_steps_for(ratio) or cfg.trainer.finetune_steps
-  return config_lib.replace(cfg, trainer={"seed": seed, "finetune_steps": steps})

@@ -155,7 +155,7 @@ class FinetuneParams:
   select: Optional[Mapping[str, Any]] = added_later(None)
   # {"ratio", "seed"} of the cell whose chosen length this one carries (its `length`
   # dependency), scaled by training questions; config's finetune_steps is then
-  # grid.CARRIED_STEPS.
+  # row_configs.CARRIED_STEPS.
   carried_from: Optional[Mapping[str, int]] = added_later(None)
 
 

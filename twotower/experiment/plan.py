@@ -43,6 +43,7 @@ from typing import Any, Mapping, Optional, Union
 
 from twotower import contracts
 from twotower.experiment import grid as grid_lib
+from twotower.experiment import row_configs
 from twotower.experiment.grid import GridSpec, System, Table, Variant
 from twotower.experiment.identity import LAYOUTS, OPEN_SUFFIX, CellId
 from twotower.experiment.params import (Bm25Params, BundleParams, CellParams, DatastatsParams,
@@ -258,7 +259,7 @@ def _pretrain(g: _Grid, system: System, variant: Variant, seed: int) -> Optional
   source = spec.pretraining_of(system)
   if not source.pretrained:
     return None
-  cfg = grid_lib.pretrain_config(spec, source, variant, seed)
+  cfg = row_configs.pretrain_config(spec, source, variant, seed)
   pairs = _pairs(spec, g.inputs, g.plan, spec.squad_text_in_pretraining(source),
                  spec.pairs_of(source))
   # Zero-shot entries evaluate the pre-trained towers themselves: pre-training exports them.
@@ -285,7 +286,7 @@ def _finetune(g: _Grid, system: System, variant: Variant, reqa: CellId, ratio: i
     deps["init"] = init
   if system.hard_negatives:
     deps["hardneg"] = _hardneg(g, reqa, system.hard_negatives)
-  cfg = grid_lib.finetune_config(g.spec, system, variant, ratio, seed)
+  cfg = row_configs.finetune_config(g.spec, system, variant, ratio, seed)
   # Under `finetune_select` the length is chosen on the ratio's validation curve, or carried
   # from the cell (same row and size) that chose it: another ratio's, or another seed's.
   sel, select, carried_from = g.spec.finetune_select, None, None
@@ -308,7 +309,7 @@ def _bm25(g: _Grid, system: System, reqa: CellId) -> CellId:
   read (`truncate: tower`) is a cell of its own, named by the row, reading the grid's
   vocabulary (its words are the towers' word pieces)."""
   splits = tuple(s for r in g.all_ratios for s in eval_splits(r))
-  doc_pieces, query_pieces = grid_lib.bm25_cut(g.spec, system)
+  doc_pieces, query_pieces = row_configs.bm25_cut(g.spec, system)
   if not (doc_pieces or query_pieces):
     return g.plan.add(CellId("bm25", reqa.dataset),
                       Bm25Params(system="bm25", splits=splits, doc_text=g.doc_text),

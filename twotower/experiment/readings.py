@@ -31,6 +31,7 @@ from twotower import io as tio
 from twotower.experiment import bootstrap
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import plan as plan_lib
+from twotower.experiment import row_configs
 from twotower.experiment.grid import Claim, GridSpec, RowRef
 from twotower.experiment.identity import CellId
 from twotower.experiment.rule import (  # noqa: F401  (the reading's words, re-exported)
@@ -248,7 +249,7 @@ def pretrain_checks(spec: GridSpec, records: Iterable[Mapping]) -> list[Pretrain
     system, variant = spec.systems.get(cell.system), spec.variants.get(cell.variant)
     if system is None or variant is None or cell.seed is None:
       continue
-    cfg = grid_lib.pretrain_config(spec, system, variant, cell.seed)
+    cfg = row_configs.pretrain_config(spec, system, variant, cell.seed)
     stats = pair_stats.get(str(plan_lib.pairs_id(
         spec, spec.squad_text_in_pretraining(system), have_squad, spec.pairs_of(system))), {})
     counts = [stats.get(f"pairs_{task}_heldout") for task in cfg.data.tasks]

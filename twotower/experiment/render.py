@@ -255,8 +255,12 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
              "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
                           for e in entries if (e.cell, e.split) in values]}
   tio.write_json(os.path.join(results_dir, "results.json"), results)
-  readings.write(spec, results, cell_records, results_dir)
-  return Written(sections, summary, tables1_2, tuple(readings.compare(spec, results)))
+  # The ranks the tables' cells recorded (ranks.export ran first): paired intervals where both
+  # rows of a comparison have them; the committed grids before them read by seeds alone.
+  ranks_of = ranks.results_reader(results_dir)
+  readings.write(spec, results, cell_records, results_dir, ranks_of)
+  return Written(sections, summary, tables1_2,
+                 tuple(readings.compare(spec, results, ranks_of)))
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:

@@ -1,0 +1,68 @@
+"""Grid files: `twotower/experiment/grids/<name>.yaml` (or any YAML file) -> the grid's name
+and its mapping, with the grid it `extends` laid under it. grid.parse turns the mapping into a
+GridSpec."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+from typing import Any, Mapping
+
+import yaml
+
+
+def grid_names() -> list[str]:
+  files = importlib.resources.files("twotower.experiment") / "grids"
+  return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read(name_or_path: str) -> tuple[str, str]:
+  if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
+    with open(name_or_path, encoding="utf-8") as f:
+      return os.path.splitext(os.path.basename(name_or_path))[0], f.read()
+  resource = importlib.resources.files("twotower.experiment") / "grids" / \
+      f"{name_or_path}.yaml"
+  if not resource.is_file():
+    raise ValueError(f"--grid {name_or_path!r} is neither a file nor a grid; grids: "
+                     f"{', '.join(grid_names())}")
+  return name_or_path, resource.read_text(encoding="utf-8")
+
+
+#: A grid file's key naming the grid it builds on (`extends: cpu-small`).
+EXTENDS = "extends"
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
+  """`base` with `over` laid on it: mappings merge key by key (recursively), anything else
+  (a list, a number, a string) is replaced; a key set to null in `over` is dropped, and a
+  list under `<key>+` is appended to `base`'s `<key>`."""
+  out = dict(base)
+  for key, value in over.items():
+    if key.endswith("+"):
+      key = key[:-1]
+      if not isinstance(value, list) or not isinstance(out.get(key, []), list):
+        raise ValueError(f"`{key}+` appends a list to the list `{key}`; got {value!r}")
+      out[key] = list(out.get(key) or []) + value
+    elif value is None:
+      out.pop(key, None)
+    elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+      out[key] = _merged(out[key], value)
+    else:
+      out[key] = value
+  return out
+
+
+def read(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
+  """The grid's mapping, with the grid it `extends` (a grid name or a file) merged under it."""
+  name, text = _read(name_or_path)
+  if name in seen:
+    raise ValueError(f"grid {seen[0]}: `{EXTENDS}` goes round in a circle "
+                     f"({' -> '.join(seen + (name,))})")
+  raw = yaml.safe_load(text) or {}
+  if not isinstance(raw, dict):
+    raise ValueError(f"grid {name}: expected a mapping at the top level")
+  parent = raw.pop(EXTENDS, None)
+  if parent is None:
+    return name, raw
+  _, base = read(str(parent), seen + (name,))
+  return name, _merged(base, raw)
