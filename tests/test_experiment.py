@@ -328,6 +328,9 @@ def test_aggregate_and_tables_in_the_papers_layouts():
                                 [a for a in aggs if a.table == "5"]).splitlines()
   assert lines[0] == "| # | Model | Pre-training | R@100 5% |"
   assert lines[2] == "| 6 | L4 / d128 | ICT | 90.00 |"
+  header = render.markdown_table(spec, grid.Table("b", "t", t5.rows, (0, 5), layout="r100"),
+                                 []).splitlines()[0]   # the budget table's zero-shot column
+  assert header == "| # | Model | Pre-training | R@100 zero-shot | R@100 5% |"
   # A row with fewer seeds done than planned says so instead of passing for the mean.
   partial = render.aggregate(entries, {k: v for k, v in values.items() if k[0] != "eval/2"})
   ict = next(a for a in partial if a.system == "ict" and a.table == "3")

@@ -111,7 +111,7 @@ def markdown_table(spec: GridSpec, table: Table, aggs: Sequence[Aggregate]) -> s
     if table.layout == "recall":
       head += [f"{ratio_label(ratio)} {metrics[0]}"] + list(metrics[1:])
     else:
-      head.append(f"R@100 {ratio}%")
+      head.append("R@100 zero-shot" if ratio == contracts.ZERO_SHOT_RATIO else f"R@100 {ratio}%")
   lines = ["| " + " | ".join(head) + " |",
            "|" + "|".join(["---"] * len(lead) + ["---:"] * (len(head) - len(lead))) + "|"]
   for index, row in enumerate(table.rows, start=1):
