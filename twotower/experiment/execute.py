@@ -27,6 +27,7 @@ from typing import Callable, Mapping, Optional
 
 from twotower import io as tio
 from twotower import logs
+from twotower import outputs
 from twotower.experiment import cells as cells_lib
 from twotower.experiment import params as params_lib
 from twotower.experiment.estimate import format_seconds
@@ -233,7 +234,7 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
                     "started": started, "finished": _now(), "seconds": round(seconds, 1),
                     "cpu_seconds": round(cpu, 1),
                     **({EARLIER: round(earlier, 1)} if earlier else {}), **result})
-    os.remove(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
+    outputs.discard(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
     current[cell.name] = "done"
     ran.append(cell.name)
     _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
