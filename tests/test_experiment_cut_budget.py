@@ -122,3 +122,41 @@ def test_bad_budget_and_cut_settings_are_named_errors(tmp_path, text, error):
   with pytest.raises(ValueError, match=error):
     grid.load(str(path))
 
+
+
+def test_a_row_or_variant_narrows_the_grids_seeds(links):
+  """cpu-small-links runs its costly rows beyond the paper and the doc256 variant at seed 0,
+  every row the readings compare at three seeds, and the hybrid (which fuses the pooled row
+  only) at three."""
+  spec, the_plan, entries = links
+
+  def seeds(system: str, variant: str = "base", ratio: int = 5) -> set[int]:
+    return {e.seed for e in entries if (e.system, e.variant, e.ratio) == (system, variant,
+                                                                           ratio)}
+
+  for ratio in (0, 1, 5, 10, 80):
+    assert seeds("ict+bfs+wlp-pooled", ratio=ratio) == {0, 1, 2}
+    assert seeds("ict+bfs+wlp-pooled", "doc256", ratio) == {0}
+    assert seeds("contriever", ratio=ratio) == {0}
+  for row in ("no-ssl", "mlm", "ict", "bfs", "crop", "bow-mlp", "ict+bfs+wlp-pooled+squad",
+              "hybrid"):
+    assert seeds(row) == {0, 1, 2}, row
+  for row in ("ict+bfs+wlp-large", "ict+bfs+wlp-hn", "cocondenser", "ict+bfs+wlp+crop"):
+    assert seeds(row, ratio=80) == {0}, row
+  assert "pretrain/ict+bfs+wlp-pooled/doc256/s1" not in the_plan
+  assert "pretrain/contriever/base/s2" not in the_plan
+  assert spec.row_seeds(80, "ict+bfs+wlp-pooled", "doc256") == (0,)
+  fuse = the_plan["fuse/squad/hybrid/base/r80/s2"]
+  assert {d for d in fuse.deps if d.startswith("partner:")} == {"partner:ict+bfs+wlp-pooled"}
+
+
+@pytest.mark.parametrize("text, error", [
+    ("systems: {ict: {seeds: [7]}}", r"system 'ict' seeds \[7\] are not among"),
+    ("variants: {l4-d128: {seeds: [3]}}", r"variant 'l4-d128' seeds \[3\]"),
+    ("systems: {ict+bfs+wlp-hn: {seeds: [0]}}", "its partner 'ict\\+bfs\\+wlp-hn' only at"),
+])
+def test_seeds_a_row_cannot_run_are_named_errors(tmp_path, text, error):
+  path = tmp_path / "bad.yaml"
+  path.write_text(f"extends: cpu-small\n{text}\n")
+  with pytest.raises(ValueError, match=error):
+    grid.load(str(path))

@@ -49,11 +49,13 @@ BASE_VARIANT = "base"
 class Variant:
   """A model size: the grid's preset plus `section.field=value` overrides; `pretrain_steps`
   (> 0) pre-trains this variant's rows for that many steps instead of the grid's
-  `training.pretrain_steps` (the budget table: the same rows at a longer budget)."""
+  `training.pretrain_steps` (the budget table: the same rows at a longer budget); `seeds`
+  narrows the grid's seeds for this variant's rows (() = the grid's)."""
   name: str
   label: str
   overrides: tuple[str, ...] = ()
   pretrain_steps: int = 0
+  seeds: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,8 @@ class System:
       grid's towers keep of them (eval.bm25_cut: `[CLS] title [SEP] text [SEP]` cut to
       `doc_pieces` word pieces, questions to `query_pieces`; 0 = the grid model's doc_len /
       query_len), so that BM25 and the towers are compared on the same words.
+    seeds: the seeds this row runs at, of the grid's (() = all of them): a costly row the
+      readings need once, beside rows they compare over three seeds.
     note: a line for the README (what the row is, where it departs from the paper).
   """
   name: str
@@ -113,6 +117,7 @@ class System:
   truncate: str = ""
   doc_pieces: int = 0
   query_pieces: int = 0
+  seeds: tuple[int, ...] = ()
   note: str = ""
   caveat: str = ""   # printed beside every verdict of a reading that reads the row
 
@@ -227,6 +232,12 @@ class GridSpec:
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
 
+  def row_seeds(self, ratio: int, system: str, variant: str = BASE_VARIANT) -> tuple[int, ...]:
+    """The seeds a row runs at a ratio: the grid's, narrowed by the system's and the
+    variant's own `seeds` where they set them."""
+    narrow = [s for s in (self.systems[system].seeds, self.variants[variant].seeds) if s]
+    return tuple(s for s in self.seeds_for(ratio) if all(s in n for n in narrow))
+
   def finetune_steps_for(self, ratio: int) -> int:
     return int(self.finetune_steps.get(ratio, 0))
 
@@ -275,6 +286,7 @@ def _system(name: str, raw: Mapping[str, Any], where: str) -> System:
   raw.setdefault("pretraining", "-")
   for key in ("tasks", "pretrain_overrides", "finetune_overrides", "fuse"):
     raw[key] = _tuple(raw.get(key))
+  raw["seeds"] = tuple(int(s) for s in _tuple(raw.get("seeds")))
   system = System(name=name, **_fields(System, raw, f"{where}: system {name!r}"))
   if system.kind not in SYSTEM_KINDS:
     raise ValueError(f"{where}: system {name!r} kind {system.kind!r}; expected one of "
@@ -355,15 +367,16 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
     if vname == BASE_VARIANT and v.get("set"):
       raise ValueError(f"{where}: variant {BASE_VARIANT!r} is the preset itself; it takes a "
                        f"label only (no 'set')")
-    unknown = sorted(set(v) - {"label", "set", "pretrain_steps"})
+    unknown = sorted(set(v) - {"label", "set", "pretrain_steps", "seeds"})
     if unknown:
       raise ValueError(f"{where}: variant {vname!r}: unknown field(s) {unknown}; known: "
-                       "['label', 'pretrain_steps', 'set']")
+                       "['label', 'pretrain_steps', 'seeds', 'set']")
     steps = v.get("pretrain_steps", 0)
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
       raise ValueError(f"{where}: variant {vname!r}: pretrain_steps {steps!r}; expected a "
                        "whole number of steps (0: the grid's)")
-    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")), steps)
+    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")), steps,
+                              tuple(int(s) for s in _tuple(v.get("seeds"))))
   systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
   tables = tuple(_table(t, where) for t in raw.get("tables") or ())
   seeds_raw = raw.get("seeds") or {"default": [0]}
@@ -419,6 +432,20 @@ def check(spec: GridSpec) -> None:
     if s.kind == "hybrid" and len(s.fuse) > 2 and s.fusion != "interpolate":
       raise ValueError(f"{where}: hybrid {s.name!r} chooses among {len(s.fuse) - 1} partner "
                        "rows by tuning an interpolation; `fusion: rrf` takes one partner")
+  every_seed = {seed for seeds in spec.seeds.values() for seed in seeds}
+  for kind, name, seeds in ([("system", s.name, s.seeds) for s in spec.systems.values()] +
+                            [("variant", v.name, v.seeds) for v in spec.variants.values()]):
+    if set(seeds) - every_seed:
+      raise ValueError(f"{where}: {kind} {name!r} seeds {sorted(set(seeds) - every_seed)} are "
+                       f"not among the grid's seeds {sorted(every_seed)}")
+  for s in spec.systems.values():
+    # A hybrid fuses its partners' runs of its own seed: each partner must run at them.
+    for partner in s.fuse:
+      narrow = spec.systems[partner].seeds
+      if narrow and (not s.seeds or set(s.seeds) - set(narrow)):
+        raise ValueError(f"{where}: hybrid {s.name!r} runs at seeds "
+                         f"{list(s.seeds) or sorted(every_seed)}, its partner {partner!r} "
+                         f"only at {list(narrow)}; narrow the hybrid's `seeds` or its `fuse`")
   for t in spec.tables:
     for row in t.rows:
       if row.system not in spec.systems:

@@ -343,7 +343,8 @@ def _fuse(g: _Grid, system: System, variant: Variant, reqa: CellId, train_reqa: 
   # The plan cannot know which validation splits are too small (the ReQA cell counts them),
   # so every ratio may carry from the next larger one, which may carry in turn; a cell whose
   # own split tunes reads nothing from it. The same seed: its dense rows are this seed's.
-  larger = [r for r in g.trained_ratios if r > ratio and seed in g.spec.seeds_for(r)]
+  larger = [r for r in g.trained_ratios
+            if r > ratio and seed in g.spec.row_seeds(r, system.name, variant.name)]
   if system.untuned == grid_lib.UNTUNED_CARRY and larger:
     deps[FUSE_CARRY] = _fuse(g, system, variant, reqa, train_reqa, min(larger), seed)
   return g.plan.add(
@@ -397,7 +398,7 @@ def _table_entries(g: _Grid, table: Table, dataset: str, target: CellId,
   for ratio in table.ratios:
     for row in table.rows:
       system, variant = g.spec.systems[row.system], g.spec.variants[row.variant]
-      seeds = g.spec.seeds_for(ratio) if table.all_seeds else (0,)
+      seeds = g.spec.row_seeds(ratio, row.system, row.variant) if table.all_seeds else (0,)
       if system.kind == "bm25":
         seeds = (0,)  # deterministic: one run serves every seed
       for seed in seeds:
