@@ -64,6 +64,25 @@ def test_a_grid_that_extends_another_merges_mappings_and_replaces_or_appends_lis
     grid.load(str(a))
 
 
+def test_a_named_caveat_is_restated_once_by_a_grid_that_extends(tmp_path):
+  """A reading's `caveat: <name>` is the text of `caveats: {<name>: ...}`; a child grid
+  restates it once and every reading that names it prints the new text, the parent's
+  readings list untouched. A name that is not a caveat is an error."""
+  parent = grid.load("cpu-small")
+  named = {c.id for c in parent.readings if c.caveat.startswith("BM25 indexes each")}
+  assert {"dense-over-bm25", "open-domain-over-bm25"} <= named
+  child = tmp_path / "child.yaml"
+  child.write_text("extends: cpu-small\ncaveats: {bm25-cut: The confound table measures it.}\n")
+  spec = grid.load(str(child))
+  assert {c.id for c in spec.readings if c.caveat == "The confound table measures it."} == named
+  assert [c.id for c in spec.readings] == [c.id for c in parent.readings]
+  links = grid.load("cpu-small-links")
+  assert all("confound table" in c.caveat for c in links.readings if c.id in named)
+  child.write_text("extends: cpu-small\nsystems: {ict: {caveat: no-such-caveat}}\n")
+  with pytest.raises(ValueError, match="system 'ict' caveat 'no-such-caveat' names no caveat"):
+    grid.load(str(child))
+
+
 def test_recovered_links_are_in_the_pairs_key_only_when_on():
   """The committed grids' pairs cells keep their keys; turning link recovery on plans new
   pairs cells, and so new pre-training."""

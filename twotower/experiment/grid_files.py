@@ -52,8 +52,7 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:
   return out
 
 
-def read(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
-  """The grid's mapping, with the grid it `extends` (a grid name or a file) merged under it."""
+def _read_merged(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
   name, text = _read(name_or_path)
   if name in seen:
     raise ValueError(f"grid {seen[0]}: `{EXTENDS}` goes round in a circle "
@@ -64,5 +63,44 @@ def read(name_or_path: str, seen: tuple[str, ...] = ()) -> tuple[str, dict]:
   parent = raw.pop(EXTENDS, None)
   if parent is None:
     return name, raw
-  _, base = read(str(parent), seen + (name,))
+  _, base = _read_merged(str(parent), seen + (name,))
   return name, _merged(base, raw)
+
+
+#: A grid file's mapping of named caveats: a row's or reading's `caveat: <name>` is that text.
+CAVEATS = "caveats"
+
+
+def _with_named_caveats(name: str, raw: dict) -> dict:
+  """Each `caveat: <name>` of a system or reading replaced by the text of `caveats: {<name>:
+  ...}`. A caveat said once by name is restated once by a grid that extends this one (its
+  `caveats` merge key by key), where a YAML anchor would be restated at every use, readings
+  included (a list the extending grid would have to copy whole)."""
+  named = raw.pop(CAVEATS, None) or {}
+  if not isinstance(named, Mapping):
+    raise ValueError(f"grid {name}: `{CAVEATS}` is a mapping of name: text")
+
+  def resolve(item: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    caveat = item.get("caveat") if isinstance(item, Mapping) else None
+    if not isinstance(caveat, str) or caveat.strip() != caveat or " " in caveat:
+      return item   # none, or a caveat's own text
+    if caveat not in named:
+      raise ValueError(f"grid {name}: {where} caveat {caveat!r} names no caveat of "
+                       f"`{CAVEATS}` ({', '.join(sorted(named)) or 'none'})")
+    return {**item, "caveat": named[caveat]}
+
+  systems = raw.get("systems") or {}
+  if isinstance(systems, Mapping):
+    raw["systems"] = {k: resolve(v, f"system {k!r}") for k, v in systems.items()}
+  readings = raw.get("readings") or []
+  if isinstance(readings, list):
+    raw["readings"] = [resolve(c, f"reading {c.get('id', '?')!r}")
+                       if isinstance(c, Mapping) else c for c in readings]
+  return raw
+
+
+def read(name_or_path: str) -> tuple[str, dict]:
+  """The grid's name and mapping, with the grid it `extends` (a grid name or a file) merged
+  under it and its named caveats in place."""
+  name, raw = _read_merged(name_or_path)
+  return name, _with_named_caveats(name, raw)
