@@ -269,6 +269,15 @@ def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
   assert cell in (tmp_path / "README.md").read_text(encoding="utf-8")
   blocks = _blocks(page.read_text(encoding="utf-8"))
   assert "[mlm-over-no-ssl](reading.md#mlm-over-no-ssl)" in blocks["cpu-small-reading"]
+  # The beyond table says the weight on BM25 each hybrid cell used, from cells.json.
+  fused = {r["cell"]: r["weight"] for r in json.loads((RESULTS / "cells.json").read_text(
+      encoding="utf-8")).values() if r["cell"].startswith("fuse/squad/hybrid/base/")}
+  beyond = (tmp_path / "tablebeyond-squad.md").read_text(encoding="utf-8")
+  sentence = next(line for line in beyond.splitlines()
+                  if line.startswith("The hybrid's weight on BM25, by ratio: "))
+  assert f"80 %: {fused['fuse/squad/hybrid/base/r80/s0']:.2f}" in sentence
+  assert f"1 %: {fused['fuse/squad/hybrid/base/r1/s0']:.2f}" in sentence
+  assert sentence in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -205,7 +205,7 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
            for c in plan.of_kind("datastats")]
   # The reading's pre-training check reads the pre-training records and their pair cells'.
   pretrain = [execute.read_done(execute.cell_dir(work, c))
-              for c in plan.of_kind("pretrain") + plan.of_kind("pairs")]
+              for c in plan.of_kind("pretrain") + plan.of_kind("pairs") + plan.of_kind("fuse")]
   return write_results(spec, entries, collect(plan, work), [(n, d) for n, d in stats if d],
                        [d for d in pretrain if d], results_dir)
 
@@ -234,6 +234,9 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
       text = f"### {title}\n\n{markdown_table(spec, table, these)}"
       if table.note:
         text += f"\n{table.note.strip()}\n"
+      weights = hybrid_weights(spec, table, dataset, cell_records)
+      if weights:
+        text += f"\n{weights}\n"
       if any(len(a.seeds) > 1 for a in these):
         text += f"\n{SD_NOTE}\n"
       stem = f"table{table.id}-{dataset}"
@@ -274,7 +277,32 @@ def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
   entries = [Entry(**{k: e[k] for k in fields}) for e in results["per_seed"]]
   values = {(e["cell"], e["split"]): e["record"] for e in results["per_seed"]}
   stats = [(CellId.parse(r["cell"]).dataset, r) for r in records if r.get("kind") == "datastats"]
-  return entries, values, stats, [r for r in records if r.get("kind") in ("pretrain", "pairs")]
+  return entries, values, stats, [r for r in records
+                                  if r.get("kind") in ("pretrain", "pairs", "fuse")]
+
+
+def hybrid_weights(spec: GridSpec, table: Table, dataset: str,
+                   cell_records: Iterable[Mapping]) -> str:
+  """The sentence under a table with a hybrid row: the weight on BM25 its fuse cells used at
+  each ratio and seed, how each was come by (tuned on N validation questions, carried, BM25
+  alone), and the dense row where the validation split chose among several."""
+  from twotower.eval import fusion  # pylint: disable=import-outside-toplevel
+  hybrids = {(r.system, r.variant) for r in table.rows if spec.systems[r.system].kind == "hybrid"}
+  rows, partners = [], set()
+  for record in cell_records:
+    if record.get("kind") != "fuse":
+      continue
+    cell = CellId.parse(record["cell"])
+    if (cell.system, cell.variant) in hybrids and cell.dataset == dataset and \
+        cell.ratio in table.ratios:
+      rows.append((cell.ratio, cell.seed, record.get("weight"), record.get("weight_source")))
+      partners.add(record.get("partner"))
+  if not rows:
+    return ""
+  text = fusion.weights_note(rows)
+  if len(partners) > 1:
+    text += " The dense row each chose on validation is in cells.json (`partner`)."
+  return text
 
 
 def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
