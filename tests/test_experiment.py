@@ -453,6 +453,24 @@ def test_dry_run_estimate_is_scaled_by_the_cells_this_work_dir_timed():
   unscaled = sum(estimate.estimate_seconds(c, the_plan) for c in the_plan
                  if c.name not in measured)
   assert 0 < left < unscaled
+
+
+def test_estimate_counts_validation_scoring_and_carried_lengths():
+  """Under `finetune_select` a choosing cell also scores validation at each checkpoint, and a
+  carrying cell trains up to its source's cap (same ratio: as many steps; 1 % from 5 %: a
+  fifth), not the 0 steps its config holds until it runs."""
+  the_plan, _ = plan.plan(grid.load("cpu-small-links"), INPUTS)
+  chooser = the_plan["finetune/squad/ict/base/r5/s0"]
+  seed1, one = the_plan["finetune/squad/ict/base/r5/s1"], the_plan["finetune/squad/ict/base/r1/s0"]
+  assert seed1.deps[plan.FINETUNE_LENGTH] == one.deps[plan.FINETUNE_LENGTH] == chooser.name
+  cfg = chooser.params.config
+  training = (estimate.estimate_seconds(chooser, the_plan) -
+              chooser.params.select["checkpoints"] * estimate._CANDIDATES *
+              estimate.example_seconds(cfg["model"]) / 3)
+  assert estimate.estimate_seconds(seed1, the_plan) == pytest.approx(training)
+  overhead = estimate._TRAIN_OVERHEAD
+  assert estimate.estimate_seconds(one, the_plan) - overhead == pytest.approx(
+      (training - overhead) / 5)
 # ---------------------------------------------------------------------------------------------
 # The real grid, tiny.
 # ---------------------------------------------------------------------------------------------

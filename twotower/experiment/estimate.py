@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from twotower.experiment.plan import KINDS, Cell, Plan
+from twotower.experiment.plan import FINETUNE_LENGTH, KINDS, Cell, Plan
 
 #: Seconds per training example per unit of (q+d) x L x H^2, and fixed costs per cell. Measured
 #: idle: 100 cpu-small steps at batch 64 (q 32 + d 128, L2, H128) in 40 s.
@@ -37,9 +37,27 @@ def estimate_seconds(cell: Cell, plan_: Plan) -> float:
   cfg = cell.params.config
   if cell.kind == "pretrain":
     examples = cfg["trainer"]["steps"] * cfg["data"]["batch_size"]
+    return _TRAIN_OVERHEAD + examples * example_seconds(cfg["model"])
+  return _finetune_seconds(cell, plan_)
+
+
+def _finetune_seconds(cell: Cell, plan_: Plan) -> float:
+  """A fine-tuning cell: its steps; under `finetune_select` also the validation split scored
+  at each checkpoint (about an eval cell's embedding of every candidate), and for a cell that
+  carries its length, the chosen length's upper bound: the source's cap, scaled by the two
+  ratios (as the training questions scale) where the ratio differs."""
+  cfg, params = cell.params.config, cell.params
+  per_example = example_seconds(cfg["model"])
+  source = plan_[cell.deps[FINETUNE_LENGTH]] if FINETUNE_LENGTH in cell.deps else None
+  if source is not None:
+    steps = source.params.config["trainer"]["finetune_steps"] * params.ratio / \
+        max(source.params.ratio, 1)
   else:
-    examples = cfg["trainer"]["finetune_steps"] * cfg["trainer"]["finetune_batch_size"]
-  return _TRAIN_OVERHEAD + examples * example_seconds(cfg["model"])
+    steps = cfg["trainer"]["finetune_steps"]
+  seconds = _TRAIN_OVERHEAD + steps * cfg["trainer"]["finetune_batch_size"] * per_example
+  if getattr(params, "select", None):
+    seconds += params.select["checkpoints"] * _CANDIDATES * per_example / 3
+  return seconds
 
 
 def format_seconds(seconds: float) -> str:
