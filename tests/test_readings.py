@@ -557,3 +557,66 @@ def test_readings_and_caveats_are_not_cell_parameters():
     keys = [{c.name: c.key for c in plan.plan(g, inputs)[0]}
             for g in (grid.parse(name_, raw), grid.parse(name_, bare))]
     assert keys[0] == keys[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The budget check beside the reversals (experiment.budget).
+# ---------------------------------------------------------------------------------------------
+
+BUDGET_GRID = {
+    "model": "cpu-small", "ratios": [1, 5],
+    "variants": {"long": {"label": "long", "pretrain_steps": 6000}},
+    "systems": {"bm25": {"kind": "bm25", "encoder": "BM25"},
+                "no-ssl": {"encoder": "Transformer", "pretraining": "none"},
+                "ict": {"encoder": "Transformer", "pretraining": "ICT", "tasks": ["ict"]},
+                "bfs": {"encoder": "Transformer", "pretraining": "BFS", "tasks": ["bfs"]},
+                "mlm": {"encoder": "Transformer", "pretraining": "MLM", "tasks": ["mlm"]}},
+    "tables": [{"id": "3", "title": "t3", "ratios": [1, 5],
+                "rows": ["bm25", "no-ssl", "ict", "bfs", "mlm"]},
+               {"id": "budget", "title": "b", "all_seeds": False, "ratios": [5],
+                "rows": ["ict", {"system": "ict", "variant": "long"}, "bfs",
+                         {"system": "bfs", "variant": "long"}]}],
+    "budget": {"table": "budget", "label": "6,000 steps", "longer": {"base": "long"}},
+    "readings": [
+        {"id": "ict-over-bfs", "sentence": "ICT is above BFS.", "source": "paper",
+         "pairs": [["ict", "bfs"], ["ict", "no-ssl"], ["mlm", "no-ssl"]]}]}
+
+
+def test_a_reversal_is_judged_again_at_the_longer_budget():
+  """ICT below BFS at 5 % (three seeds) is judged again on the budget table's 6,000-step
+  rows; ICT against No-SSL (no pre-training: the same row at any budget) too; MLM has no
+  longer row, and 1 % is not in the budget table: no second verdict there."""
+  spec = grid.parse("g", BUDGET_GRID)
+  results = _results({("3", "ict", "base", 5): [0.30, 0.31, 0.32],
+                      ("3", "bfs", "base", 5): [0.40, 0.41, 0.42],
+                      ("3", "no-ssl", "base", 5): [0.35, 0.35, 0.36],
+                      ("3", "mlm", "base", 5): [0.20, 0.21, 0.22],
+                      ("3", "ict", "base", 1): [0.10], ("3", "bfs", "base", 1): [0.20],
+                      ("budget", "ict", "long", 5): [0.50], ("budget", "bfs", "long", 5): [0.45]})
+  got = {(c.ratio, c.b.label, c.a.label): c for c in readings.compare(spec, results)}
+  bfs = got[(5, "Transformer, BFS", "Transformer, ICT")]
+  assert bfs.verdict == readings.CONTRADICTED
+  assert bfs.longer.a.values == (pytest.approx(50),) and bfs.longer.b.values == (45,)
+  assert bfs.longer.verdict == readings.SEEN_AS
+  # No-SSL is the same row at any budget: seed 0 of it against the longer ICT.
+  no_ssl = got[(5, "Transformer, none", "Transformer, ICT")]
+  assert no_ssl.longer.b.values == (35,) and no_ssl.longer.verdict == readings.SEEN_AS
+  assert got[(5, "Transformer, none", "Transformer, MLM")].longer is None
+  assert got[(1, "Transformer, BFS", "Transformer, ICT")].longer is None
+  text = readings.markdown(spec, results)
+  assert "Reversals at 6,000 steps (the `budget` table, seed 0)" in text
+  assert ("* Transformer, ICT against Transformer, BFS, 5 %, R@100: contradicted (-10.00); at "
+          "6,000 steps: +5.00, observation, as claimed: **moved**.") in text
+  summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bfs]"))
+  assert "0 of 2 reversal(s) rechecked at 6,000 steps still against the claim" in summary
+
+
+@pytest.mark.parametrize("budget, message", [
+    ({"table": "9", "longer": {"base": "long"}}, "budget table '9' is not a table"),
+    ({"table": "budget", "longer": {"base": "longer"}}, "variant(s) ['longer'] are not"),
+    ({"table": "budget"}, "budget needs `table` and `longer"),
+    ({"table": "budget", "longer": {"base": "long"}, "steps": 6}, "unknown field(s) ['steps']"),
+])
+def test_bad_budget_checks_are_named_errors(budget, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    grid.parse("g", dict(BUDGET_GRID, budget=budget))

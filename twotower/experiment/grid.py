@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional
 
 
 from twotower import contracts
+from twotower.experiment import budget as budget_lib
 from twotower.experiment import grid_files
 from twotower.experiment.grid_files import grid_names  # noqa: F401  (the shipped grids)
 from twotower.experiment.finetune_length import FinetuneSelect, parse_select
@@ -228,6 +229,8 @@ class GridSpec:
   readings: tuple[Claim, ...] = ()
   # None: every row fine-tunes `finetune_steps` (the committed grids).
   finetune_select: Optional[FinetuneSelect] = None
+  # The rows pre-trained longer that a reading's reversals are judged again on (None: none).
+  budget: Optional[budget_lib.BudgetCheck] = None
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
@@ -396,7 +399,8 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
       ratios=tuple(int(r) for r in _tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
       seeds=seeds, variants=variants, systems=systems, tables=tables,
       readings=tuple(_claim(c, where) for c in raw.get("readings") or ()),
-      finetune_select=parse_select(training.get("finetune_select"), where))
+      finetune_select=parse_select(training.get("finetune_select"), where),
+      budget=budget_lib.parse(raw.get("budget"), where))
   check(spec)
   return spec
 
@@ -455,6 +459,8 @@ def check(spec: GridSpec) -> None:
     extra = [r for r in t.ratios if r not in spec.ratios]
     if extra:
       raise ValueError(f"{where}: table {t.id} ratios {extra} are not in the grid's ratios")
+  if spec.budget is not None:
+    budget_lib.check(spec.budget, [t.id for t in spec.tables], list(spec.variants), where)
   if spec.finetune_select is not None:
     spec.finetune_select.check(
         [r for r in spec.ratios if r != contracts.ZERO_SHOT_RATIO], where)

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.experiment import bootstrap
+from twotower.experiment import budget as budget_lib
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import plan as plan_lib
 from twotower.experiment import row_configs
@@ -69,6 +70,8 @@ class Comparison:
   judgement: Judgement
   boot: Optional[bootstrap.Interval] = None    # None: a row without recorded ranks
   pair: int = 0                                # the index of the claim's pair
+  # A verdict against the claim judged again on the rows pre-trained longer (budget.py).
+  longer: Optional["Comparison"] = None
 
   @property
   def verdict(self) -> str:
@@ -140,16 +143,29 @@ def compare(spec: GridSpec, results: Mapping,
     for dataset in datasets:
       for ratio in ratios:
         for metric in claim.metrics:
-          for index, (ref_a, ref_b) in enumerate(claim.pairs):
-            a, b = (_side(spec, values, claim.table, dataset, ratio, metric, ref)
-                    for ref in (ref_a, ref_b))
-            if a is None or b is None:
+          for index, refs in enumerate(claim.pairs):
+            c = _compare(spec, values, claim, dataset, ratio, metric, refs, index, ranks_of)
+            if c is None:
               continue
-            boot = _interval(a, b, metric, ranks_of) if ranks_of else None
-            out.append(Comparison(claim.id, dataset, ratio, metric, a[0], b[0],
-                                  judge(a[0], b[0], claim.expect, size_of(claim), boot),
-                                  boot, index))
+            if spec.budget is not None and c.verdict in budget_lib.AGAINST:
+              longer = [budget_lib.longer_ref(spec, spec.budget, ref) for ref in refs]
+              if None not in longer and any(r.table == spec.budget.table for r in longer):
+                c = dataclasses.replace(c, longer=_compare(
+                    spec, values, claim, dataset, ratio, metric, longer, index, ranks_of))
+            out.append(c)
   return out
+
+
+def _compare(spec: GridSpec, values, claim: Claim, dataset: str, ratio: int, metric: str,
+             refs: Sequence[RowRef], index: int,
+             ranks_of: Optional[RanksOf]) -> Optional[Comparison]:
+  """One pair of rows judged at a ratio on a metric (None: the results lack a side)."""
+  a, b = (_side(spec, values, claim.table, dataset, ratio, metric, ref) for ref in refs)
+  if a is None or b is None:
+    return None
+  boot = _interval(a, b, metric, ranks_of) if ranks_of else None
+  return Comparison(claim.id, dataset, ratio, metric, a[0], b[0],
+                    judge(a[0], b[0], claim.expect, size_of(claim), boot), boot, index)
 
 
 def _side(spec: GridSpec, values, claim_table: str, dataset: str, ratio: int, metric: str,
@@ -302,7 +318,10 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
   reading.md, at `link`: "" within reading.md itself)."""
   lines = ["| claim | source | verdicts | caveat |", "|---|---|---|---|"]
   for claim in spec.readings:
-    text = counts_text([c for c in comparisons if c.claim == claim.id])
+    these = [c for c in comparisons if c.claim == claim.id]
+    text = counts_text(these)
+    longer = budget_lib.summary(these, spec.budget) if spec.budget else ""
+    text += f"; {longer}" if longer else ""
     if text:
       lines.append(f"| [{claim.id}]({link}#{claim.id}): {claim.sentence} | {claim.source} | "
                    f"{text} | {_caveat_text(spec, claim) or '–'} |")
@@ -394,6 +413,9 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
   if len({c.metric for c in comparisons}) > 1:
     lines += _matrix(comparisons, several_datasets)
   lines += _pair_signs(comparisons)
+  if spec.budget is not None:
+    lines += budget_lib.markdown(spec.budget, comparisons,
+                                 lambda c: _where(c, several_datasets), _interval_text)
   lines += [f"Verdicts: {counts_text(comparisons)}."
             + (f" {_caveat_text(spec, claim)}" if claim.caveat or caveats(spec, claim) else ""),
             ""]
