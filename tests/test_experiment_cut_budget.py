@@ -115,13 +115,15 @@ def test_a_variant_sets_its_own_pretraining_steps(links):
     ("systems: {ict: {truncate: tower}}", "a BM25 row's"),
     ("systems: {cut: {kind: bm25, doc_pieces: 64}}", "say `truncate: tower`"),
     ("systems: {cut: {kind: bm25, truncate: half}}", "truncate 'half'"),
+    ("systems: {ict: {seeds: [7]}}", r"system 'ict' seeds \[7\] are not among"),
+    ("variants: {l4-d128: {seeds: [3]}}", r"variant 'l4-d128' seeds \[3\]"),
+    ("systems: {ict+bfs+wlp-hn: {seeds: [0]}}", "its partner 'ict\\+bfs\\+wlp-hn' only at"),
 ])
-def test_bad_budget_and_cut_settings_are_named_errors(tmp_path, text, error):
+def test_bad_budget_cut_and_seed_settings_are_named_errors(tmp_path, text, error):
   path = tmp_path / "bad.yaml"
   path.write_text(f"extends: cpu-small\n{text}\n")
   with pytest.raises(ValueError, match=error):
     grid.load(str(path))
-
 
 
 def test_a_row_or_variant_narrows_the_grids_seeds(links):
@@ -148,15 +150,3 @@ def test_a_row_or_variant_narrows_the_grids_seeds(links):
   assert spec.row_seeds(80, "ict+bfs+wlp-pooled", "doc256") == (0,)
   fuse = the_plan["fuse/squad/hybrid/base/r80/s2"]
   assert {d for d in fuse.deps if d.startswith("partner:")} == {"partner:ict+bfs+wlp-pooled"}
-
-
-@pytest.mark.parametrize("text, error", [
-    ("systems: {ict: {seeds: [7]}}", r"system 'ict' seeds \[7\] are not among"),
-    ("variants: {l4-d128: {seeds: [3]}}", r"variant 'l4-d128' seeds \[3\]"),
-    ("systems: {ict+bfs+wlp-hn: {seeds: [0]}}", "its partner 'ict\\+bfs\\+wlp-hn' only at"),
-])
-def test_seeds_a_row_cannot_run_are_named_errors(tmp_path, text, error):
-  path = tmp_path / "bad.yaml"
-  path.write_text(f"extends: cpu-small\n{text}\n")
-  with pytest.raises(ValueError, match=error):
-    grid.load(str(path))
