@@ -350,6 +350,12 @@ def test_aggregate_and_tables_in_the_papers_layouts():
   header = render.markdown_table(spec, grid.Table("b", "t", t5.rows, (0, 5), layout="r100"),
                                  []).splitlines()[0]   # the budget table's zero-shot column
   assert header == "| # | Model | Pre-training | R@100 zero-shot | R@100 5% |"
+  # A recall table with a row of another variant (the confound table's doc256) names it.
+  mixed = grid.Table("c", "t", (grid.Row("ict"), grid.Row("ict", "l4-d128")), (5,))
+  lines = render.markdown_table(spec, mixed, [dataclasses.replace(a, table="c") for a in aggs
+                                              if a.system == "ict"]).splitlines()
+  assert lines[2].startswith("| Transformer | ICT | 20.00 ± 10.00")
+  assert lines[3].startswith("| Transformer (L4 / d128) | ICT | 20.00 | ")
   # A row with fewer seeds done than planned says so instead of passing for the mean.
   partial = render.aggregate(entries, {k: v for k, v in values.items() if k[0] != "eval/2"})
   ict = next(a for a in partial if a.system == "ict" and a.table == "3")

@@ -19,7 +19,7 @@ from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
 from twotower.experiment import execute, ranks, readings
-from twotower.experiment.grid import DEFAULT_SEEDS, GridSpec, Table
+from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.identity import CellId
 from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, has_zero_shot
@@ -118,12 +118,19 @@ def markdown_table(spec: GridSpec, table: Table, aggs: Sequence[Aggregate]) -> s
     if not any((row.system, row.variant, r) in by for r in table.ratios):
       continue
     system = spec.systems[row.system]
-    cells = ([system.encoder, system.pretraining] if table.layout == "recall" else
+    cells = ([system.encoder + _variant_suffix(spec, row), system.pretraining]
+             if table.layout == "recall" else
              [str(index), spec.variants[row.variant].label, system.pretraining])
     for ratio in table.ratios:
       cells += [cell_text(by.get((row.system, row.variant, ratio)), m) for m in metrics]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def _variant_suffix(spec: GridSpec, row) -> str:
+  """" (L2 / d128, documents 256 / ...)" for a row of another variant than the preset's, in a
+  layout that has no model column (two rows of one system would read alike)."""
+  return "" if row.variant == BASE_VARIANT else f" ({spec.variants[row.variant].label})"
 
 
 def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
@@ -152,8 +159,8 @@ def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
             cells.append("–")
           else:
             cells.append("todo")
-        label = system.encoder if system.pretraining in ("", "-") else \
-            f"{system.encoder}, {system.pretraining}"
+        label = (system.encoder if system.pretraining in ("", "-") else
+                 f"{system.encoder}, {system.pretraining}") + _variant_suffix(spec, row)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
       lines.append("")
   return "\n".join(lines)
