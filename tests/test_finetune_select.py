@@ -122,3 +122,28 @@ def test_the_committed_grids_finetune_cells_keep_their_fixed_steps_and_keys():
   choosers = {(c.params.ratio, c.params.seed) for c in links if c.params.select}
   assert choosers == {(5, 0), (10, 0), (80, 0)}
   assert all(c.params.carried_from for c in links if not c.params.select)
+
+
+def test_the_readme_lists_each_length_its_training_accuracy_and_a_choice_at_the_cap():
+  """finetune_length.lengths_markdown: one line per choosing or carrying cell, from its done
+  record; a best average at the last checkpoint of the cap is marked."""
+  history = {"step": [150.0, 300.0, 450.0], "in_batch_accuracy": [0.5, 0.9, 0.95]}
+  values = [0.40, 0.50, 0.60]
+  chose = {"kind": "finetune", "cell": "finetune/squad/ict/base/r5/s0", "history": history,
+           "selection": finetune_length.record(
+               {**history, "val_R@100": values}, {"metric": "R@100", "window": 3}, 450, 450,
+               72)}
+  carried = {"kind": "finetune", "cell": "finetune/squad/ict/base/r1/s0",
+             "history": {"step": [40.0, 80.0], "in_batch_accuracy": [0.7, 0.99]},
+             "selection": {"carried_from": {"ratio": 5, "seed": 0}, "source_step": 450,
+                           "source_cap": 450, "cap": 84, "chosen_step": 80}}
+  fixed = {"kind": "finetune", "cell": "finetune/squad/ict/base/r5/s1"}   # no selection
+  lines = finetune_length.lengths_markdown([fixed, carried, chose])
+  assert lines[1] == "## Fine-tuning lengths"
+  rows = [line for line in lines if line.startswith("| `")]
+  assert rows == [
+      "| `finetune/squad/ict/base/r1/s0` | carried from 5 %, seed 0 (step 450) | 80 | 80 | 84 "
+      "| – | 0.99 |",
+      "| `finetune/squad/ict/base/r5/s0` | chosen on 72 validation questions, at the cap | 450 "
+      "| 450 | 450 | 50.00 | 0.95 |"]
+  assert finetune_length.lengths_markdown([fixed]) == []

@@ -15,7 +15,7 @@ two ratios' training questions (the same number of passes over its pairs). Optio
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from twotower.model import selection
 
@@ -132,3 +132,40 @@ def record(history: Mapping[str, list], select: Mapping[str, Any], selected_step
           "smoothed": selection.smoothed(values, window), "chosen_step": selected_step,
           "steps_trained": int(history["step"][-1]) if history.get("step") else 0,
           "cap": cap, "validation_questions": validation_questions}
+
+
+def lengths_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
+  """The grid README's section on the fine-tuning lengths: per fine-tuning cell that chose or
+  carried its length, how, the step kept, the steps trained and the cap, the validation
+  curve's smoothed value there and the training in-batch accuracy at that step (whether the
+  row fits its pairs). A length chosen at the cap is marked: its curve may still be rising."""
+  rows = [r for r in records if r.get("kind") == "finetune" and r.get("selection")]
+  if not rows:
+    return []
+  lines = ["", "## Fine-tuning lengths", "",
+           "Each row's fine-tuning length, chosen on its ratio's validation split or carried "
+           "(training.finetune_select of the grid file). Validation R@100 is the trailing "
+           "average the rule compares; training accuracy is the in-batch accuracy of the "
+           "training batches at the kept step. \"at the cap\": the best average was the last "
+           "checkpoint, so a longer cap might have gone further.", "",
+           "| cell | length | kept step | trained | cap | validation R@100 (avg) | "
+           "training accuracy |", "|---|---|---:|---:|---:|---:|---:|"]
+  for record in sorted(rows, key=lambda r: r["cell"]):
+    sel, history = record["selection"], record.get("history") or {}
+    step = int(sel["chosen_step"])
+    if sel.get("carried_from"):
+      source = sel["carried_from"]
+      how = f"carried from {source['ratio']} %, seed {source['seed']} (step {sel['source_step']})"
+      smoothed = "–"
+    else:
+      values = sel.get("smoothed") or []
+      at = sel["steps"].index(step) if step in sel.get("steps", ()) else None
+      smoothed = f"{100 * values[at]:.2f}" if at is not None and at < len(values) else "–"
+      how = f"chosen on {sel.get('validation_questions', '?')} validation questions" + (
+          ", at the cap" if step == sel.get("cap") else "")
+    accuracy = dict(zip(history.get("step", ()), history.get("in_batch_accuracy", ())))
+    acc = f"{accuracy[step]:.2f}" if step in accuracy else "–"
+    trained = sel.get("steps_trained") or step
+    lines.append(f"| `{record['cell']}` | {how} | {step:,} | {int(trained):,} | "
+                 f"{int(sel['cap']):,} | {smoothed} | {acc} |")
+  return lines

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
-from twotower.experiment import execute, ranks, readings
+from twotower.experiment import execute, finetune_length, ranks, readings
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.identity import CellId
@@ -441,6 +441,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
             f"Python {m['python']}.", "", "| package | version |", "|---|---|"]
   lines += [f"| {k} | {v} |" for k, v in tio.package_versions(PACKAGES).items()]
   lines += pretraining_costs(plan, done)
+  lines += finetune_length.lengths_markdown([d for d in done.values() if d])
   wall = sum((d or {}).get("seconds", 0.0) for d in done.values())
   cpu = sum((d or {}).get("cpu_seconds", 0.0) for d in done.values())
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
