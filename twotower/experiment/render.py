@@ -210,18 +210,19 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   ranks.export(plan, work, results_dir)
   stats = [(c.params.dataset, execute.read_done(execute.cell_dir(work, c)))
            for c in plan.of_kind("datastats")]
-  # The reading's pre-training check reads the pre-training records and their pair cells'.
-  pretrain = [execute.read_done(execute.cell_dir(work, c))
-              for c in plan.of_kind("pretrain") + plan.of_kind("pairs") + plan.of_kind("fuse")]
+  # The reading's pre-training check reads the pre-training records and their pair cells';
+  # a table with a hybrid row, its fuse cells' weights.
+  records = [execute.read_done(execute.cell_dir(work, c))
+             for c in plan.of_kind("pretrain") + plan.of_kind("pairs") + plan.of_kind("fuse")]
   return write_results(spec, entries, collect(plan, work), [(n, d) for n, d in stats if d],
-                       [d for d in pretrain if d], results_dir)
+                       [d for d in records if d], results_dir)
 
 
 def write_results(spec: GridSpec, entries: Sequence[Entry],
                   values: Mapping[tuple[str, str], dict], stats: Sequence[tuple[str, dict]],
                   cell_records: Sequence[Mapping], results_dir: str) -> Written:
   """What `write_tables` writes, from the result records (`collect`), the datastats records
-  [(dataset, record)] and the pre-training records."""
+  [(dataset, record)] and the pre-training, pair and fuse records."""
   aggs = aggregate(entries, values)
   sections, kept, tables1_2 = [], [], ""
   if stats:
@@ -274,9 +275,9 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
-  """(entries, result records, datastats records, pre-training and pair records) as a results folder
-  keeps them (results.json, cells.json): what `write_results` needs, without the work
-  directory. Only the cells that have a result are entries."""
+  """(entries, result records, datastats records, pre-training, pair and fuse records) as a
+  results folder keeps them (results.json, cells.json): what `write_results` needs, without
+  the work directory. Only the cells that have a result are entries."""
   results = tio.read_json(os.path.join(results_dir, "results.json"))
   records_file = os.path.join(results_dir, execute.RECORDS_FILE)
   records = list(tio.read_json(records_file).values()) if os.path.exists(records_file) else []
