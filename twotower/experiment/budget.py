@@ -57,6 +57,15 @@ def check(budget: BudgetCheck, tables: Sequence[str], variants: Sequence[str],
     raise ValueError(f"{where}: budget: variant(s) {bad} are not variants")
 
 
+def longer_refs(spec: Any, budget: BudgetCheck, refs: Sequence[Any]) -> Optional[list]:
+  """A comparison's rows at the longer budget; None where a row has none, or where neither
+  row is the budget table's (the same comparison again, on seed 0 alone)."""
+  longer = [longer_ref(spec, budget, ref) for ref in refs]
+  if None in longer or all(r.table != budget.table for r in longer):
+    return None
+  return longer
+
+
 def longer_ref(spec: Any, budget: BudgetCheck, ref: Any) -> Optional[Any]:
   """The row at the longer budget: the same row where it has no pre-training of its own, the
   budget table's longer variant (seed 0) where it has one; None where it has none."""

@@ -148,8 +148,8 @@ def compare(spec: GridSpec, results: Mapping,
             if c is None:
               continue
             if spec.budget is not None and c.verdict in budget_lib.AGAINST:
-              longer = [budget_lib.longer_ref(spec, spec.budget, ref) for ref in refs]
-              if None not in longer and any(r.table == spec.budget.table for r in longer):
+              longer = budget_lib.longer_refs(spec, spec.budget, refs)
+              if longer is not None:
                 c = dataclasses.replace(c, longer=_compare(
                     spec, values, claim, dataset, ratio, metric, longer, index, ranks_of))
             out.append(c)
