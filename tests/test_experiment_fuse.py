@@ -102,11 +102,16 @@ class _Cells:
     helper = {q: fusion_fixtures.Ranked((1,), (0.7,)) if q in top1 else r
               for q, r in dense.items()}
     self.done: dict[str, dict] = {}
+    self.dirs = {"reqa/squad": self.reqa}
     for name, run_ in (("bm25/squad", bm25), ("eval/squad/trader/base/r5/s0", dense),
                        ("eval/squad/helper/base/r5/s0", helper)):
-      path = str(tmp_path / f"{name.replace('/', '_')}.trec")
-      runs.write_run(path, run_)
-      self.done[name] = {"run_file": path}
+      # Each run at the top of its cell's directory, and a record that names where it was
+      # written before the work dir was moved here: the fuse reads the directory it has now.
+      cell_dir = tmp_path / name.replace("/", "_")
+      cell_dir.mkdir()
+      runs.write_run(str(cell_dir / "run.trec"), run_)
+      self.dirs[name] = str(cell_dir)
+      self.done[name] = {"run_file": f"/moved/away/{cell_dir.name}/run.trec"}
     self.tmp_path, self.min_tune_questions, self.runs = tmp_path, min_tune_questions, 0
 
   def run(self, ratio: int, untuned: str, carry: str = "") -> dict:
@@ -122,14 +127,16 @@ class _Cells:
                         min_tune_questions=self.min_tune_questions, untuned_weight=0.5,
                         untuned=untuned)
     cell = plan.Cell(cell_id, params, deps, key="k")
-    ctx = cells.Context(work=str(self.tmp_path), dirs={"reqa/squad": self.reqa},
-                        done=self.done.__getitem__)
+    ctx = cells.Context(work=str(self.tmp_path), dirs=self.dirs, done=self.done.__getitem__)
     self.runs += 1
     out = self.tmp_path / f"fuse-{self.runs}"  # a directory per run
     out.mkdir()
     record = cells.EXECUTORS["fuse"](cell, ctx, str(out))
-    self.done[cell.name] = record
+    self.done[cell.name], self.dirs[cell.name] = record, str(out)
     return record
+
+  def run_file(self, name: str) -> str:
+    return str(self.tmp_path / name.replace("/", "_") / "run.trec")
 
 
 def test_a_small_split_carries_the_nearest_tuned_ratios_weight_and_says_so(tmp_path):
@@ -147,8 +154,8 @@ def test_a_small_split_carries_the_nearest_tuned_ratios_weight_and_says_so(tmp_p
       "why": "2 validation-1 questions, fewer than 4"}
   # The fused run is the carried weight applied to the carried partner.
   fused = runs.read_run(carried["run_file"])
-  helper = runs.read_run(grid_cells.done["eval/squad/helper/base/r5/s0"]["run_file"])
-  bm25 = runs.read_run(grid_cells.done["bm25/squad"]["run_file"])
+  helper = runs.read_run(grid_cells.run_file("eval/squad/helper/base/r5/s0"))
+  bm25 = runs.read_run(grid_cells.run_file("bm25/squad"))
   expected = fusion.interpolate(bm25, helper, tuned["weight"])
   assert {q: r.candidate_ids for q, r in fused.items()} == {
       q: r.candidate_ids for q, r in expected.items()}
@@ -162,7 +169,7 @@ def test_a_small_split_carries_the_nearest_tuned_ratios_weight_and_says_so(tmp_p
 def test_with_nothing_tuned_to_carry_or_untuned_bm25_the_hybrid_is_bm25_alone(tmp_path):
   grid_cells = _Cells(tmp_path, min_tune_questions=50)  # no split tunes
   bm25_ids = {q: r.candidate_ids
-              for q, r in runs.read_run(grid_cells.done["bm25/squad"]["run_file"]).items()}
+              for q, r in runs.read_run(grid_cells.run_file("bm25/squad")).items()}
   untuned_5 = grid_cells.run(5, "carry")  # nothing larger: BM25 alone
   assert untuned_5["weight_source"] == {"how": "first alone", "text": "BM25 alone",
                                         "why": "4 validation-5 questions, fewer than 50"}
@@ -173,7 +180,7 @@ def test_with_nothing_tuned_to_carry_or_untuned_bm25_the_hybrid_is_bm25_alone(tm
     assert record["weight"] == 1.0 and record["tuning"] is None
     assert {q: r.candidate_ids for q, r in runs.read_run(record["run_file"]).items()} == bm25_ids
     splits = evaluate.load_splits(grid_cells.reqa, [f"validation-{ratio}", f"test-{ratio}"])
-    bm25_records = evaluate.evaluate_run_file(grid_cells.done["bm25/squad"]["run_file"],
+    bm25_records = evaluate.evaluate_run_file(grid_cells.run_file("bm25/squad"),
                                               "hybrid", splits, ("pair",))
     assert [r["metrics"] for r in record["records"] if r["gold"] == "pair"] == [
         r["metrics"] for r in bm25_records]

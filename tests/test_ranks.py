@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import pathlib
 
 import pyarrow as pa
@@ -215,3 +216,15 @@ def test_a_fuse_cell_records_the_ranks_of_its_fused_run(tiny):
   assert got == {q: r or None for q, r in gold_ranks.of_run(result["run_file"], reqa,
                                                        ["test-80"]).items()}
   assert set(got) == set(SPLITS["test-80"]) and got["q5"] is None
+
+
+def test_a_moved_work_dir_reads_its_own_run_files(tiny, tmp_path):
+  """Done records name where a run file was written; a work dir moved (or copied to resume
+  elsewhere) reads the file in the cell's directory it has now."""
+  the_plan, work = tiny
+  moved = str(tmp_path / "moved")
+  shutil.move(work, moved)
+  assert not os.path.exists(execute.read_done(execute.cell_dir(moved, the_plan[ICT]))["run_file"])
+  assert ranks.export(the_plan, moved, str(tmp_path / "results")) == 2
+  assert ranks.reader(the_plan, moved, str(tmp_path / "results"))(ICT) == {
+      "q1": 2, "q2": 1, "q3": 1, "q4": None, "q5": None}

@@ -33,6 +33,12 @@ class Context:
   def dep(self, cell: Cell, role: str) -> str:
     return self.dirs[cell.deps[role]]
 
+  def run_file(self, name: str) -> str:
+    """A finished cell's run file where its directory is now. Its record keeps the path the
+    cell wrote, which names another place once a work dir is moved or copied to resume; the
+    file itself is always at the top of the cell's directory."""
+    return os.path.join(self.dirs[name], os.path.basename(self.done(name)["run_file"]))
+
 
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.pipelines import pairs, squad_dump
@@ -212,9 +218,9 @@ def _eval(cell: Cell, ctx: Context, out: str) -> dict:
 def _fuse(cell: Cell, ctx: Context, out: str) -> dict:
   from twotower.eval import fusion
   p: FuseParams = cell.params
-  first = ctx.done(cell.deps[plan.FUSE_FIRST])["run_file"]
+  first = ctx.run_file(cell.deps[plan.FUSE_FIRST])
   # Several partner rows: fusion.run keeps the one that fuses best on the validation split.
-  partners = {ctx.done(dep)["run_file"]: role[len(plan.FUSE_PARTNER):]
+  partners = {ctx.run_file(dep): role[len(plan.FUSE_PARTNER):]
               for role, dep in cell.deps.items() if role.startswith(plan.FUSE_PARTNER)}
   # What a validation split too small to tune gets (`untuned`), and how to say so.
   weight, partner, source = _untuned(cell, ctx)

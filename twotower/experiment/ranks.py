@@ -56,7 +56,9 @@ def _backfill(plan: Plan, work: str, cell: Cell) -> bool:
   """Records the ranks of a cell that finished here before cells recorded them, from its run
   file and ReQA directory; False when either is gone (a cell, or its ReQA cell, restored
   without outputs)."""
-  run_file = (execute.ran_here(work, cell) or {}).get("run_file")
+  recorded = (execute.ran_here(work, cell) or {}).get("run_file")
+  # The run file where the cell's directory is now (the record names where it was written).
+  run_file = recorded and os.path.join(execute.cell_dir(work, cell), os.path.basename(recorded))
   if not run_file or not os.path.exists(run_file) or "reqa" not in cell.deps:
     return False
   reqa_dir = execute.cell_dir(work, plan[cell.deps["reqa"]])
