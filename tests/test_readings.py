@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from twotower.experiment import bootstrap, grid, grid_files, readings, row_configs, rule
+from twotower.experiment import bootstrap, budget, grid, grid_files, readings, row_configs, rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "cpu-small"
@@ -49,11 +49,12 @@ def test_sample_standard_deviation():
     # BM25 has no seed: its one run is its whole spread (0), so the other side's SD decides.
     (side(95, seedless=True), side(40, 45, 50), "higher", readings.HOLDS),
     (side(95, seedless=True), side(40), "higher", readings.SEEN_AS),
-    # Equal means are never resolved.
-    (side(4, 4), side(4, 4, 4), "higher", readings.NOT_RESOLVED),
+    # Equal means are never resolved; equal at every paired seed is "equal".
+    (side(3, 5), side(5, 3, 4), "higher", readings.NOT_RESOLVED),
+    (side(4, 4), side(4, 4, 4), "higher", readings.EQUAL),
 ], ids=["resolved", "contradicted", "two-vs-three-resolved", "two-vs-three-not",
         "one-seed-as", "one-seed-against", "one-seed-each", "seedless-resolved",
-        "seedless-vs-one-seed", "tie"])
+        "seedless-vs-one-seed", "tie", "equal"])
 def test_verdict(a, b, expect, verdict):
   assert readings.verdict(a, b, expect) == verdict
 
@@ -412,6 +413,35 @@ def test_without_ranks_three_agreeing_seeds_are_not_noise():
   assert rule.judge(mlm, no_ssl, "higher").verdict == rule.HOLDS
   assert rule.judge(mlm, no_ssl, "higher", rule.Size("only marginally", max_gain=2)
                     ).verdict == rule.SIZE_MISSED
+
+
+def test_a_row_that_is_the_other_row_is_equal_not_a_reversal():
+  # A hybrid whose tuning kept BM25 alone scores what BM25 does, question by question.
+  bm25, hybrid = side(59.11, seedless=True), side(59.11)
+  got = rule.judge(hybrid, bm25, "higher", boot=boot(0.0, 0.0))
+  assert (got.verdict, got.interval, got.paired) == (rule.EQUAL, (0.0, 0.0), (0.0,))
+  assert rule.EQUAL not in budget.AGAINST  # nothing to check with longer pre-training
+  assert rule.judge(side(59.11, 59.11, 59.11), bm25, "higher").verdict == rule.EQUAL
+  # Equal on average is not equal: the questions (or the seeds) differ.
+  assert rule.judge(hybrid, bm25, "higher", boot=boot(-0.2, 0.2)).verdict == rule.SEEN_AGAINST
+  assert rule.judge(side(58, 60), side(60, 58), "higher").verdict == rule.NOT_RESOLVED
+
+
+def test_paired_runs_over_ratios_count_equal_runs_apart_from_a_sign():
+  bm25 = side(59.11, seedless=True)
+
+  def compare(ratio, hybrid):
+    a = side(hybrid)
+    return readings.Comparison("hybrid-over-bm25", "squad", ratio, "R@1", a, bm25,
+                               rule.judge(a, bm25, "higher"))
+
+  equal = [compare(r, 59.11) for r in (1, 5, 10, 80)]
+  assert readings._pair_signs(equal)[2] == (
+      "* row against row, R@1: the gain is above 0 in 0 of 4 paired "
+      "runs (4 equal) over 4 ratios.")               # no sign, so no sign test
+  lower = [compare(r, 58.0) for r in (1, 5, 10, 80)]
+  assert readings._pair_signs(lower)[2].endswith(
+      "0 of 4 paired runs over 4 ratios; all of one sign: two-sided sign test p = 0.12.")
 
 
 def test_the_rule_text_names_every_verdict():

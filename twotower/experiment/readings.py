@@ -36,8 +36,8 @@ from twotower.experiment import row_configs
 from twotower.experiment.grid import Claim, GridSpec, RowRef
 from twotower.experiment.identity import CellId
 from twotower.experiment.rule import (  # noqa: F401  (the reading's words, re-exported)
-    CONTRADICTED, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST, SEEN_AS,
-    SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd)
+    CONTRADICTED, EQUAL, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST,
+    SEEN_AS, SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd)
 
 logger = logging.getLogger(__name__)
 
@@ -358,11 +358,14 @@ def _pair_signs(comparisons: Sequence[Comparison]) -> list[str]:
     these = [c for c in comparisons if (c.pair, c.metric) == key]
     gains = [g for c in these for g in c.judgement.paired]
     if len(these) > 1 and len(gains) >= 3:
-      up = sum(1 for g in gains if g > 0)
+      up, down = sum(1 for g in gains if g > 0), sum(1 for g in gains if g < 0)
+      # A sign test counts the runs with a sign; an equal run (gain exactly 0) has none.
       p = (f"; all of one sign: two-sided sign test p = {2 / 2 ** len(gains):.2g}"
-           if up in (0, len(gains)) else "")
+           if len(gains) in (up, down) else "")
+      equal = len(gains) - up - down
+      ties = f" ({equal} equal)" if equal else ""
       lines.append(f"* {these[0].a.label} against {these[0].b.label}, {key[1]}: the gain "
-                   f"is above 0 in {up} of {len(gains)} paired runs over "
+                   f"is above 0 in {up} of {len(gains)} paired runs{ties} over "
                    f"{len(these)} ratios{p}.")
   if lines:
     lines = ["Paired runs over every ratio (seed i of A against seed i of B at each ratio; "

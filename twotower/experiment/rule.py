@@ -24,8 +24,9 @@ SEEDS_AS = "seeds agree, as claimed"
 SEEDS_AGAINST = "seeds agree, against the claim"
 SEEN_AS = "observation, as claimed"
 SEEN_AGAINST = "observation, against the claim"
+EQUAL = "equal"
 VERDICTS = (HOLDS, SIZE_MISSED, SIZE_OPEN, CONTRADICTED, NOT_RESOLVED, SEEDS_AS,
-            SEEDS_AGAINST, SEEN_AS, SEEN_AGAINST)
+            SEEDS_AGAINST, SEEN_AS, SEEN_AGAINST, EQUAL)
 #: Paired seeds that must all agree in sign before agreement counts (sign test p = 2 / 2^n).
 MIN_SIGN_SEEDS = 3
 
@@ -60,6 +61,9 @@ RULE = (
     "agreement, not proof; as claimed also needs the mean gain within the qualifier's "
     "bounds); otherwise **not resolved**. One "
     "seed on a side that has seeds: an observation, as above.\n\n"
+    "**equal**: A and B score the same at every paired seed and, where they recorded "
+    "ranks, on every question (a hybrid whose tuning kept BM25 alone is BM25): not the gain "
+    "a claim of \"above\" asks for, and not a reversal either.\n\n"
     "A ratio threshold reads the bootstrap's interval of the ratio of means, or, without "
     "ranks, 1 + the gain's interval / the mean of the row claimed to be lower. Each claim is "
     "counted per comparison: per (pair, metric, ratio), as its summary line says.")
@@ -186,6 +190,8 @@ def judge(a: Side, b: Side, expect: str = "higher", size: Size = Size(),
   gain = sign * (a.mean - b.mean)
   lower = b if sign > 0 else a                     # the row claimed to be lower
   paired = paired_gains(a, b, sign)
+  if paired and all(g == 0 for g in paired) and (boot is None or boot.low == boot.high == 0):
+    return Judgement(EQUAL, gain, None if boot is None else (0.0, 0.0), paired)
   if not (a.measured and b.measured):
     ratio = (a.mean / b.mean) ** sign if a.mean and b.mean else math.nan
     return Judgement(SEEN_AS if size.point_inside(gain, ratio) else SEEN_AGAINST, gain, None,
