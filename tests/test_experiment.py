@@ -400,7 +400,7 @@ def test_a_resumed_cell_records_the_time_its_killed_attempt_spent(tmp_path, monk
   assert record[execute.EARLIER] == pytest.approx(60, abs=2)
   assert not os.path.exists(out + execute.ATTEMPT_SUFFIX)   # finished: no attempt pending
   readme = render.write_readme(grid.load("cpu-small"), sub, work, (), str(tmp_path / "r"), [])
-  assert "1 cells were interrupted and resumed" in readme and "(resumed; + 60 s before)" in readme
+  assert "1 cell was interrupted and resumed" in readme and "(resumed; + 60 s before)" in readme
 
 
 def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_path):

@@ -455,7 +455,8 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
             f"{counts['done']} of {len(plan)} cells done, {counts['failed']} failed, "
             f"{counts['blocked']} blocked, {counts['todo']} to do. Finished cells took "
             f"{format_seconds(wall)} wall and {format_seconds(cpu)} CPU time." +
-            (f" {len(resumed)} cells were interrupted and resumed: their times are their last "
+            (f" {len(resumed)} {'cell was' if len(resumed) == 1 else 'cells were'} "
+             "interrupted and resumed: their times are their last "
              f"attempt's; the earlier attempts spent at least {format_seconds(sum(resumed))} "
              "more wall time (from their files' last write; their CPU time is not measured)."
              if resumed else ""), "",
