@@ -19,8 +19,8 @@ checkpoints/best/, and that model is exported. The result says which step won
 history.csv). The `test-<ratio>` questions are never read here.
 
 Length by validation (the grid's `training.finetune_select`): `select_window` judges each
-checkpoint by the trailing moving average of the metric over that many checkpoints (the
-earliest best wins: loop.best_index), `patience` stops the run once that many checkpoints
+checkpoint by the trailing moving average of the metric over that many checkpoints, from the
+first checkpoint whose window is full (the earliest best wins: selection.best_index), `patience` stops the run once that many checkpoints
 passed without a new best, so `finetune_steps` is a cap, and `min_validation_questions`
 refuses a validation split too small to choose on (one question of 18 moves R@100 by 5.6
 points).
@@ -67,7 +67,8 @@ class FinetuneConfig(train.TrainRunConfig):
     hard_negatives: k BM25 hard negatives per question in the softmax (reads the pairs
       `twotower hardneg --k k` wrote next to the plain ones); 0: in-batch negatives only.
     select_window: judge each checkpoint by the trailing moving average of `select` over
-      this many checkpoints (1: the checkpoint's own value).
+      this many checkpoints, from the first whose window is full (1: the checkpoint's own
+      value).
     patience: stop after this many checkpoints without a new best (0: train every step).
     min_validation_questions: with `select`, fail when the validation split has fewer
       questions (0: any).

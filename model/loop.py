@@ -100,7 +100,8 @@ class KeepBest(keras.callbacks.Callback):
 
   `window` > 1 judges each checkpoint by the trailing moving average of `monitor` over the
   last `window` checkpoints (`best_index`; a single point of a small validation split is
-  noise), logged as `smoothed_name(monitor, window)`. `patience` > 0 stops training once
+  noise), logged as `smoothed_name(monitor, window)`, from the first checkpoint whose window
+  is full (`selection.first_judged`). `patience` > 0 stops training once
   that many checkpoints have passed without a new best (`stopped`): the run trains to its
   last step only while it still improves.
   """
@@ -140,15 +141,23 @@ class KeepBest(keras.callbacks.Callback):
       raise ValueError(f"cannot select the checkpoint by {self.monitor!r}: it is not logged "
                        f"(logged: {', '.join(sorted(logs or {}))})")
     # The history has not taken this checkpoint's row yet (History runs after KeepBest).
-    value = smoothed(self._curve() + [float(logs[self.monitor])], self.window)[-1]
+    curve = self._curve() + [float(logs[self.monitor])]
+    value = smoothed(curve, self.window)[-1]
     step = _step(self.model)
     if self.key != self.monitor:
       logs[self.key] = value
-    better = (self.best is None or (value > self.best if higher_is_better(self.monitor)
-                                    else value < self.best))
+    # Only a full window is judged (selection.first_judged); a run whose cap has fewer
+    # checkpoints than the window exports its last step, which best_index chooses too.
+    judged = len(curve) >= self.window
+    better = judged and (self.best is None or (
+        value > self.best if higher_is_better(self.monitor) else value < self.best))
     if better:
       self.best, self.best_step = value, step
       self.manager.save(checkpoint_number=step)
+    if self.best_step is None:
+      logger.info("%s=%.4f at step %d; not judged (%d of %d checkpoints in its window)",
+                  self.key, value, step, len(curve), self.window)
+      return
     logger.info("%s=%.4f at step %d; best %.4f at step %d", self.key, value, step,
                 self.best, self.best_step)
     # Counted with this checkpoint (History adds its row next).

@@ -335,7 +335,8 @@ def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatas
     select: a logged metric ("val_R@100"): export the best checkpoint by it (higher is
       better, lower for losses) instead of the last one.
     select_window: judge each checkpoint by the trailing moving average of `select` over
-      this many checkpoints (loop.best_index: the earliest best of the average).
+      this many checkpoints (selection.best_index: the earliest best of the average, from
+      the first checkpoint whose window is full).
     patience: with `select`, stop after this many checkpoints without a new best (0: train
       every step).
     stop_at: stop after this many steps of the `steps`-step schedule (0: at its end): the

@@ -10,7 +10,7 @@ import pytest
 
 from twotower.experiment import finetune_length, grid, plan, row_configs
 from twotower.experiment.params import key_params
-from twotower.model.selection import best_index, smoothed, smoothed_name
+from twotower.model.selection import best_index, first_judged, smoothed, smoothed_name
 
 INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",
                      squad="squad.json")
@@ -29,6 +29,17 @@ def test_the_rule_is_the_earliest_best_of_the_trailing_moving_average():
   assert best_index([3.0, 2.0, 1.0, 1.5], 1, higher=False) == 2
   assert best_index([], 3) is None
   assert smoothed_name("val_R@100", 3) == "val_R@100_avg3" and smoothed_name("x", 1) == "x"
+
+
+def test_only_checkpoints_with_a_full_window_are_judged():
+  # cpu-small-links, ICT at 5 % (72 validation questions, R@100 at 150, 300, 450): the first
+  # checkpoint alone (56.94, training in-batch accuracy 0.57) beat the next averages by a
+  # question or two and stopped the run at 450; judged from the third, it trains on.
+  curve = [56.94, 54.17, 55.56]
+  assert best_index(curve, 1) == 0 and best_index(curve, 3) == 2
+  assert [first_judged(n, 3) for n in (0, 1, 2, 3, 8)] == [0, 0, 1, 2, 2]
+  assert best_index([0.5, 0.2], 3) == 1          # shorter than the window: its last point
+  assert best_index([0.9, 0.1, 0.2, 0.3], 2) == 1 and best_index([0.9, 0.1, 0.2, 0.3], 1) == 0
 
 
 def test_the_rule_on_the_committed_5_percent_curve():
@@ -53,12 +64,13 @@ def test_the_record_holds_the_curve_and_refuses_a_step_the_rule_did_not_choose()
   history = {"step": [10.0, 20.0, 30.0, 40.0], "val_R@100": [0.2, 0.6, 0.3, 0.2],
              "loss": [3.0, 2.0, 1.5, 1.2]}
   rule = {"metric": "R@100", "window": 3, "checkpoints": 4, "patience": 1, "min_questions": 5}
-  record = finetune_length.record(history, rule, 20, cap=100, validation_questions=18)
-  assert record["steps"] == [10, 20, 30, 40] and record["chosen_step"] == 20
+  record = finetune_length.record(history, rule, 30, cap=100, validation_questions=18)
+  # Step 20's average (0.4) is over two points: not judged.
+  assert record["steps"] == [10, 20, 30, 40] and record["chosen_step"] == 30
   assert record["smoothed"] == pytest.approx([0.2, 0.4, 1.1 / 3, 1.1 / 3])
   assert (record["steps_trained"], record["cap"], record["validation_questions"]) == (40, 100, 18)
-  with pytest.raises(ValueError, match="exported step 40, the rule chooses 20"):
-    finetune_length.record(history, rule, 40, cap=100, validation_questions=18)
+  with pytest.raises(ValueError, match="exported step 20, the rule chooses 30"):
+    finetune_length.record(history, rule, 20, cap=100, validation_questions=18)
 
 
 def _grid(tmp_path, select: str) -> str:

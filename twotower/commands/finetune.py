@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "for the last checkpoint")
   g.add_argument("--select_window", type=int, default=1, metavar="N",
                  help="judge each checkpoint by the trailing average of --select over N "
-                      "checkpoints (the earliest best wins)")
+                      "checkpoints, from the first with N behind it (the earliest best wins)")
   g.add_argument("--patience", type=int, default=0, metavar="N",
                  help="stop after N checkpoints without a new best (0: train every step)")
   g.add_argument("--stop_at", type=int, default=0, metavar="STEP",
