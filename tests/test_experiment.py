@@ -437,6 +437,33 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   assert not (tmp_path / "w").exists()
 
 
+def test_a_run_narrowed_to_seeds_runs_them_and_what_they_read(tmp_path, capsys):
+  the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)   # seeds 0-2 at zero-shot and 5 %
+  seed_1 = the_plan.of_seeds([1])
+  names = [c.name for c in seed_1]
+  assert names == [c.name for c in the_plan if c.name in set(names)]   # plan order
+  assert all(seed_1[n].key == the_plan[n].key for n in names)         # the same cells
+  assert {c.id.seed for c in seed_1} == {1, None}   # nothing of seed 0 or 2 is read
+  assert "eval/squad/ict/base/r5/s1" in names and "bm25/squad" in names
+  assert "pairs/wiki" in names and "pretrain/ict/base/s1" in names
+  assert not any(c.id.seed in (0, 2) for c in seed_1)
+  # Every cell of the whole plan is in exactly the narrowed plans that need it.
+  assert {c.name for c in the_plan} == {c.name for s in (0, 1, 2) for c in the_plan.of_seeds([s])}
+  # The dry run estimates the narrowed plan; the README's command line leaves --seeds out.
+  argv = ["--grid", "cpu-small", "--out", str(tmp_path / "w"), "--dump", INPUTS.dump,
+          "--squad", "squad.json", "--seeds", "1", "--dry_run"]
+  experiment_cmd.main(argv)
+  out = capsys.readouterr().out
+  assert out.startswith(f"{len(seed_1)} cells (") and "eval/squad/ict/base/r5/s1" in out
+  assert "/s0 " not in out and "/s2 " not in out
+  assert experiment_cmd.parse(argv).command == tuple(
+      a for a in argv if a not in ("--seeds", "1"))
+  with pytest.raises(ValueError, match="--seeds 7: the grid 'cpu-small' has no cell of those "
+                                       "seeds \\(its seeds: 0, 1, 2\\)"):
+    experiment_cmd.main(argv[:-3] + ["--seeds", "7", "--dry_run"])
+  assert not (tmp_path / "w").exists()
+
+
 def test_dry_run_estimate_is_scaled_by_the_cells_this_work_dir_timed():
   """Finished cells show their measured time; the cells left are estimated at the measured /
   estimated ratio of their kind (of all timed cells while a kind has under three)."""

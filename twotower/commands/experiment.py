@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--ratios", default="", help="only these train ratios (%%), e.g. 5,80")
   p.add_argument("--tables", default="", help="only these tables, e.g. 3,5")
   p.add_argument("--systems", default="", help="only these rows, e.g. bm25,ict")
+  p.add_argument("--seeds", default="",
+                 help="run only these seeds' cells (and the cells they read), e.g. 0 to see "
+                      "every row once before the others; the tables stay the whole grid's")
   p.add_argument("--beam_flags", default="",
                  help="Beam pipeline flags of the pairs / reqa / embed stages, one string")
   p.add_argument("--keep_embeddings", action="store_true",
@@ -63,6 +66,7 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
       nq=args.nq,
       results_dir=args.results_dir, ratios=flags.ints(args.ratios) or None,
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
+      seeds=flags.ints(args.seeds) or None,
       beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
       dry_run=args.dry_run, render_only=args.render_only, readme=args.readme, progress=args.progress,
       recheck=args.recheck, recheck_seed=args.recheck_seed, recheck_dir=args.recheck_dir,
@@ -70,15 +74,16 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
 
 
 def _grid_command(argv: list[str]) -> tuple[str, ...]:
-  """The flags that define the grid's cells (for its README): without verbosity, rendering
-  and the README to update, which change no cell."""
+  """The flags that define the grid's cells (for its README): without verbosity, rendering,
+  the README to update and the seeds a run was narrowed to, which change no cell."""
   out, skip = [], False
   for a in argv:
     if skip:
       skip = False
-    elif a == "--readme":
+    elif a in ("--readme", "--seeds"):
       skip = True
-    elif a not in ("-v", "--verbose", "--render_only") and not a.startswith("--readme="):
+    elif a not in ("-v", "--verbose", "--render_only") and not a.startswith(
+        ("--readme=", "--seeds=")):
       out.append(a)
   return tuple(out)
 

@@ -54,6 +54,7 @@ class ExperimentConfig:
   ratios: Optional[tuple[int, ...]] = None      # narrow the grid (None: the grid's)
   tables: Optional[tuple[str, ...]] = None
   systems: Optional[tuple[str, ...]] = None
+  seeds: Optional[tuple[int, ...]] = None       # run these seeds' cells (tables: the grid's)
   beam_args: tuple[str, ...] = ()
   keep_embeddings: bool = False
   dry_run: bool = False
@@ -95,7 +96,15 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     if restored:
       logs.progress("restored %d finished cells from %s", len(restored), records_file)
   states = execute.states(work, the_plan)
-  text, _ = estimate.describe(the_plan, [n for n, s in states.items() if s == "done"],
+  # A run narrowed to some seeds executes (and estimates) those seeds' cells and what they
+  # read; the tables and README stay the whole grid's, the other seeds "todo".
+  to_run = the_plan if config.seeds is None else the_plan.of_seeds(config.seeds)
+  grid_seeds = sorted({c.id.seed for c in the_plan if c.id.seed is not None})
+  if config.seeds is not None and not set(config.seeds) & set(grid_seeds):
+    raise ValueError(f"--seeds {','.join(map(str, config.seeds))}: the grid "
+                     f"{spec.name!r} has no cell of those seeds (its seeds: "
+                     f"{', '.join(map(str, grid_seeds))})")
+  text, _ = estimate.describe(to_run, [n for n, s in states.items() if s == "done"],
                              execute.measured_seconds(the_plan, work, states))
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
@@ -126,7 +135,7 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     # What a narrowed or interrupted run has left, shown against the whole grid.
     refresh()
     return ExperimentResult(text, (), states, results_dir)
-  ran = execute.run_cells(the_plan, work, beam_args=config.beam_args,
+  ran = execute.run_cells(to_run, work, beam_args=config.beam_args,
                           keep_embeddings=config.keep_embeddings, progress=config.progress,
                           on_result=refresh)
   refresh()

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from twotower import contracts
 from twotower.experiment import grid as grid_lib
@@ -144,6 +144,19 @@ class Plan:
 
   def of_kind(self, kind: str) -> list[Cell]:
     return [c for c in self.cells.values() if c.kind == kind]
+
+  def of_seeds(self, seeds: Iterable[int]) -> "Plan":
+    """The cells of these seeds, the seedless ones (data, vocabulary, BM25: they serve every
+    seed) and every cell those read, in plan order: what a run narrowed to some seeds
+    executes. Cells keep their keys, so what it finishes counts for the whole grid."""
+    seeds = set(seeds)
+    keep = {c.name for c in self if c.id.seed is None or c.id.seed in seeds}
+    for cell in reversed(list(self)):  # plan order is dependency order
+      if cell.name in keep:
+        keep.update(cell.deps.values())
+    out = Plan()
+    out.cells = {name: c for name, c in self.cells.items() if name in keep}
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
