@@ -609,19 +609,21 @@ BUDGET_GRID = {
     "budget": {"table": "budget", "label": "6,000 steps", "longer": {"base": "long"}},
     "readings": [
         {"id": "ict-over-bfs", "sentence": "ICT is above BFS.", "source": "paper",
-         "pairs": [["ict", "bfs"], ["ict", "no-ssl"], ["mlm", "no-ssl"]]}]}
+         "pairs": [["ict", "bfs"], ["ict", "no-ssl"], ["mlm", "no-ssl"], ["no-ssl", "bm25"]]}]}
 
 
 def test_a_reversal_is_judged_again_at_the_longer_budget():
   """ICT below BFS at 5 % (three seeds) is judged again on the budget table's 6,000-step
   rows; ICT against No-SSL (no pre-training: the same row at any budget) too; MLM has no
-  longer row, and 1 % is not in the budget table: no second verdict there."""
+  longer row, and 1 % is not in the budget table: no second verdict there, and the reading
+  says why beside each reversal, as it does where the longer cells have not run."""
   spec = grid.parse("g", BUDGET_GRID)
   results = _results({("3", "ict", "base", 5): [0.30, 0.31, 0.32],
                       ("3", "bfs", "base", 5): [0.40, 0.41, 0.42],
                       ("3", "no-ssl", "base", 5): [0.35, 0.35, 0.36],
                       ("3", "mlm", "base", 5): [0.20, 0.21, 0.22],
                       ("3", "ict", "base", 1): [0.10], ("3", "bfs", "base", 1): [0.20],
+                      ("3", "no-ssl", "base", 1): [0.30], ("3", "bm25", "base", 1): [0.60],
                       ("budget", "ict", "long", 5): [0.50], ("budget", "bfs", "long", 5): [0.45]})
   got = {(c.ratio, c.b.label, c.a.label): c for c in readings.compare(spec, results)}
   bfs = got[(5, "Transformer, BFS", "Transformer, ICT")]
@@ -631,14 +633,30 @@ def test_a_reversal_is_judged_again_at_the_longer_budget():
   # No-SSL is the same row at any budget: seed 0 of it against the longer ICT.
   no_ssl = got[(5, "Transformer, none", "Transformer, ICT")]
   assert no_ssl.longer.b.values == (35,) and no_ssl.longer.verdict == readings.SEEN_AS
-  assert got[(5, "Transformer, none", "Transformer, MLM")].longer is None
-  assert got[(1, "Transformer, BFS", "Transformer, ICT")].longer is None
+  assert bfs.recheck == no_ssl.recheck == ""
+  for key, why in (((5, "Transformer, none", "Transformer, MLM"), budget.NO_ROW),
+                   ((1, "Transformer, BFS", "Transformer, ICT"), budget.NO_ROW),
+                   ((1, "BM25", "Transformer, none"), budget.UNTRAINED)):
+    assert (got[key].verdict in budget.AGAINST, got[key].longer, got[key].recheck) == (
+        True, None, why)
   text = readings.markdown(spec, results)
   assert "Reversals at 6,000 steps (the `budget` table, seed 0)" in text
   assert ("* Transformer, ICT against Transformer, BFS, 5 %, R@100: contradicted (-10.00); at "
           "6,000 steps: +5.00, observation, as claimed: **moved**.") in text
+  assert ("* Transformer, ICT against Transformer, BFS, 1 %, R@100: observation, against the "
+          f"claim (-10.00); at 6,000 steps: not checked: {budget.NO_ROW}.") in text
   summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bfs]"))
-  assert "0 of 2 reversal(s) rechecked at 6,000 steps still against the claim" in summary
+  assert ("0 of 2 reversal(s) rechecked at 6,000 steps still against the claim; 3 reversal(s) "
+          "without a row pre-trained longer; 1 reversal(s) between rows without pre-training"
+          ) in summary
+  # The longer cells not run yet: said beside the reversal, and counted.
+  del results["per_seed"][-1]
+  pending = {(c.ratio, c.b.label): c for c in readings.compare(spec, results)}
+  assert pending[(5, "Transformer, BFS")].recheck == budget.PENDING
+  assert pending[(5, "Transformer, BFS")].longer is None
+  text = readings.markdown(spec, results)
+  assert f"at 6,000 steps: not checked: {budget.PENDING}." in text
+  assert "1 reversal(s) not yet rechecked at 6,000 steps (not run yet)" in text
 
 
 @pytest.mark.parametrize("budget, message", [

@@ -12,7 +12,9 @@ reversal's `longer`).
 
 A row without pre-training (BM25, No-SSL, the untrained BoW-MLP) is the same row at any
 budget; a pre-trained row (or a hybrid, or a row reusing another's pre-training) that the
-budget table lacks leaves its comparison without a second verdict.
+budget table lacks, at the reversal's ratio, leaves its comparison without a second verdict,
+and the reading says so beside it (`NO_ROW`), as it says of a second verdict whose cells have
+not run yet (`PENDING`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from twotower.experiment import rule
 
 #: The verdicts that go against a claim: the ones a longer budget might move.
 AGAINST = (rule.CONTRADICTED, rule.SEEDS_AGAINST, rule.SEEN_AGAINST, rule.SIZE_MISSED)
+#: Why a reversal has no verdict at the longer budget (a Comparison's `recheck`).
+PENDING = "its cells at the longer budget have not run yet"
+NO_ROW = "the budget table has no row pre-trained longer for it at this ratio"
+UNTRAINED = "neither row is pre-trained, so no pre-training budget moves it"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,13 +63,21 @@ def check(budget: BudgetCheck, tables: Sequence[str], variants: Sequence[str],
     raise ValueError(f"{where}: budget: variant(s) {bad} are not variants")
 
 
-def longer_refs(spec: Any, budget: BudgetCheck, refs: Sequence[Any]) -> Optional[list]:
-  """A comparison's rows at the longer budget; None where a row has none, or where neither
-  row is the budget table's (the same comparison again, on seed 0 alone)."""
+def recheck(spec: Any, budget: BudgetCheck, comparison: Any, refs: Sequence[Any],
+            judge_again: Callable[[list], Any]) -> Any:
+  """A reversal (a readings.Comparison) with its verdict at the longer budget (`longer`,
+  from `judge_again(the rows at the longer budget)`), or with why it has none (`recheck`:
+  UNTRAINED, NO_ROW, PENDING)."""
   longer = [longer_ref(spec, budget, ref) for ref in refs]
-  if None in longer or all(r.table != budget.table for r in longer):
-    return None
-  return longer
+  if None not in longer and all(r.table != budget.table for r in longer):
+    return dataclasses.replace(comparison, recheck=UNTRAINED)
+  table = next((t for t in spec.tables if t.id == budget.table), None)
+  held = {(row.system, row.variant) for row in table.rows} if table else set()
+  if None in longer or comparison.ratio not in (table.ratios if table else ()) or any(
+      r.table == budget.table and (r.system, r.variant) not in held for r in longer):
+    return dataclasses.replace(comparison, recheck=NO_ROW)
+  again = judge_again(longer)
+  return dataclasses.replace(comparison, longer=again, recheck="" if again else PENDING)
 
 
 def longer_ref(spec: Any, budget: BudgetCheck, ref: Any) -> Optional[Any]:
@@ -83,27 +97,37 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
              interval: Callable[[Any], str]) -> list[str]:
   """A claim's section's lines: each reversal (a readings.Comparison against its claim) and
   its verdict at the longer budget (its `longer`)."""
-  found = [c for c in comparisons if c.longer is not None]
+  found = [c for c in comparisons if c.longer is not None or c.recheck]
   if not found:
     return []
   lines = [f"Reversals at {budget.label} (the `{budget.table}` table, seed 0): whether more "
            "pre-training moved them.", ""]
   for c in found:
+    first = (f"* {c.a.label} against {c.b.label}, {where(c)}, {c.metric}: "
+             f"{c.verdict} ({c.a.mean - c.b.mean:+.2f}); at {budget.label}: ")
     longer = c.longer
+    if longer is None:
+      lines.append(f"{first}not checked: {c.recheck}.")
+      continue
     moved = "still against the claim" if longer.verdict in AGAINST else "moved"
     bar = interval(longer)
-    lines.append(f"* {c.a.label} against {c.b.label}, {where(c)}, {c.metric}: "
-                 f"{c.verdict} ({c.a.mean - c.b.mean:+.2f}); at {budget.label}: "
-                 f"{longer.a.mean - longer.b.mean:+.2f}{'' if bar == '–' else f' {bar}'}, "
-                 f"{longer.verdict}: **{moved}**.")
+    lines.append(f"{first}{longer.a.mean - longer.b.mean:+.2f}"
+                 f"{'' if bar == '–' else f' {bar}'}, {longer.verdict}: **{moved}**.")
   return lines + [""]
 
 
 def summary(comparisons: Sequence[Any], budget: BudgetCheck) -> str:
-  """"2 of 3 reversal(s) rechecked at 6,000 steps still against the claim" (or "")."""
+  """"2 of 3 reversal(s) rechecked at 6,000 steps still against the claim; 4 reversal(s)
+  not yet rechecked ...; 5 reversal(s) without a row pre-trained longer; ..." (or "")."""
   found = [c.longer for c in comparisons if c.longer is not None]
-  if not found:
-    return ""
+  pending = sum(1 for c in comparisons if c.recheck == PENDING)
+  no_row = sum(1 for c in comparisons if c.recheck == NO_ROW)
   still = sum(1 for c in found if c.verdict in AGAINST)
-  return (f"{still} of {len(found)} reversal(s) rechecked at {budget.label} still against "
-          "the claim")
+  parts = [f"{still} of {len(found)} reversal(s) rechecked at {budget.label} still against "
+           "the claim"] if found else []
+  parts += [f"{pending} reversal(s) not yet rechecked at {budget.label} (not run yet)"] \
+      if pending else []
+  parts += [f"{no_row} reversal(s) without a row pre-trained longer"] if no_row else []
+  untrained = sum(1 for c in comparisons if c.recheck == UNTRAINED)
+  parts += [f"{untrained} reversal(s) between rows without pre-training"] if untrained else []
+  return "; ".join(parts)

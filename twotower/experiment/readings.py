@@ -70,8 +70,10 @@ class Comparison:
   judgement: Judgement
   boot: Optional[bootstrap.Interval] = None    # None: a row without recorded ranks
   pair: int = 0                                # the index of the claim's pair
-  # A verdict against the claim judged again on the rows pre-trained longer (budget.py).
+  # A verdict against the claim judged again on the rows pre-trained longer (budget.py), or
+  # why it is not (`recheck`: budget.PENDING, budget.NO_ROW).
   longer: Optional["Comparison"] = None
+  recheck: str = ""
 
   @property
   def verdict(self) -> str:
@@ -148,10 +150,8 @@ def compare(spec: GridSpec, results: Mapping,
             if c is None:
               continue
             if spec.budget is not None and c.verdict in budget_lib.AGAINST:
-              longer = budget_lib.longer_refs(spec, spec.budget, refs)
-              if longer is not None:
-                c = dataclasses.replace(c, longer=_compare(
-                    spec, values, claim, dataset, ratio, metric, longer, index, ranks_of))
+              c = budget_lib.recheck(spec, spec.budget, c, refs, lambda longer: _compare(
+                  spec, values, claim, dataset, ratio, metric, longer, index, ranks_of))
             out.append(c)
   return out
 
