@@ -20,10 +20,10 @@ history.csv). The `test-<ratio>` questions are never read here.
 
 Length by validation (the grid's `training.finetune_select`): `select_window` judges each
 checkpoint by the trailing moving average of the metric over that many checkpoints, from the
-first checkpoint whose window is full (the earliest best wins: selection.best_index), `patience` stops the run once that many checkpoints
-passed without a new best, so `finetune_steps` is a cap, and `min_validation_questions`
-refuses a validation split too small to choose on (one question of 18 moves R@100 by 5.6
-points).
+first checkpoint whose window is full (the earliest best wins: selection.best_index),
+`patience` stops the run once that many checkpoints passed without a new best, so
+`finetune_steps` is a cap, and `min_validation_questions` refuses a validation split too
+small to choose on (one question of 18 moves R@100 by 5.6 points).
 
 `run(FinetuneConfig) -> train.TrainResult` is the typed entry point; `twotower finetune`
 (twotower.commands.finetune) is its flag parser.

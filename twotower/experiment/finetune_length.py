@@ -5,11 +5,12 @@ what a fine-tuning cell records of its choice.
 The rule, the same for every row, ratio and seed: train up to a cap, score the ratio's
 validation split (never the test side) at evenly spaced checkpoints, keep the earliest
 checkpoint where the trailing 3-checkpoint moving average of validation R@100 is best, judged
-from the first checkpoint whose window is full (model.selection.best_index), and stop after `patience` checkpoints without a new best. A ratio
-whose validation split is too small to choose on (ReQA SQuAD at 1 %: 18 questions, one of
-them 5.6 points of R@100) trains the length its row chose at another ratio, scaled by the
-two ratios' training questions (the same number of passes over its pairs). Optionally
-(`share_seed`) one seed chooses and the others carry its length.
+from the first checkpoint whose window is full (model.selection.best_index), and stop after
+`patience` checkpoints without a new best. A ratio whose validation split is too small to
+choose on (ReQA SQuAD at 1 %: 18 questions, one of them 5.6 points of R@100) trains the
+length its row chose at another ratio, scaled by the two ratios' training questions (the
+same number of passes over its pairs). Optionally (`share_seed`) one seed chooses and the
+others carry its length.
 """
 
 from __future__ import annotations
@@ -146,8 +147,8 @@ def lengths_markdown(records: Sequence[Mapping[str, Any]]) -> list[str]:
            "Each row's fine-tuning length, chosen on its ratio's validation split or carried "
            "(training.finetune_select of the grid file). Validation R@100 is the trailing "
            "average the rule compares, from the first checkpoint whose window is full; "
-           "training accuracy is the in-batch accuracy of the "
-           "training batches at the kept step. \"at the cap\": the best average was the last "
+           "training accuracy is the in-batch accuracy of the training batches at the kept "
+           "step. \"at the cap\": the best average was the last "
            "checkpoint, so a longer cap might have gone further.", "",
            "| cell | length | kept step | trained | cap | validation R@100 (avg) | "
            "training accuracy |", "|---|---|---:|---:|---:|---:|---:|"]
