@@ -14,7 +14,8 @@ A row without pre-training (BM25, No-SSL, the untrained BoW-MLP) is the same row
 budget; a pre-trained row (or a hybrid, or a row reusing another's pre-training) that the
 budget table lacks, at the reversal's ratio, leaves its comparison without a second verdict,
 and the reading says so beside it (`NO_ROW`), as it says of a second verdict whose cells have
-not run yet (`PENDING`).
+not run yet (`PENDING`) and of a reversal between two rows without pre-training
+(`UNTRAINED`).
 """
 
 from __future__ import annotations

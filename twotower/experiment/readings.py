@@ -71,7 +71,7 @@ class Comparison:
   boot: Optional[bootstrap.Interval] = None    # None: a row without recorded ranks
   pair: int = 0                                # the index of the claim's pair
   # A verdict against the claim judged again on the rows pre-trained longer (budget.py), or
-  # why it is not (`recheck`: budget.PENDING, budget.NO_ROW).
+  # why it is not (`recheck`: budget.PENDING, NO_ROW or UNTRAINED).
   longer: Optional["Comparison"] = None
   recheck: str = ""
 
