@@ -34,10 +34,15 @@ class Context:
     return self.dirs[cell.deps[role]]
 
   def run_file(self, name: str) -> str:
-    """A finished cell's run file where its directory is now. Its record keeps the path the
-    cell wrote, which names another place once a work dir is moved or copied to resume; the
-    file itself is always at the top of the cell's directory."""
-    return os.path.join(self.dirs[name], os.path.basename(self.done(name)["run_file"]))
+    return run_file_in(self.dirs[name], self.done(name))
+
+
+def run_file_in(cell_dir: str, record: Mapping) -> str:
+  """A finished cell's run file where its directory is now ("" where its record names none).
+  The record keeps the path the cell wrote, which names another place once a work dir is
+  moved or copied to resume; the file itself is always at the top of the cell's directory."""
+  recorded = record.get("run_file")
+  return os.path.join(cell_dir, os.path.basename(recorded)) if recorded else ""
 
 
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:

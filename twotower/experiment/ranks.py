@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Optional
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import gold_ranks
-from twotower.experiment import execute
+from twotower.experiment import cells, execute
 from twotower.experiment.plan import RESULT_KINDS, Cell, Plan
 
 logger = logging.getLogger(__name__)
@@ -56,9 +56,7 @@ def _backfill(plan: Plan, work: str, cell: Cell) -> bool:
   """Records the ranks of a cell that finished here before cells recorded them, from its run
   file and ReQA directory; False when either is gone (a cell, or its ReQA cell, restored
   without outputs)."""
-  recorded = (execute.ran_here(work, cell) or {}).get("run_file")
-  # The run file where the cell's directory is now (the record names where it was written).
-  run_file = recorded and os.path.join(execute.cell_dir(work, cell), os.path.basename(recorded))
+  run_file = cells.run_file_in(execute.cell_dir(work, cell), execute.ran_here(work, cell) or {})
   if not run_file or not os.path.exists(run_file) or "reqa" not in cell.deps:
     return False
   reqa_dir = execute.cell_dir(work, plan[cell.deps["reqa"]])
