@@ -7,8 +7,9 @@ One Keras "epoch" is `checkpoint_every` optimizer steps. At the end of each, in 
   extra callbacks  e.g. finetune.RecallAtK, which adds `val_R@k` to the logs
   KeepBest         the best checkpoint so far by a logged metric (or its moving average), in
                    checkpoints/best/; with a patience, it stops a run that stopped improving
-  SaveCheckpoint   model + optimizer, numbered by optimizer step (a killed run resumes there)
   History          one row per checkpoint (its step first) in history.csv and in memory
+  SaveCheckpoint   model + optimizer, numbered by optimizer step (a killed run resumes there);
+                   after History, so a checkpoint on disk always has its history row
   Progress         a tqdm bar over all steps, or one line per checkpoint, or nothing
   TensorBoard      logs/ (Keras fit; the custom loop writes the same epoch scalars itself)
 """

@@ -448,7 +448,9 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
     train_ds = train_ds.skip(step) if step else train_ds
     cbs = list(callbacks(model, tokenizer) if callbacks else [])
     cbs += [keep_best] if keep_best else []
-    cbs += [loop.SaveCheckpoint(manager), history,
+    # History before SaveCheckpoint: every checkpoint on disk has its row in history.csv (a
+    # kill between the two leaves a row past the last checkpoint, which a resume drops).
+    cbs += [history, loop.SaveCheckpoint(manager),
             loop.Progress(job.progress, epochs * per_epoch, step)]
     loop.fit(model, train_ds, eval_ds, strategy=strategy,
              custom_loop=cfg.runtime.strategy == "multi_worker", epochs=epochs,

@@ -189,6 +189,39 @@ def test_resume_after_sigkill_continues_from_the_last_checkpoint(workdir):
   assert "steps" in again.stdout and "400" in again.stdout  # the result table
 
 
+class _Killed(Exception):
+  """Stands for a SIGKILL at one point of a checkpoint's callbacks."""
+
+
+@pytest.mark.parametrize("saved_first", [True, False], ids=["after-save", "before-save"])
+def test_a_run_killed_at_a_checkpoint_resumes_with_each_checkpoints_history_row_once(
+    workdir, tmp_path, monkeypatch, saved_first):
+  """Killed just after the checkpoint at step 10 was saved, history.csv already has its row
+  (CI once killed a run between the two and lost the row); killed just before, the row past
+  the last checkpoint is dropped on resume and written again when step 10 is re-trained."""
+  from twotower.model import loop
+  out = tmp_path / "killed"
+  real_save = loop.SaveCheckpoint.on_epoch_end
+
+  def save_and_die(self, epoch, logs=None):
+    if loop._step(self.model) == 10:
+      if saved_first:
+        real_save(self, epoch, logs)
+      raise _Killed
+    real_save(self, epoch, logs)
+
+  monkeypatch.setattr(loop.SaveCheckpoint, "on_epoch_end", save_and_die)
+  with pytest.raises(_Killed):
+    pretrain.run(pretrain_job(workdir, out, "ict", 15))
+  ckpts = contracts.checkpoint_dir(str(out))
+  assert tf.train.latest_checkpoint(ckpts).endswith("ckpt-10" if saved_first else "ckpt-5")
+  assert pd.read_csv(contracts.history_path(str(out)))["step"].tolist() == [5, 10]
+  monkeypatch.undo()
+  result = pretrain.run(pretrain_job(workdir, out, "ict", 15))
+  assert result.history["step"] == [5.0, 10.0, 15.0]
+  assert pd.read_csv(contracts.history_path(str(out)))["step"].tolist() == [5, 10, 15]
+
+
 @pytest.fixture(scope="module")
 def reqa_dir(workdir):
   """A tiny ReQA dir: candidates, validation questions, fine-tuning pairs (pair schema),
