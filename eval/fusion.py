@@ -53,6 +53,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from twotower import checks
 from twotower import contracts
+from twotower import file_outputs
 from twotower import io as tio
 from twotower import outputs
 from twotower.eval import evaluate as evaluate_lib
@@ -302,7 +303,7 @@ class FuseConfig:
   # Splits of `reqa` the fused run is scored on (FuseResult.records); none: not scored.
   score_splits: tuple[str, ...] = ()
   golds: tuple[str, ...] = ("pair",)
-  overwrite: bool = False            # replace an --out of other settings (outputs.owned_files)
+  overwrite: bool = False            # replace an --out of other settings (file_outputs.owned_files)
 
   def __post_init__(self):
     checks.positive(self, "depth", "rrf_k")
@@ -336,7 +337,7 @@ def run(config: FuseConfig) -> FuseResult:
   """Reads the runs, fuses the first with its partner (tuning the weight, and choosing the
   partner among several, first when asked), writes the run."""
   tio.log_settings("fuse", dataclasses.asdict(config))
-  # --out is this stage's file (outputs.owned_files), never one of the runs it reads; judged
+  # --out is this stage's file (file_outputs.owned_files), never one of the runs it reads; judged
   # before any work by what decides the fused run (not the splits it is scored on, nor the
   # tuning fields where the weight is given).
   tune_fields = ("reqa", "tune_split", "tune_metric", "min_tune_questions", "untuned_weight",
@@ -344,7 +345,7 @@ def run(config: FuseConfig) -> FuseResult:
   unused = tune_fields if config.weight is not None else ()
   settings = outputs.settings_of(config, skip=("score_splits", "golds", *unused))
   inputs = [*config.runs, *([config.reqa] if config.reqa else [])]
-  outputs.check_file(config.out, "fuse", settings, overwrite=config.overwrite, inputs=inputs)
+  file_outputs.check_file(config.out, "fuse", settings, overwrite=config.overwrite, inputs=inputs)
   first_file, *partner_files = config.runs
   first = runs_lib.read_run(first_file)
   partners = {path: runs_lib.read_run(path) for path in partner_files}
@@ -377,7 +378,7 @@ def run(config: FuseConfig) -> FuseResult:
                          ": a weight chosen on so few means little; give --weight, or tune on a "
                          "larger validation split")
     fused = interpolate(first, partners[partner], weight, config.depth)
-  with outputs.owned_files(config.out, "fuse", settings, overwrite=config.overwrite,
+  with file_outputs.owned_files(config.out, "fuse", settings, overwrite=config.overwrite,
                            inputs=inputs) as written:
     runs_lib.write_run(config.out, fused, tag=config.tag)
     written.append(config.out)

@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from twotower import file_outputs
 from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
@@ -77,11 +78,11 @@ def run(job: IndexConfig) -> IndexResult:
                              "factory": job.index.factory or job.index.type, "out": job.out,
                              "index_shards": job.num_index_shards})
   t0 = time.perf_counter()
-  # The index file owns its shards and re-rank vectors (outputs.owned_files): another
+  # The index file owns its shards and re-rank vectors (file_outputs.owned_files): another
   # run's index at --out is refused, and the files of the run it replaces that this one
   # does not write (4 shards replaced by 1) are removed.
   settings = outputs.settings_of(job, skip=("block_rows", "threads"))
-  with outputs.owned_files(job.out, "index", settings, overwrite=job.overwrite,
+  with file_outputs.owned_files(job.out, "index", settings, overwrite=job.overwrite,
                            inputs=files) as written:
     paths = faiss_index.shard_paths(job.out, job.num_index_shards)
     n, d = faiss_index.count_vectors(files)

@@ -31,6 +31,7 @@ import numpy as np
 
 from twotower import checks
 from twotower import contracts
+from twotower import file_outputs
 from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
@@ -83,7 +84,7 @@ class SearchConfig:
   tag: str = "twotower"             # TREC run tag
   reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
   report: Optional[str] = None      # where that report goes (default OUT.report.json)
-  overwrite: bool = False           # replace an --out of other settings (outputs.owned_files)
+  overwrite: bool = False           # replace an --out of other settings (file_outputs.owned_files)
 
   def __post_init__(self):
     checks.positive(self, "k", "batch_size")
@@ -111,11 +112,11 @@ def check_models(job: SearchConfig) -> None:
 def run(job: SearchConfig) -> SearchResult:
   import faiss  # pylint: disable=import-outside-toplevel
   check_models(job)
-  # --out is this stage's file (outputs.owned_files); judged before the search, so that a
+  # --out is this stage's file (file_outputs.owned_files); judged before the search, so that a
   # refused --out costs nothing.
   settings = outputs.settings_of(job, skip=("batch_size", "threads", "mmap", "report"))
   inputs = [job.index, job.queries, *([job.reference] if job.reference else [])]
-  outputs.check_file(job.out, "search", settings, overwrite=job.overwrite, inputs=inputs)
+  file_outputs.check_file(job.out, "search", settings, overwrite=job.overwrite, inputs=inputs)
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
   index = searcher_lib.load_searcher(job.index, mmap=job.mmap, rerank=job.rerank)
@@ -138,7 +139,7 @@ def run(job: SearchConfig) -> SearchResult:
     report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
                    "rerank": index.rerank, "k": job.k})
   report_path = job.report or f"{job.out}.report.json"
-  with outputs.owned_files(job.out, "search", settings, overwrite=job.overwrite,
+  with file_outputs.owned_files(job.out, "search", settings, overwrite=job.overwrite,
                            inputs=inputs) as written:
     runs.write_run(job.out, to_run(qids, scores, ids), tag=job.tag)
     written.append(job.out)

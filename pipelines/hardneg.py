@@ -43,6 +43,7 @@ import time
 from typing import Iterable, Mapping, Sequence
 
 from twotower import contracts
+from twotower import file_outputs
 from twotower import io as tio
 from twotower import logs
 from twotower import lucene
@@ -70,7 +71,7 @@ class HardNegConfig:
     k1, b: BM25 parameters (Pyserini's defaults, as `twotower bm25`).
     threads: Lucene indexing and search threads.
     num_shards: TFRecord shards per output split.
-    overwrite: replace the `-hn<k>` pairs of a run with other settings (outputs.owned_files).
+    overwrite: replace the `-hn<k>` pairs of a run with other settings (file_outputs.owned_files).
   """
   reqa: str
   ratios: tuple[int, ...] = contracts.REQA_RATIOS
@@ -211,7 +212,7 @@ def _mine_split(split: _Split, hits: Mapping[str, Sequence[int]], pool: _Candida
 
 def _write(config: HardNegConfig, split: str, pairs: Sequence[Pair]) -> list[str]:
   """Writes the split's `-hn<k>` shards (those of the run replaced, another shard count
-  included, are removed by outputs.owned_files)."""
+  included, are removed by file_outputs.owned_files)."""
   return codecs.write_pairs(contracts.hard_negatives_prefix(config.reqa, split, config.k),
                             pairs, config.num_shards)
 
@@ -246,10 +247,10 @@ def run(config: HardNegConfig) -> HardNegResult:
   tio.log_settings("twotower hardneg", dataclasses.asdict(config))
   pool = _Candidates.read(config.reqa)
   splits = [_read_split(config, r, pool) for r in config.ratios]
-  # The -hn<k> files are this run's (outputs.owned_files, the manifest beside hn<k>-stats
+  # The -hn<k> files are this run's (file_outputs.owned_files, the manifest beside hn<k>-stats
   # .json): mined with other settings, they are refused, not mixed with these.
   main = contracts.hard_negatives_stats_path(config.reqa, config.k)
-  with outputs.owned_files(main, "hardneg", outputs.settings_of(config, skip=("threads",)),
+  with file_outputs.owned_files(main, "hardneg", outputs.settings_of(config, skip=("threads",)),
                            overwrite=config.overwrite, inputs=[config.reqa]) as written:
     hits, indexed = search_all(config, (text for s in splits for text in s.texts.values()))
     stats = {C.HARDNEG_CANDIDATES_INDEXED: indexed,

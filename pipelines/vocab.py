@@ -32,6 +32,7 @@ import sys
 from typing import Iterable, Iterator
 
 from twotower import contracts
+from twotower import file_outputs
 from twotower import io as tio
 from twotower import outputs
 from twotower.contracts import codecs
@@ -50,7 +51,7 @@ class VocabConfig:
   vocab_size: int = 30_000   # largest vocabulary size, reserved tokens included
   max_texts: int = 0         # passages read at most (0: all), after the held-out ones
   exclude_heldout: bool = True  # skip the passages of held-out pages
-  overwrite: bool = False    # replace an --out made with other settings (outputs.owned_files)
+  overwrite: bool = False    # replace an --out made with other settings (file_outputs.owned_files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +205,7 @@ def run(config: VocabConfig) -> VocabResult:
                      "read", pairs_out, contracts.PAIRS_CONFIG_FILE)
   # Refused before minutes of counting when --out is another run's vocabulary; replaced
   # atomically (tio.write_text: a temp file beside it, never in the working directory).
-  with outputs.owned_files(config.out, "vocab", outputs.settings_of(config),
+  with file_outputs.owned_files(config.out, "vocab", outputs.settings_of(config),
                            overwrite=config.overwrite,
                            inputs=codecs.passage_files(config.passages)) as written:
     counts = PassageCounts()

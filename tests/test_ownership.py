@@ -14,7 +14,7 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from twotower import cli, contracts, outputs
+from twotower import cli, contracts, file_outputs, outputs
 from twotower.testing import pairs as testing
 from outputs_fixtures import write_embeddings
 from reqa_fixtures import ARTICLES
@@ -53,13 +53,13 @@ def test_an_output_that_is_an_input_is_refused_overwrite_or_not(tmp_path):
   for overwrite in (False, True):
     with pytest.raises(ValueError, match=r"d/q.jsonl: the output is an input of this run "
                                          r"\(.*d/q.jsonl\); give another --out"):
-      outputs.check_file(str(folder / "q.jsonl"), "query", {}, overwrite=overwrite,
+      file_outputs.check_file(str(folder / "q.jsonl"), "query", {}, overwrite=overwrite,
                          inputs=[str(folder / "q.jsonl")])
     with pytest.raises(ValueError, match="the output is an input of this run"):
       outputs.claim(str(folder), "bm25", {}, overwrite=overwrite, inputs=[str(folder)])
   # A file output whose place is a folder holding an input; a run dir holding --init.
   with pytest.raises(ValueError, match=r"the output holds an input of this run"):
-    outputs.check_file(str(folder), "search", {}, inputs=[str(folder / "q.jsonl")])
+    file_outputs.check_file(str(folder), "search", {}, inputs=[str(folder / "q.jsonl")])
   with pytest.raises(ValueError, match=r"the output holds an input of this run"):
     outputs.check_inputs(str(folder), [str(folder / "checkpoints" / "ckpt-5")], inside=False)
   # A symbolic link to the input is the input.

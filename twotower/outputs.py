@@ -8,11 +8,9 @@ own manifest says so.
                                        into place
     start(out, stage, settings)        training, after claim: the manifest of a run begun in
                                        place; write_manifest at its end
-    owned_files(main, stage, ...)      stages whose output is files, not a folder (vocab,
+    file_outputs.owned_files(...)      stages whose output is files, not a folder (vocab,
                                        index, hardneg, search, fuse, query): the same rules,
-                                       the manifest beside the main file
-    check_file(main, stage, ...)       owned_files' checks alone, before a stage's work
-    atomic_text(path)                  a streamed file output, renamed into place at its end
+                                       the manifest beside the main file (file_outputs)
     check_inputs(out, inputs)          refuse an output that is also one of its inputs
     replace_folder(final, new, owned)  put a folder built beside another in its place
     remove(out)                        drop an output a caller no longer needs (its files)
@@ -50,9 +48,8 @@ import dataclasses
 import logging
 import os
 import shutil
-import tempfile
 import uuid
-from typing import Any, Collection, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 from twotower import io as tio
 from twotower.contracts import layout
@@ -68,13 +65,13 @@ logger = logging.getLogger(__name__)
 MANIFEST_VERSION = 1
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
   """Settings as JSON gives them back (tuples as lists), so that a comparison with a read
   manifest sees only real differences."""
   if isinstance(value, Mapping):
-    return {str(k): _plain(v) for k, v in value.items()}
+    return {str(k): plain(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
-    return [_plain(v) for v in value]
+    return [plain(v) for v in value]
   return value
 
 
@@ -91,7 +88,7 @@ def _flat(settings: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
   """`name: old -> new` for each setting (nested ones as section.field) that differs."""
-  a, b = _flat(_plain(old)), _flat(_plain(new))
+  a, b = _flat(plain(old)), _flat(plain(new))
   missing = object()
   return [f"{k}: {a.get(k, '(unset)')!r} -> {b.get(k, '(unset)')!r}"
           for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
@@ -303,7 +300,7 @@ def write_manifest(out: str, stage: str, settings: Mapping[str, Any],
     kept = current.get("kept", []) if current and current["stage"] == stage else []
   if files is None:
     files = [f for f in files_under(out) if f not in set(kept)] if tio.is_local(out) else []
-  manifest = {"version": MANIFEST_VERSION, "stage": stage, "settings": _plain(settings),
+  manifest = {"version": MANIFEST_VERSION, "stage": stage, "settings": plain(settings),
               "inputs": list(inputs), "files": list(files)}
   if kept:
     manifest["kept"] = sorted(kept)
@@ -453,135 +450,8 @@ def discard(path: str) -> None:
     os.remove(path)
 
 
-# ------------------------------------------------------------------------------------------
-# Files.
-# ------------------------------------------------------------------------------------------
-
-
-def check_file(main: str, stage: str, settings: Mapping[str, Any], *,
-               overwrite: bool = False, inputs: Sequence[str] = ()) -> dict | None:
-  """The checks of `owned_files`, alone: a stage calls it before its work (search, fuse,
-  query), so that a refused --out costs nothing; returns the manifest beside `main` (None:
-  none, or an unreadable one replaced with `overwrite`).
-
-  Raises:
-    ValueError: as owned_files.
-  """
-  check_inputs(main, inputs, file=True)
-  if tio.is_local(main) and os.path.isdir(main):
-    raise ValueError(f"{main}: is a folder; --out is a file")
-  try:
-    manifest = manifests.read_file_manifest(main)
-  except ValueError:
-    if not overwrite:
-      raise
-    manifest = None
-  problem = None
-  if manifest is not None and manifest["stage"] != stage:
-    raise ValueError(f"{main}: is the output of `twotower {manifest['stage']}`; give another "
-                     f"--out (--overwrite replaces only a `twotower {stage}` output)")
-  if manifest is None and manifests.exists(main):
-    problem = "exists, and no twotower stage recorded how it was made"
-  elif manifest is not None:
-    diff = differences(manifest.get("settings", {}), settings)
-    if diff:
-      problem = f"was made by a `twotower {stage}` run with other settings ({'; '.join(diff)})"
-  if problem and not overwrite:
-    raise ValueError(f"{main}: {problem}; give another --out, or --overwrite to replace it")
-  if problem:
-    logger.warning("--overwrite: replacing %s (it %s)", main, problem)
-  return manifest
-
-
-@contextlib.contextmanager
-def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
-                overwrite: bool = False, inputs: Sequence[str] = ()) -> Iterator[list[str]]:
-  """For a stage whose --out is a file (vocab, index, search, fuse, query) or a set of files
-  in another stage's folder (hardneg): the rules of `claim`, judged by the manifest beside
-  `main`.
-
-  An output that is one of `inputs` (or a folder that holds one) is refused. An existing
-  `main` without a manifest (a file of the user's, or an output older than manifests) is
-  refused unless `overwrite` (the user named that file: it is replaced); another stage's
-  output is refused. The block appends the paths
-  it writes (each written atomically) to the list it is given; at its end the manifest lists
-  them and the files of this stage's run before that are not among them are removed (a
-  4-shard index replaced by a 1-shard one). Before the block, the manifest says "this run,
-  files pending": an interrupted run is re-run with the same settings, not refused."""
-  manifest = check_file(main, stage, settings, overwrite=overwrite, inputs=inputs)
-  before = [manifests.beside(main, f) for f in (manifest or {}).get("files", [])]
-  path = file_manifest_path(main)
-  previous = tio.read_text(path) if manifests.exists(path) else None
-  made = _missing_root(path)
-  written: list[str] = []
-  _write_file_manifest(main, stage, settings, inputs, files=None)
-  try:
-    yield written
-  except BaseException:
-    if not written:  # nothing replaced yet: the old record stays true, no folder is left
-      if previous is None:
-        _remove(path)
-      else:
-        tio.write_text(path, previous)
-      if made and not any(files for _, _, files in os.walk(made)):
-        shutil.rmtree(made)  # folders this run made, holding no file
-    raise
-  for stale in sorted(set(before) - set(written)):
-    if manifests.exists(stale):
-      _remove(stale)
-  _write_file_manifest(main, stage, settings, inputs, files=written)
-
-
-@contextlib.contextmanager
-def atomic_text(path: str) -> Iterator[TextIO]:
-  """A local text file written as a stream (`query --out`): into a temp file beside
-  `path`, renamed over it when the block ends; a failure (a bad line half-way) or an
-  interrupt leaves `path` as it was and no temp file."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      yield f
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600: the mode a plain open() gives
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
-def _missing_root(path: str) -> str | None:
-  """The outermost folder above local `path` that does not exist yet (None: all do)."""
-  if not tio.is_local(path):
-    return None
-  missing = None
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent):
-    missing, parent = parent, os.path.dirname(parent)
-  return missing
-
-
-def _remove(path: str) -> None:
-  if tio.is_local(path):
-    os.remove(path)
-  else:
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-    FileSystems.delete([path])
-
-
-def _write_file_manifest(main: str, stage: str, settings: Mapping[str, Any],
-                         inputs: Sequence[str], files: Sequence[str] | None) -> None:
-  """`files` None: pending (the run has not finished)."""
-  tio.write_json(file_manifest_path(main), {
-      "version": MANIFEST_VERSION, "stage": stage, "settings": _plain(settings),
-      "inputs": list(inputs), "pending": files is None,
-      "files": [f.replace("\\", "/").rsplit("/", 1)[-1] for f in files or ()]})
-
-
 def settings_of(config: Any, skip: Sequence[str] = ()) -> dict:
   """A config dataclass's fields as manifest settings, without where the output goes, how
   the runner runs, and `skip` (fields that change speed, not what is written)."""
   ignored = {"out", "beam_args", "overwrite", *skip}
-  return {k: _plain(v) for k, v in dataclasses.asdict(config).items() if k not in ignored}
+  return {k: plain(v) for k, v in dataclasses.asdict(config).items() if k not in ignored}

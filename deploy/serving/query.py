@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Iterable, Iterator, Optional, TextIO
 
+from twotower import file_outputs
 from twotower import io as tio
 from twotower import outputs
 from twotower.deploy.serving.retriever import Hit, Retriever
@@ -32,7 +33,7 @@ class QueryConfig:
   nprobe: Optional[int] = None
   ef_search: Optional[int] = None
   verify: str = "sha256"             # bundle check at load (retriever.DEFAULT_VERIFY)
-  overwrite: bool = False          # replace an --out of other settings (outputs.owned_files)
+  overwrite: bool = False          # replace an --out of other settings (file_outputs.owned_files)
 
   def __post_init__(self):
     if (self.question is None) == (self.jsonl is None):
@@ -105,7 +106,7 @@ def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: 
 
 
 def _output_owner(config: QueryConfig) -> dict:
-  """How --out is judged (outputs.owned_files): never the queries it reads, nor the bundle."""
+  """How --out is judged (file_outputs.owned_files): never the queries it reads, nor the bundle."""
   return {"main": config.out, "stage": "query", "overwrite": config.overwrite,
           "settings": outputs.settings_of(config, skip=("question", "verify")),
           "inputs": [config.bundle, *([config.jsonl] if config.jsonl != "-" else [])]}
@@ -114,7 +115,7 @@ def _output_owner(config: QueryConfig) -> dict:
 def run(config: QueryConfig) -> QueryResult:
   to_file = config.jsonl is not None and config.out != "-"
   if to_file:  # before the bundle loads: a refused --out costs nothing
-    outputs.check_file(**_output_owner(config))
+    file_outputs.check_file(**_output_owner(config))
   retriever = Retriever.load(config.bundle, verify=config.verify)
   try:
     if config.question is not None:
@@ -130,8 +131,8 @@ def run(config: QueryConfig) -> QueryResult:
       else:
         # Written beside --out and renamed over it at the end: a bad line half-way leaves
         # no partial output (and the file there before, if any, as it was).
-        with outputs.owned_files(**_output_owner(config)) as written, \
-            outputs.atomic_text(config.out) as out:
+        with file_outputs.owned_files(**_output_owner(config)) as written, \
+            file_outputs.atomic_text(config.out) as out:
           n = search_file(retriever, config, source, out)
           written.append(config.out)
     finally:
