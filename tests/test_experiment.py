@@ -199,7 +199,7 @@ def test_zero_shot_entries_score_the_pretrained_towers_on_every_question():
   # would never become a number); one not run yet reads "todo".
   values = {(e.cell, e.split): {"metrics": {"R@10": 0.8, "R@100": 0.9}, "questions": 1,
                                 "candidates": 1} for e in entries if e.system == "bm25"}
-  summary = render.summary_markdown(spec, render.aggregate(entries, values))
+  summary = render.summary_markdown(spec, render.aggregate(spec, entries, values))
   row = lambda label: next(line for line in summary.splitlines()
                            if line.startswith(f"| {label} |")).split(" | ")[1]
   assert row("Transformer, No pre-training") == row("Transformer, MLM") == "–"
@@ -331,7 +331,7 @@ def test_aggregate_and_tables_in_the_papers_layouts():
             ("eval/2", "test-5"): _record("test-5", 0.3, 0.7),
             ("bm25", "test-5"): _record("test-5", 0.4, 0.8),
             ("eval/l4", "test-5"): _record("test-5", 0.2, 0.9)}
-  aggs = render.aggregate(entries, values)
+  aggs = render.aggregate(spec, entries, values)
   ict = next(a for a in aggs if a.system == "ict" and a.table == "3")
   assert ict.seeds == (0, 1, 2) and ict.mean["R@1"] == pytest.approx(0.2)
   # The sample standard deviation (n - 1): sqrt((0.01 + 0 + 0.01) / 2).
@@ -357,7 +357,7 @@ def test_aggregate_and_tables_in_the_papers_layouts():
   assert lines[2].startswith("| Transformer | ICT | 20.00 ± 10.00")
   assert lines[3].startswith("| Transformer (L4 / d128) | ICT | 20.00 | ")
   # A row with fewer seeds done than planned says so instead of passing for the mean.
-  partial = render.aggregate(entries, {k: v for k, v in values.items() if k[0] != "eval/2"})
+  partial = render.aggregate(spec, entries, {k: v for k, v in values.items() if k[0] != "eval/2"})
   ict = next(a for a in partial if a.system == "ict" and a.table == "3")
   assert render.cell_text(ict, "R@100").endswith("(2 of 3 seeds)")
 

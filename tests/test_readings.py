@@ -281,6 +281,30 @@ def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
   assert sentence in (tmp_path / "README.md").read_text(encoding="utf-8")
 
 
+def test_rerender_of_a_partial_grid_says_how_many_seeds_a_mean_has(tmp_path):
+  """A results folder holds only finished entries; the grid says how many seeds each row is
+  due, so a mean of fewer still reads "(2 of 3 seeds)" (it read as a whole mean before)."""
+  results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
+  ict = lambda e: (e["table"], e["system"], e["variant"]) == ("3", "ict", "base")  # noqa: E731
+  by_ratio = {}
+  for e in results["per_seed"]:
+    if ict(e):
+      by_ratio.setdefault(e["ratio"], []).append(e)
+  ratio, runs = max(by_ratio.items(), key=lambda item: len(item[1]))
+  dropped = max(e["seed"] for e in runs)
+  results["per_seed"] = [e for e in results["per_seed"]
+                         if not (ict(e) and e["ratio"] == ratio and e["seed"] == dropped)]
+  (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+  (tmp_path / "cells.json").write_bytes((RESULTS / "cells.json").read_bytes())
+  from twotower.experiment import rerender
+  assert rerender.main(["--grid", "cpu-small", "--results_dir", str(tmp_path)]) == 0
+  xs = [100 * e["record"]["metrics"]["R@100"] for e in runs if e["seed"] != dropped]
+  due = len(runs)
+  cell = (f"| {statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f} "
+          f"({due - 1} of {due} seeds) |")
+  assert cell in (tmp_path / "table3-squad.md").read_text(encoding="utf-8")
+
+
 # ---------------------------------------------------------------------------------------------
 # The per-question paired bootstrap (experiment.bootstrap).
 # ---------------------------------------------------------------------------------------------

@@ -411,10 +411,7 @@ def _table_entries(g: _Grid, table: Table, dataset: str, target: CellId,
   for ratio in table.ratios:
     for row in table.rows:
       system, variant = g.spec.systems[row.system], g.spec.variants[row.variant]
-      seeds = g.spec.row_seeds(ratio, row.system, row.variant) if table.all_seeds else (0,)
-      if system.kind == "bm25":
-        seeds = (0,)  # deterministic: one run serves every seed
-      for seed in seeds:
+      for seed in g.spec.table_seeds(table, ratio, row.system, row.variant):
         cell = _result(g, system, variant, target, reqa, ratio, seed)
         if cell is not None:
           entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,

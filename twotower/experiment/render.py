@@ -57,15 +57,16 @@ def collect(plan: Plan, work: str, gold: str = "pair") -> dict[tuple[str, str], 
   return values
 
 
-def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
-              ) -> list[Aggregate]:
+def aggregate(spec: GridSpec, entries: Sequence[Entry],
+              values: Mapping[tuple[str, str], dict]) -> list[Aggregate]:
   """Entries grouped by (table, dataset, row, ratio), metrics averaged over their seeds;
-  entries without a result yet are left out."""
+  entries without a result yet are left out. Each says how many seeds the grid plans for it
+  (`GridSpec.table_seeds`), so that a partial mean says so, from a work directory or from a
+  results folder that holds only the finished entries (`rerender`)."""
+  tables = {t.id: t for t in spec.tables}
   groups: dict[tuple, dict[int, dict]] = {}
-  planned: dict[tuple, set[int]] = {}
   for e in entries:
     key = (e.table, e.dataset, e.system, e.variant, e.ratio)
-    planned.setdefault(key, set()).add(e.seed)
     record = values.get((e.cell, e.split))
     if record is not None:
       groups.setdefault(key, {})[e.seed] = record
@@ -78,7 +79,7 @@ def aggregate(entries: Sequence[Entry], values: Mapping[tuple[str, str], dict]
       mean[name], std[name] = readings.mean_and_sd(xs)
     out.append(Aggregate(table, dataset, system, variant, ratio, tuple(sorted(by_seed)), mean,
                          std, records[0]["questions"], records[0]["candidates"],
-                         len(planned[(table, dataset, system, variant, ratio)])))
+                         len(spec.table_seeds(tables[table], ratio, system, variant))))
   return out
 
 
@@ -223,7 +224,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
                   cell_records: Sequence[Mapping], results_dir: str) -> Written:
   """What `write_tables` writes, from the result records (`collect`), the datastats records
   [(dataset, record)] and the pre-training, pair and fuse records."""
-  aggs = aggregate(entries, values)
+  aggs = aggregate(spec, entries, values)
   sections, kept, tables1_2 = [], [], ""
   if stats:
     from twotower.eval import data_stats  # pylint: disable=import-outside-toplevel
