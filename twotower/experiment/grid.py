@@ -241,14 +241,6 @@ class GridSpec:
     narrow = [s for s in (self.systems[system].seeds, self.variants[variant].seeds) if s]
     return tuple(s for s in self.seeds_for(ratio) if all(s in n for n in narrow))
 
-  def table_seeds(self, table: Table, ratio: int, system: str,
-                  variant: str = BASE_VARIANT) -> tuple[int, ...]:
-    """The seeds a table's row is run and averaged at: `row_seeds` in a table of all seeds,
-    seed 0 in the others; BM25 is deterministic, so one run serves every seed."""
-    if self.systems[system].kind == "bm25" or not table.all_seeds:
-      return (0,)
-    return self.row_seeds(ratio, system, variant)
-
   def finetune_steps_for(self, ratio: int) -> int:
     return int(self.finetune_steps.get(ratio, 0))
 

@@ -403,6 +403,15 @@ def _stats_deps(g: _Grid) -> dict[str, CellId]:
   return deps
 
 
+def table_seeds(spec: GridSpec, table: Table, ratio: int, system: str, variant: str
+                ) -> tuple[int, ...]:
+  """The seeds a table's row is run and averaged at: the row's (`GridSpec.row_seeds`) in a
+  table of all seeds, seed 0 in the others; BM25 is deterministic: one run serves every seed."""
+  if spec.systems[system].kind == "bm25" or not table.all_seeds:
+    return (0,)
+  return spec.row_seeds(ratio, system, variant)
+
+
 def _table_entries(g: _Grid, table: Table, dataset: str, target: CellId,
                    reqa: CellId) -> list[Entry]:
   """Plans `table`'s cells on `target` (its ReQA directory; models fine-tune on `reqa`);
@@ -411,7 +420,7 @@ def _table_entries(g: _Grid, table: Table, dataset: str, target: CellId,
   for ratio in table.ratios:
     for row in table.rows:
       system, variant = g.spec.systems[row.system], g.spec.variants[row.variant]
-      for seed in g.spec.table_seeds(table, ratio, row.system, row.variant):
+      for seed in table_seeds(g.spec, table, ratio, row.system, row.variant):
         cell = _result(g, system, variant, target, reqa, ratio, seed)
         if cell is not None:
           entries.append(Entry(table.id, dataset, system.name, variant.name, ratio, seed,

@@ -22,7 +22,7 @@ from twotower.experiment import execute, finetune_length, ranks, readings
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.identity import CellId
-from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, has_zero_shot
+from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, has_zero_shot, table_seeds
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)
 PACKAGES = ("tensorflow", "keras", "tensorflow-text", "apache-beam", "faiss-cpu", "pyserini",
@@ -61,7 +61,7 @@ def aggregate(spec: GridSpec, entries: Sequence[Entry],
               values: Mapping[tuple[str, str], dict]) -> list[Aggregate]:
   """Entries grouped by (table, dataset, row, ratio), metrics averaged over their seeds;
   entries without a result yet are left out. Each says how many seeds the grid plans for it
-  (`GridSpec.table_seeds`), so that a partial mean says so, from a work directory or from a
+  (`plan.table_seeds`), so that a partial mean says so, from a work directory or from a
   results folder that holds only the finished entries (`rerender`)."""
   tables = {t.id: t for t in spec.tables}
   groups: dict[tuple, dict[int, dict]] = {}
@@ -79,7 +79,7 @@ def aggregate(spec: GridSpec, entries: Sequence[Entry],
       mean[name], std[name] = readings.mean_and_sd(xs)
     out.append(Aggregate(table, dataset, system, variant, ratio, tuple(sorted(by_seed)), mean,
                          std, records[0]["questions"], records[0]["candidates"],
-                         len(spec.table_seeds(tables[table], ratio, system, variant))))
+                         len(table_seeds(spec, tables[table], ratio, system, variant))))
   return out
 
 
