@@ -8,6 +8,12 @@ that ran, failed or was skipped.
 
 A failed cell does not stop the grid: cells that need it are `blocked`, the others go on.
 
+Several processes may run one work directory at once (on a machine with more cores than one
+training uses): a cell runs under a lock (`<cell dir>.lock`, released when its process ends,
+killed or not), so each cell runs once; a process takes the cells no other one holds and
+waits for a dependency another one is running. A lock file is left in place (removing it
+would race with a process about to take it).
+
 Finished cells' records (metrics, times; no checkpoints) are also kept in the results
 directory (`cells.json`, written with the tables). A later run on a new work directory
 restores them (`restore`): each comes back as done, marked `restored`, with no outputs. A
@@ -17,13 +23,15 @@ work directory costs the checkpoints that the missing cells need, not the whole 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import logging
 import os
 import resource
 import time
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from twotower import io as tio
 from twotower import logs
@@ -43,6 +51,8 @@ FAILED_FILE = "failed.json"
 # (its files' last write, less its start).
 ATTEMPT_SUFFIX = ".attempt.json"
 EARLIER = "earlier_attempts_seconds"  # a done record's field: wall time of killed attempts
+LOCK_SUFFIX = ".lock"           # `<cell dir>.lock`: held by the process running the cell
+POLL_SECONDS = 10.0             # how often a process waiting for another's cells looks again
 CELL_LOG = "cells.jsonl"
 RECORDS_FILE = "cells.json"     # in the results directory: every finished cell's record
 RESTORED = "restored"           # a done record's flag: brought back without its outputs
@@ -173,7 +183,9 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   """Runs every cell that is not done, in plan order; returns the names of the cells that
   ran now. `on_result` is called after each result cell (tables refresh as the grid goes).
   A failed cell is recorded and the others go on, unless `stop_on_failure` (the demo): then
-  its error is raised as it came."""
+  its error is raised as it came. A cell that another process on `work` holds is left to it
+  (see the module's docstring): this one goes on with the others and waits only where
+  nothing else is left to run."""
   dirs = {cell.name: cell_dir(work, cell) for cell in plan}
 
   def done_record(name: str) -> dict:
@@ -186,60 +198,126 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
                           keep_embeddings=keep_embeddings, progress=progress)
   current = states(work, plan)
   need = needed(plan, work, current)
-  ran: list[str] = []
+  position = {cell.name: i for i, cell in enumerate(plan, start=1)}
   total = len(plan)
-  for i, cell in enumerate(plan, start=1):
-    out = dirs[cell.name]
+  for cell in plan:
     if cell.name not in need:
       _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "skipped"})
-      continue
-    blocked = [d for d in cell.deps.values() if current[d] in ("failed", "blocked")]
-    if blocked:
-      current[cell.name] = "blocked"
-      logger.warning("[%d/%d] %s: blocked by %s", i, total, cell.name, ", ".join(blocked))
-      continue
-    earlier = _earlier_attempt_seconds(out)  # before clean() removes a killed attempt's files
-    cells_lib.clean(cell, out)
-    tio.makedirs(out)
-    for name in (FAILED_FILE, DONE_FILE):
-      # A resumable cell's run dir is owned by its stage (twotower.outputs): the grid's own
-      # record of an earlier try (or a restored one, in a run dir the stage never wrote)
-      # would make the stage refuse the folder. The cell runs again: the record is stale,
-      # and is written anew when it ends.
-      if os.path.exists(os.path.join(out, name)):
-        os.remove(os.path.join(out, name))
-    logs.progress("[%d/%d] %s ...", i, total, cell.name)
-    tio.write_json(out + ATTEMPT_SUFFIX,
-                   {"started_epoch": time.time(), EARLIER: round(earlier, 1)})
-    started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
-    try:
-      result = cells_lib.EXECUTORS[cell.kind](cell, ctx, out)
-    except Exception as e:  # pylint: disable=broad-except  (one cell must not end the grid)
-      seconds = time.perf_counter() - wall0
-      current[cell.name] = "failed"
-      tio.write_json(os.path.join(out, FAILED_FILE),
-                     {"cell": cell.name, "error": f"{type(e).__name__}: {e}",
-                      "finished": _now(), "seconds": round(seconds, 1)})
-      _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "failed",
-                  "seconds": round(seconds, 1), "error": str(e)})
-      if stop_on_failure:
-        raise
-      logger.exception("[%d/%d] %s failed after %.0f s", i, total, cell.name, seconds)
-      logs.progress("[%d/%d] %s FAILED: %s", i, total, cell.name, e)
-      continue
-    seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
-    tio.write_json(os.path.join(out, DONE_FILE),
-                   {"cell": cell.name, "kind": cell.kind, "key": cell.key,
-                    "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
-                    "started": started, "finished": _now(), "seconds": round(seconds, 1),
-                    "cpu_seconds": round(cpu, 1),
-                    **({EARLIER: round(earlier, 1)} if earlier else {}), **result})
-    outputs.discard(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
-    current[cell.name] = "done"
-    ran.append(cell.name)
-    _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
-                "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)})
-    logs.progress("[%d/%d] %s done in %s", i, total, cell.name, format_seconds(seconds))
-    if cell.kind in RESULT_KINDS:
-      on_result()
+  ran: list[str] = []
+  pending = [cell for cell in plan if cell.name in need]
+  said = 0  # the count of waiting cells last reported
+  while pending:
+    unresolved = {cell.name for cell in pending}
+    waiting: list[Cell] = []
+    for cell in pending:
+      i = position[cell.name]
+      blocked = [d for d in cell.deps.values() if current[d] in ("failed", "blocked")]
+      if blocked:
+        current[cell.name] = "blocked"
+        unresolved.discard(cell.name)
+        logger.warning("[%d/%d] %s: blocked by %s", i, total, cell.name, ", ".join(blocked))
+        continue
+      # Plan order is dependency order: a dependency still unresolved is one that another
+      # process holds (alone, every lock is free and this never waits).
+      if any(d in unresolved for d in cell.deps.values()):
+        waiting.append(cell)
+        continue
+      with _cell_lock(dirs[cell.name]) as held:
+        if not held:
+          waiting.append(cell)
+          continue
+        unresolved.discard(cell.name)
+        elsewhere = _finished_elsewhere(dirs[cell.name], current[cell.name])
+        if elsewhere:
+          current[cell.name] = elsewhere
+          logs.progress("[%d/%d] %s: %s by another process", i, total, cell.name, elsewhere)
+          continue
+        if _run_cell(cell, ctx, dirs[cell.name], work, f"[{i}/{total}]", stop_on_failure):
+          current[cell.name] = "done"
+          ran.append(cell.name)
+          if cell.kind in RESULT_KINDS:
+            on_result()
+        else:
+          current[cell.name] = "failed"
+    if len(waiting) == len(pending):  # nothing moved: the others' cells are still running
+      if said != len(waiting):
+        logs.progress("%d cell(s) left, each held or waited for by another process: %s%s",
+                      len(waiting), ", ".join(c.name for c in waiting[:3]),
+                      ", ..." if len(waiting) > 3 else "")
+        said = len(waiting)
+      time.sleep(POLL_SECONDS)
+    pending = waiting
   return ran
+
+
+@contextlib.contextmanager
+def _cell_lock(out: str) -> Iterator[bool]:
+  """Holds `<out>.lock` for the block (True), or yields False at once where another process
+  holds it. The kernel releases it when the holder's process ends, killed or not."""
+  tio.makedirs(os.path.dirname(out))
+  fd = os.open(out + LOCK_SUFFIX, os.O_CREAT | os.O_RDWR, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      yield False
+      return
+    yield True
+  finally:
+    os.close(fd)
+
+
+def _finished_elsewhere(out: str, state_before: str) -> Optional[str]:
+  """"done" or "failed" where another process ran the cell since this one read its state
+  (a record that was restored, or a failure from before, is not that: the cell runs)."""
+  record = read_done(out)
+  if record is not None and not record.get(RESTORED):
+    return "done"
+  if state_before != "failed" and os.path.exists(os.path.join(out, FAILED_FILE)):
+    return "failed"
+  return None
+
+
+def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: str,
+              stop_on_failure: bool) -> bool:
+  """Runs one cell (its lock held) and writes its done or failed record; True when done."""
+  earlier = _earlier_attempt_seconds(out)  # before clean() removes a killed attempt's files
+  cells_lib.clean(cell, out)
+  tio.makedirs(out)
+  for name in (FAILED_FILE, DONE_FILE):
+    # A resumable cell's run dir is owned by its stage (twotower.outputs): the grid's own
+    # record of an earlier try (or a restored one, in a run dir the stage never wrote)
+    # would make the stage refuse the folder. The cell runs again: the record is stale,
+    # and is written anew when it ends.
+    if os.path.exists(os.path.join(out, name)):
+      os.remove(os.path.join(out, name))
+  logs.progress("%s %s ...", where, cell.name)
+  tio.write_json(out + ATTEMPT_SUFFIX,
+                 {"started_epoch": time.time(), EARLIER: round(earlier, 1)})
+  started, wall0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
+  try:
+    result = cells_lib.EXECUTORS[cell.kind](cell, ctx, out)
+  except Exception as e:  # pylint: disable=broad-except  (one cell must not end the grid)
+    seconds = time.perf_counter() - wall0
+    tio.write_json(os.path.join(out, FAILED_FILE),
+                   {"cell": cell.name, "error": f"{type(e).__name__}: {e}",
+                    "finished": _now(), "seconds": round(seconds, 1)})
+    _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "failed",
+                "seconds": round(seconds, 1), "error": str(e)})
+    if stop_on_failure:
+      raise
+    logger.exception("%s %s failed after %.0f s", where, cell.name, seconds)
+    logs.progress("%s %s FAILED: %s", where, cell.name, e)
+    return False
+  seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+  tio.write_json(os.path.join(out, DONE_FILE),
+                 {"cell": cell.name, "kind": cell.kind, "key": cell.key,
+                  "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
+                  "started": started, "finished": _now(), "seconds": round(seconds, 1),
+                  "cpu_seconds": round(cpu, 1),
+                  **({EARLIER: round(earlier, 1)} if earlier else {}), **result})
+  outputs.discard(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
+  _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
+              "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)})
+  logs.progress("%s %s done in %s", where, cell.name, format_seconds(seconds))
+  return True
