@@ -741,6 +741,26 @@ def test_tiny_grid_lost_work_dir_restores_cells_and_reruns_only_a_missing_result
   _assert_ranks_give_the_tables(the_plan, str(tmp_path / "new-work"), results)
 
 
+@pytest.mark.slow
+def test_tiny_grid_in_two_jobs_gives_the_same_numbers(tiny_grid, tmp_path, capsys):
+  """`--jobs 2`: two processes with one TensorFlow thread each share the work dir; each cell
+  runs once, and every number is the one-process run's."""
+  config, first, the_plan, root = tiny_grid
+  work, results = tmp_path / "work", tmp_path / "results"
+  experiment_cmd.main([
+      "--grid", "tiny", "--out", str(work), "--results_dir", str(results),
+      "--dump", str(root / "tiny-pages-articles.xml.bz2"), "--squad", str(root / "squad.json"),
+      "--progress", "none", "--jobs", "2"])
+  assert f"experiment: {TINY_CELLS} cells ran now, {TINY_CELLS} of {TINY_CELLS} done, 0 failed" \
+      in capsys.readouterr().out
+  ran = [e["cell"] for e in _cell_log(str(work)) if e["status"] == "ran"]
+  assert sorted(ran) == sorted(first.ran)  # each cell once, across both jobs
+  assert (work / "job-1.log").exists() and (work / "job-2.log").exists()
+  assert _aggregates(results) == _aggregates(config.results_dir)
+  # The README's command line is the grid's: --jobs changes no cell.
+  assert "--jobs" not in (results / "README.md").read_text()
+
+
 def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key(tmp_path):
   """`--corpus` (extracted text, issue 21) is pre-trained on beside the dump: the pairs cell
   reads both (the dump first, so the corpus's page ids are those of input 1); without it the

@@ -176,6 +176,17 @@ def _log(work: str, entry: dict) -> None:
     f.write(json.dumps({"time": _now(), **entry}, sort_keys=True) + "\n")
 
 
+def ran_since(work: str, since: datetime.datetime) -> list[str]:
+  """The cells that `cells.jsonl` says ran (by any process) from `since` on."""
+  path = os.path.join(work, CELL_LOG)
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    entries = [json.loads(line) for line in f if line.strip()]
+  return [e["cell"] for e in entries if e.get("status") == "ran"
+          and datetime.datetime.fromisoformat(e["time"]) >= since]
+
+
 def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
               keep_embeddings: bool = False, progress: str = "bar",
               on_result: Callable[[], None] = lambda: None,
