@@ -86,27 +86,22 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
 
 def _grid_command(argv: list[str]) -> tuple[str, ...]:
   """The flags that define the grid's cells (for its README): without verbosity, rendering,
-  the README to update and the seeds a run was narrowed to, which change no cell."""
+  the README to update, the seeds a run was narrowed to and the jobs, which change no cell."""
+  return tuple(_without(argv, ("--readme", "--seeds", "--jobs"),
+                        ("-v", "--verbose", "--render_only")))
+
+
+def _without(argv: list[str], valued: tuple[str, ...], bare: tuple[str, ...] = ()
+             ) -> list[str]:
+  """`argv` less the flags `valued` (with their values, `--flag v` or `--flag=v`) and
+  `bare`."""
   out, skip = [], False
   for a in argv:
     if skip:
       skip = False
-    elif a in ("--readme", "--seeds", "--jobs"):
+    elif a in valued:
       skip = True
-    elif a not in ("-v", "--verbose", "--render_only") and not a.startswith(
-        ("--readme=", "--seeds=", "--jobs=")):
-      out.append(a)
-  return tuple(out)
-
-
-def _without_jobs(argv: list[str]) -> list[str]:
-  out, skip = [], False
-  for a in argv:
-    if skip:
-      skip = False
-    elif a == "--jobs":
-      skip = True
-    elif not a.startswith("--jobs="):
+    elif a not in bare and not a.startswith(tuple(f"{v}=" for v in valued)):
       out.append(a)
   return out
 
@@ -125,7 +120,7 @@ def run_jobs(argv: list[str], out: str, jobs: int) -> list[int]:
       log = os.path.join(out, f"job-{k}.log")
       with open(log, "w", encoding="utf-8") as f:
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "twotower.cli", "experiment", *_without_jobs(argv)],
+            [sys.executable, "-m", "twotower.cli", "experiment", *_without(argv, ("--jobs",))],
             stdout=f, stderr=subprocess.STDOUT, env=env))
       logs.progress("job %d of %d (%d TensorFlow thread(s)): log in %s", k, jobs, threads, log)
     return [p.wait() for p in procs]
