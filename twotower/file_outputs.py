@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import tempfile
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from twotower import io as tio
+from twotower import outputs
 from twotower.contracts import manifests
 from twotower.contracts.manifests import file_manifest_path
 from twotower.outputs import MANIFEST_VERSION, check_inputs, differences, plain
@@ -87,15 +87,15 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
   except BaseException:
     if not written:  # nothing replaced yet: the old record stays true, no folder is left
       if previous is None:
-        _remove(path)
+        outputs.discard(path)
       else:
         tio.write_text(path, previous)
       if made and not any(files for _, _, files in os.walk(made)):
-        shutil.rmtree(made)  # folders this run made, holding no file
+        outputs.discard(made)  # folders this run made, holding no file
     raise
   for stale in sorted(set(before) - set(written)):
     if manifests.exists(stale):
-      _remove(stale)
+      outputs.discard(stale)
   _write_file_manifest(main, stage, settings, inputs, files=written)
 
 
@@ -115,8 +115,7 @@ def atomic_text(path: str) -> Iterator[TextIO]:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600: the mode a plain open() gives
     os.replace(tmp, path)
   finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+    outputs.discard(tmp)  # still there: the block did not end
 
 
 def _missing_root(path: str) -> str | None:
@@ -128,14 +127,6 @@ def _missing_root(path: str) -> str | None:
   while not os.path.exists(parent):
     missing, parent = parent, os.path.dirname(parent)
   return missing
-
-
-def _remove(path: str) -> None:
-  if tio.is_local(path):
-    os.remove(path)
-  else:
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-    FileSystems.delete([path])
 
 
 def _write_file_manifest(main: str, stage: str, settings: Mapping[str, Any],

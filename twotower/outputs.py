@@ -443,8 +443,13 @@ def remove(out: str) -> None:
 
 def discard(path: str) -> None:
   """Removes a file or folder the running stage wrote itself and does not keep (bm25's
-  Lucene index with keep_index off, inside its staged folder): nothing else may be given."""
-  if os.path.isdir(path) and not os.path.islink(path):
+  Lucene index with keep_index off, inside its staged folder; a file output's stale shard or
+  pending manifest, file_outputs): nothing else may be given. The one place a stage deletes
+  a single path; an object-store path (gs://) is a file, deleted through Beam."""
+  if not tio.is_local(path):
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+    FileSystems.delete([path])
+  elif os.path.isdir(path) and not os.path.islink(path):
     shutil.rmtree(path)
   elif os.path.lexists(path):
     os.remove(path)

@@ -300,8 +300,7 @@ def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: st
     # record of an earlier try (or a restored one, in a run dir the stage never wrote)
     # would make the stage refuse the folder. The cell runs again: the record is stale,
     # and is written anew when it ends.
-    if os.path.exists(os.path.join(out, name)):
-      os.remove(os.path.join(out, name))
+    outputs.discard(os.path.join(out, name))
   logs.progress("%s %s ...", where, cell.name)
   tio.write_json(out + ATTEMPT_SUFFIX,
                  {"started_epoch": time.time(), EARLIER: round(earlier, 1)})
