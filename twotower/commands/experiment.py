@@ -69,9 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
-  import shlex  # pylint: disable=import-outside-toplevel
   argv = list(argv or ())
-  args = build_parser().parse_args(argv)
+  return _config(build_parser().parse_args(argv), argv)
+
+
+def _config(args: argparse.Namespace, argv: list[str]) -> experiment.ExperimentConfig:
+  import shlex  # pylint: disable=import-outside-toplevel
   return experiment.ExperimentConfig(
       grid=args.grid, out=args.out, dump=args.dump, corpus=args.corpus, squad=args.squad,
       nq=args.nq,
@@ -133,8 +136,8 @@ def run_jobs(argv: list[str], out: str, jobs: int) -> list[int]:
 
 def main(argv: Iterable[str] | None = None) -> None:
   argv = list(argv or ())
-  config = parse(argv)
-  jobs = build_parser().parse_args(argv).jobs
+  args = build_parser().parse_args(argv)
+  config, jobs = _config(args, argv), args.jobs
   if jobs < 1:
     raise ValueError(f"--jobs {jobs}: give 1 or more processes")
   codes = []
