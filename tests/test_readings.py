@@ -465,7 +465,7 @@ def test_paired_runs_over_ratios_count_equal_runs_apart_from_a_sign():
       "runs (4 equal) over 4 ratios.")               # no sign, so no sign test
   lower = [compare(r, 58.0) for r in (1, 5, 10, 80)]
   assert readings._pair_signs(lower)[2].endswith(
-      "0 of 4 paired runs over 4 ratios; all of one sign: two-sided sign test p = 0.12.")
+      "0 of 4 paired runs over 4 ratios; all of one sign: two-sided sign test p = 0.125.")
 
 
 def test_the_rule_text_names_every_verdict():

@@ -37,7 +37,8 @@ from twotower.experiment.grid import Claim, GridSpec, RowRef
 from twotower.experiment.identity import CellId
 from twotower.experiment.rule import (  # noqa: F401  (the reading's words, re-exported)
     CONTRADICTED, EQUAL, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST,
-    SEEN_AS, SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd)
+    SEEN_AS, SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd,
+    sign_test)
 
 logger = logging.getLogger(__name__)
 
@@ -346,7 +347,7 @@ def _seeds_text(c: Comparison) -> str:
   paired = c.judgement.paired
   text = f"{sum(1 for g in paired if g > 0)} of {len(paired)}" if paired else "–"
   if c.judgement.sign_p is not None:
-    text += f" (p = {c.judgement.sign_p:.2g})"
+    text += f" (p = {c.judgement.sign_p:.3g})"
   return text
 
 
@@ -360,7 +361,7 @@ def _pair_signs(comparisons: Sequence[Comparison]) -> list[str]:
     if len(these) > 1 and len(gains) >= 3:
       up, down = sum(1 for g in gains if g > 0), sum(1 for g in gains if g < 0)
       # A sign test counts the runs with a sign; an equal run (gain exactly 0) has none.
-      p = (f"; all of one sign: two-sided sign test p = {2 / 2 ** len(gains):.2g}"
+      p = (f"; all of one sign: two-sided sign test p = {sign_test(len(gains)):.3g}"
            if len(gains) in (up, down) else "")
       equal = len(gains) - up - down
       ties = f" ({equal} equal)" if equal else ""
