@@ -17,10 +17,9 @@ import tempfile
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 from twotower import io as tio
-from twotower import outputs
 from twotower.contracts import manifests
 from twotower.contracts.manifests import file_manifest_path
-from twotower.outputs import MANIFEST_VERSION, check_inputs, differences, plain
+from twotower.outputs import MANIFEST_VERSION, check_inputs, differences, discard, plain
 
 logger = logging.getLogger(__name__)
 
@@ -87,15 +86,15 @@ def owned_files(main: str, stage: str, settings: Mapping[str, Any], *,
   except BaseException:
     if not written:  # nothing replaced yet: the old record stays true, no folder is left
       if previous is None:
-        outputs.discard(path)
+        discard(path)
       else:
         tio.write_text(path, previous)
       if made and not any(files for _, _, files in os.walk(made)):
-        outputs.discard(made)  # folders this run made, holding no file
+        discard(made)  # folders this run made, holding no file
     raise
   for stale in sorted(set(before) - set(written)):
     if manifests.exists(stale):
-      outputs.discard(stale)
+      discard(stale)
   _write_file_manifest(main, stage, settings, inputs, files=written)
 
 
@@ -115,7 +114,7 @@ def atomic_text(path: str) -> Iterator[TextIO]:
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600: the mode a plain open() gives
     os.replace(tmp, path)
   finally:
-    outputs.discard(tmp)  # still there: the block did not end
+    discard(tmp)  # still there: the block did not end
 
 
 def _missing_root(path: str) -> str | None:
