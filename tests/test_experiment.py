@@ -423,6 +423,10 @@ def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_p
       "vocab/wiki", "reqa/squad", "bm25/squad"}
   # Restoring again changes nothing: a cell with a done.json is never overwritten.
   assert execute.restore(the_plan, work, records) == []
+  # Exported again (the render after a restore), the records are the ones restored.
+  exported = execute.export_records(the_plan, work)
+  assert exported[the_plan["pairs/wiki"].dirname] == records[the_plan["pairs/wiki"].dirname]
+  assert not any(execute.RESTORED in r for r in exported.values())
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):

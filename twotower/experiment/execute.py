@@ -95,12 +95,14 @@ def export_records(plan: Plan, work: str) -> dict[str, dict]:
   """{cell directory: done record} of every finished cell, without the parameters (the
   directory's hash and the record's key stand for them): what `restore` needs, small enough
   to keep beside the tables. Keyed by directory, so the records of a narrowed run's cells
-  (whose hashes differ, see the guide) sit beside the whole grid's."""
+  (whose hashes differ, see the guide) sit beside the whole grid's. The `restored` mark is
+  left out: it says where this work directory got a record, not what the cell did, so a
+  render after a restore leaves `cells.json` as it was."""
   records = {}
   for cell in plan:
     record = read_done(cell_dir(work, cell))
     if record is not None:
-      records[cell.dirname] = {k: v for k, v in record.items() if k != "params"}
+      records[cell.dirname] = {k: v for k, v in record.items() if k not in ("params", RESTORED)}
   return records
 
 
