@@ -429,6 +429,29 @@ def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_p
   assert not any(execute.RESTORED in r for r in exported.values())
 
 
+def _restore_all_but(the_plan, work, missing):
+  records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
+             for c in the_plan if c.name not in missing}
+  execute.restore(the_plan, work, records)
+  return execute.needed(the_plan, work)
+
+
+def test_a_length_or_weight_is_read_from_a_restored_record_without_rerunning_its_cell(tmp_path):
+  """Another seed's fine-tuning reads the length seed 0 chose, and the bundle reads the fuse
+  cell's weight, from their done records: a restored record serves, its cell does not rerun."""
+  links, _ = plan.plan(grid.load("cpu-small-links"), INPUTS)
+  seed1 = "finetune/squad/no-ssl/base/r10/s1"
+  assert links[seed1].deps[plan.FINETUNE_LENGTH] == "finetune/squad/no-ssl/base/r10/s0"
+  need = _restore_all_but(links, str(tmp_path / "links"), {seed1, "eval/squad/no-ssl/base/r10/s1"})
+  assert need == {seed1, "eval/squad/no-ssl/base/r10/s1", "vocab/wiki", "pairs/wiki",
+                  "reqa/squad"}
+  tiny, _ = plan.plan(grid.load("tiny"), INPUTS)
+  bundle = "bundle/squad/hybrid/base/r80/s0"
+  need = _restore_all_but(tiny, str(tmp_path / "tiny"), {bundle})
+  assert "fuse/squad/hybrid/base/r80/s0" not in need
+  assert {bundle, "finetune/squad/ict/base/r80/s0", "pretrain/ict/base/s0"} <= need
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump",
                        INPUTS.dump, "--squad", "squad.json", "--dry_run"])

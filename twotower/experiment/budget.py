@@ -1,9 +1,10 @@
-"""The budget check beside a reading's reversals (issue 37): where a verdict goes against the
-paper, is it the method or the pre-training budget? A grid's `budget:` names the table that
-holds its rows pre-trained longer and the variant that is each variant's longer budget; every
-comparison whose verdict is against the claim is judged again on those rows (seed 0), and
-reading.md prints that second verdict beside the first (readings.compare fills each
-reversal's `longer`).
+"""The budget check beside a reading's verdicts against the paper (issue 37): where one goes
+against the paper (a reversal, or a gain short of the size the paper's word asks for), is it
+the method or the pre-training budget? A grid's `budget:` names the table that holds its rows
+pre-trained longer and the variant that is each variant's longer budget; every comparison
+whose verdict is against the claim is judged again on those rows (seed 0), and reading.md
+prints that second verdict beside the first, with the first's seed 0 where it is a mean over
+seeds (readings.compare fills each such comparison's `longer`).
 
   budget:
     table: budget                        # the table holding the longer-budget rows
@@ -101,11 +102,17 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
   found = [c for c in comparisons if c.longer is not None or c.recheck]
   if not found:
     return []
-  lines = [f"Reversals at {budget.label} (the `{budget.table}` table, seed 0): whether more "
-           "pre-training moved them.", ""]
+  lines = [f"Verdicts against the claim (a reversal, or a gain short of its size) at "
+           f"{budget.label} (the `{budget.table}` table, seed 0): whether more pre-training "
+           "moved them. Beside a mean over seeds, its seed 0, the run the longer budget "
+           "repeats.", ""]
   for c in found:
+    gap = f"{c.a.mean - c.b.mean:+.2f}"
+    seed0 = [_at_seed0(side) for side in (c.a, c.b)]
+    if None not in seed0 and max(len(c.a.values), len(c.b.values)) > 1:
+      gap += f"; seed 0: {seed0[0] - seed0[1]:+.2f}"
     first = (f"* {c.a.label} against {c.b.label}, {where(c)}, {c.metric}: "
-             f"{c.verdict} ({c.a.mean - c.b.mean:+.2f}); at {budget.label}: ")
+             f"{c.verdict} ({gap}); at {budget.label}: ")
     longer = c.longer
     if longer is None:
       lines.append(f"{first}not checked: {c.recheck}.")
@@ -117,18 +124,25 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
   return lines + [""]
 
 
+def _at_seed0(side: Any) -> Optional[float]:
+  """A readings Side's seed-0 value (None where it has none)."""
+  if side.seedless:
+    return side.values[0]
+  seeds = side.seeds or tuple(range(len(side.values)))
+  return side.values[seeds.index(0)] if 0 in seeds else None
+
+
 def summary(comparisons: Sequence[Any], budget: BudgetCheck) -> str:
-  """"2 of 3 reversal(s) rechecked at 6,000 steps still against the claim; 4 reversal(s)
-  not yet rechecked ...; 5 reversal(s) without a row pre-trained longer; ..." (or "")."""
+  """"of the verdicts against the claim: 2 of 3 rechecked at 6,000 steps still against it,
+  4 not yet rechecked ..., 5 without a row pre-trained longer, ..." (or "")."""
   found = [c.longer for c in comparisons if c.longer is not None]
   pending = sum(1 for c in comparisons if c.recheck == PENDING)
   no_row = sum(1 for c in comparisons if c.recheck == NO_ROW)
   still = sum(1 for c in found if c.verdict in AGAINST)
-  parts = [f"{still} of {len(found)} reversal(s) rechecked at {budget.label} still against "
-           "the claim"] if found else []
-  parts += [f"{pending} reversal(s) not yet rechecked at {budget.label} (not run yet)"] \
-      if pending else []
-  parts += [f"{no_row} reversal(s) without a row pre-trained longer"] if no_row else []
+  parts = [f"{still} of {len(found)} rechecked at {budget.label} still against it"] \
+      if found else []
+  parts += [f"{pending} not yet rechecked at {budget.label} (not run yet)"] if pending else []
+  parts += [f"{no_row} without a row pre-trained longer"] if no_row else []
   untrained = sum(1 for c in comparisons if c.recheck == UNTRAINED)
-  parts += [f"{untrained} reversal(s) between rows without pre-training"] if untrained else []
-  return "; ".join(parts)
+  parts += [f"{untrained} between rows without pre-training"] if untrained else []
+  return f"of the verdicts against the claim: {', '.join(parts)}" if parts else ""

@@ -39,7 +39,7 @@ from twotower import outputs
 from twotower.experiment import cells as cells_lib
 from twotower.experiment import params as params_lib
 from twotower.experiment.estimate import format_seconds
-from twotower.experiment.plan import RESULT_KINDS, Cell, Plan
+from twotower.experiment.plan import RECORD_ROLES, RESULT_KINDS, Cell, Plan
 
 logger = logging.getLogger(__name__)
 
@@ -124,15 +124,17 @@ def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
 
 def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None) -> set[str]:
   """The cells a run must execute: every cell not done, and every dependency of those that
-  is not done or was restored without its outputs (recursively). `current`: the cells'
-  states, when the caller has them."""
+  is not done or was restored without the outputs it is read for (recursively: a carried
+  length or weight is read from the record alone, `plan.RECORD_ROLES`). `current`: the
+  cells' states, when the caller has them."""
   current = current if current is not None else states(work, plan)
   restored = {c.name for c in plan if current[c.name] == "done"
               and (read_done(cell_dir(work, c)) or {}).get(RESTORED)}
   need = {name for name, state in current.items() if state != "done"}
   for cell in reversed(list(plan)):  # plan order is dependency order
     if cell.name in need:
-      need.update(d for d in cell.deps.values() if current[d] != "done" or d in restored)
+      need.update(d for role, d in cell.deps.items() if current[d] != "done"
+                  or (d in restored and role not in RECORD_ROLES))
   return need
 
 

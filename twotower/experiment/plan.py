@@ -64,6 +64,9 @@ FUSE_FIRST, FUSE_PARTNER, FUSE_CARRY = "first", "partner:", "carry"
 BUNDLE_FUSE, BUNDLE_MODEL = "fuse", "model:"
 #: Dependency role of a fine-tuning cell whose length is carried: the cell that chose it.
 FINETUNE_LENGTH = "length"
+#: Roles whose cell reads only the dependency's done record (a length, a weight), never its
+#: files: a record restored without its outputs serves them as it is.
+RECORD_ROLES = (FINETUNE_LENGTH, FUSE_CARRY, BUNDLE_FUSE)
 #: The grid's pre-training text (a pairs cell and the vocabulary's dataset).
 WIKI = "wiki"
 

@@ -119,12 +119,16 @@ def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
   return label
 
 
-def caveats(spec: GridSpec, claim: Claim) -> list[str]:
+def caveats(spec: GridSpec, claim: Claim,
+            comparisons: Optional[Sequence[Comparison]] = None) -> list[str]:
   """The claim's caveat, then its rows' (each text once, after the rows that carry it), as
-  printed beside its verdicts."""
+  printed beside its verdicts. With `comparisons` (the claim's), only the rows of pairs that
+  have one: a caveat about a row with no result yet explains no verdict."""
   out = [" ".join(claim.caveat.split())] if claim.caveat else []
+  shown = claim.pairs if comparisons is None else [
+      claim.pairs[i] for i in sorted({c.pair for c in comparisons})]
   rows: dict[str, list[str]] = {}      # caveat -> the rows that carry it
-  for name in dict.fromkeys(r.system for pair in claim.pairs for r in pair):
+  for name in dict.fromkeys(r.system for pair in shown for r in pair):
     system = spec.systems.get(name)
     if system is not None and system.caveat:
       rows.setdefault(" ".join(system.caveat.split()), []).append(
@@ -309,8 +313,8 @@ def counts_text(comparisons: Sequence[Comparison]) -> str:
                    + [f"{v} at {k}" for v, k in rest])
 
 
-def _caveat_text(spec: GridSpec, claim: Claim) -> str:
-  return " ".join(f"⚠ {c}" for c in caveats(spec, claim))
+def _caveat_text(spec: GridSpec, claim: Claim, comparisons: Sequence[Comparison]) -> str:
+  return " ".join(f"⚠ {c}" for c in caveats(spec, claim, comparisons))
 
 
 def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: str = "") -> str:
@@ -325,7 +329,7 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
     text += f"; {longer}" if longer else ""
     if text:
       lines.append(f"| [{claim.id}]({link}#{claim.id}): {claim.sentence} | {claim.source} | "
-                   f"{text} | {_caveat_text(spec, claim) or '–'} |")
+                   f"{text} | {_caveat_text(spec, claim, these) or '–'} |")
   return "\n".join(lines) + "\n"
 
 
@@ -403,8 +407,8 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
            "the interval is the bootstrap's 95 % interval of A − B over the questions (q), "
            "or ± 2 × max SD where the rows recorded no ranks; seeds: the paired seeds whose "
            "gain (A − B, or B − A for a claim that A is below) is above 0.", ""]
-  lines += [f"**Caveat.** {c}" for c in caveats(spec, claim)] + (
-      [""] if caveats(spec, claim) else [])
+  notes = caveats(spec, claim, comparisons)
+  lines += [f"**Caveat.** {c}" for c in notes] + ([""] if notes else [])
   lines += ["| A | B | ratio | metric | A | B | A − B | interval | A / B | seeds as claimed | "
             "verdict |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
   several_datasets = len({c.dataset for c in comparisons}) > 1
@@ -421,8 +425,7 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
     lines += budget_lib.markdown(spec.budget, comparisons,
                                  lambda c: _where(c, several_datasets), _interval_text)
   lines += [f"Verdicts: {counts_text(comparisons)}."
-            + (f" {_caveat_text(spec, claim)}" if claim.caveat or caveats(spec, claim) else ""),
-            ""]
+            + (f" {_caveat_text(spec, claim, comparisons)}" if notes else ""), ""]
   return lines
 
 
