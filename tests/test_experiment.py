@@ -464,6 +464,29 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
   assert not (tmp_path / "w").exists()
 
 
+def test_a_dry_run_on_a_new_work_dir_counts_the_records_it_would_restore(tmp_path, capsys):
+  """A lost work directory, the results folder's records kept: the dry run writes nothing,
+  shows the recorded cells done, the one without a record todo, and the restored cells whose
+  files it reads "redo" (they run again), not the whole grid."""
+  the_plan, _ = plan.plan(grid.load("tiny"), INPUTS)
+  missing = "eval/squad/ict/base/r80/s0"
+  results = tmp_path / "results"
+  results.mkdir()
+  (results / execute.RECORDS_FILE).write_text(json.dumps(
+      {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
+       for c in the_plan if c.name != missing}))
+  experiment_cmd.main(["--grid", "tiny", "--out", str(tmp_path / "w"), "--dump", INPUTS.dump,
+                       "--squad", INPUTS.squad, "--results_dir", str(results), "--dry_run"])
+  states = {line.split()[2]: line.split()[0] for line in capsys.readouterr().out.splitlines()
+            if line.startswith("  ")}
+  assert not (tmp_path / "w").exists()
+  assert states[missing] == "todo"
+  assert {n for n, s in states.items() if s == "redo"} == {
+      "finetune/squad/ict/base/r80/s0", "pretrain/ict/base/s0", "pairs/wiki", "vocab/wiki",
+      "reqa/squad"}
+  assert states["bm25/squad"] == states["bundle/squad/hybrid/base/r80/s0"] == "done"
+
+
 def test_a_run_narrowed_to_seeds_runs_them_and_what_they_read(tmp_path, capsys):
   the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)   # seeds 0-2 at zero-shot and 5 %
   seed_1 = the_plan.of_seeds([1])

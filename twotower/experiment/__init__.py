@@ -90,12 +90,16 @@ def run(config: ExperimentConfig) -> ExperimentResult:
   records_file = os.path.join(results_dir, execute.RECORDS_FILE)
   # Read once: refresh() adds this run's records to it (a narrowed run keeps the others').
   records = tio.read_json(records_file) if os.path.exists(records_file) else {}
-  if not config.dry_run and not config.recheck and records:
+  # A dry run writes nothing: it counts what a run would restore as done.
+  unwritten: list[str] = []
+  if config.dry_run and records:
+    unwritten = execute.restorable(the_plan, work, records)
+  elif not config.recheck and records:
     tio.makedirs(work)
     restored = execute.restore(the_plan, work, records)
     if restored:
       logs.progress("restored %d finished cells from %s", len(restored), records_file)
-  states = execute.states(work, the_plan)
+  states = {**execute.states(work, the_plan), **{name: "done" for name in unwritten}}
   # A run narrowed to some seeds executes (and estimates) those seeds' cells and what they
   # read; the tables and README stay the whole grid's, the other seeds "todo".
   to_run = the_plan if config.seeds is None else the_plan.of_seeds(config.seeds)
@@ -104,8 +108,11 @@ def run(config: ExperimentConfig) -> ExperimentResult:
     raise ValueError(f"--seeds {','.join(map(str, config.seeds))}: the grid "
                      f"{spec.name!r} has no cell of those seeds (its seeds: "
                      f"{', '.join(map(str, grid_seeds))})")
+  # A restored cell whose files a cell still to do reads runs again: estimated, shown "redo".
+  redo = execute.needed(to_run, work, {c.name: states[c.name] for c in to_run}, unwritten)
   text, _ = estimate.describe(to_run, [n for n, s in states.items() if s == "done"],
-                             execute.measured_seconds(the_plan, work, states))
+                             execute.measured_seconds(the_plan, work, states),
+                             redo=[n for n in redo if states[n] == "done"])
   if config.dry_run:
     return ExperimentResult(text, (), states, results_dir)
   if config.recheck:

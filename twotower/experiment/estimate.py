@@ -90,23 +90,26 @@ def calibration(plan_: Plan, measured: Mapping[str, float]) -> dict[str, float]:
 
 
 def describe(plan_: Plan, done: Sequence[str] = (),
-             measured: Optional[Mapping[str, float]] = None) -> tuple[str, float]:
+             measured: Optional[Mapping[str, float]] = None,
+             redo: Sequence[str] = ()) -> tuple[str, float]:
   """One line per cell with its state and time, a header line; the seconds left.
   `measured`: {finished cell: its wall seconds} of cells run in this work dir: shown for
-  those cells, and they scale the estimates of the others (`calibration`)."""
-  done, measured = set(done), dict(measured or {})
+  those cells, and they scale the estimates of the others (`calibration`). `redo`: finished
+  cells restored without their files that a cell still to do reads: they run again."""
+  redo = set(redo)
+  done, measured = set(done) - redo, dict(measured or {})
   scale = calibration(plan_, measured)
   lines, remaining = [], 0.0
   for cell in plan_:
+    state = "redo" if cell.name in redo else "done" if cell.name in done else "todo"
     if cell.name in measured:
       shown = format_seconds(measured[cell.name])
     else:
       seconds = estimate_seconds(cell, plan_) * scale.get(cell.kind, scale.get("*", 1.0))
       shown = "~" + format_seconds(seconds)
-      if cell.name not in done:
+      if state != "done":
         remaining += seconds
-    lines.append(f"  {'done' if cell.name in done else 'todo'}  {cell.kind:<8} "
-                 f"{cell.name:<58} {shown}")
+    lines.append(f"  {state}  {cell.kind:<8} {cell.name:<58} {shown}")
   counts = {k: len(plan_.of_kind(k)) for k in KINDS if plan_.of_kind(k)}
   basis = (f"scaled by the {len(measured)} cells timed in this work dir"
            if scale else "on 2 cores")

@@ -31,7 +31,7 @@ import logging
 import os
 import resource
 import time
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
 from twotower import io as tio
 from twotower import logs
@@ -106,30 +106,36 @@ def export_records(plan: Plan, work: str) -> dict[str, dict]:
   return records
 
 
+def restorable(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
+  """The cells that `records` holds with the cell's key and whose directory has no
+  `done.json`: what `restore` brings back (a dry run counts them without writing). A cell
+  whose parameters or upstream cells changed has a new key and no record: it runs again."""
+  return [cell.name for cell in plan
+          if (records.get(cell.dirname) or {}).get("key") == cell.key
+          and state_of(work, cell) != "done"]
+
+
 def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
-  """Writes a restored `done.json` for each cell that `records` holds with the cell's key
-  and whose directory has none; returns their names. A cell whose parameters or upstream
-  cells changed has a new key and no record: it runs again."""
-  restored = []
-  for cell in plan:
-    record = records.get(cell.dirname)
-    if record is None or record.get("key") != cell.key or state_of(work, cell) == "done":
-      continue
+  """Writes a restored `done.json` for each `restorable` cell; returns their names."""
+  names = restorable(plan, work, records)
+  for name in names:
+    cell = plan[name]
     out = cell_dir(work, cell)
     tio.makedirs(out)
-    tio.write_json(os.path.join(out, DONE_FILE), {**record, RESTORED: True})
-    restored.append(cell.name)
-  return restored
+    tio.write_json(os.path.join(out, DONE_FILE), {**records[cell.dirname], RESTORED: True})
+  return names
 
 
-def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None) -> set[str]:
+def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None,
+           restored: Iterable[str] = ()) -> set[str]:
   """The cells a run must execute: every cell not done, and every dependency of those that
   is not done or was restored without the outputs it is read for (recursively: a carried
   length or weight is read from the record alone, `plan.RECORD_ROLES`). `current`: the
-  cells' states, when the caller has them."""
+  cells' states, when the caller has them; `restored`: cells counted as restored beyond
+  those whose `done.json` says so (a dry run's `restorable`)."""
   current = current if current is not None else states(work, plan)
-  restored = {c.name for c in plan if current[c.name] == "done"
-              and (read_done(cell_dir(work, c)) or {}).get(RESTORED)}
+  restored = set(restored) | {c.name for c in plan if current[c.name] == "done"
+                              and (read_done(cell_dir(work, c)) or {}).get(RESTORED)}
   need = {name for name, state in current.items() if state != "done"}
   for cell in reversed(list(plan)):  # plan order is dependency order
     if cell.name in need:
