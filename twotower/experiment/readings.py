@@ -119,14 +119,12 @@ def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
   return label
 
 
-def caveats(spec: GridSpec, claim: Claim,
-            comparisons: Optional[Sequence[Comparison]] = None) -> list[str]:
+def caveats(spec: GridSpec, claim: Claim, comparisons: Sequence[Comparison]) -> list[str]:
   """The claim's caveat, then its rows' (each text once, after the rows that carry it), as
-  printed beside its verdicts. With `comparisons` (the claim's), only the rows of pairs that
-  have one: a caveat about a row with no result yet explains no verdict."""
+  printed beside its verdicts (`comparisons`, the claim's): only the rows of pairs that have
+  a comparison, since a caveat about a row with no result yet explains no verdict."""
   out = [" ".join(claim.caveat.split())] if claim.caveat else []
-  shown = claim.pairs if comparisons is None else [
-      claim.pairs[i] for i in sorted({c.pair for c in comparisons})]
+  shown = [claim.pairs[i] for i in sorted({c.pair for c in comparisons})]
   rows: dict[str, list[str]] = {}      # caveat -> the rows that carry it
   for name in dict.fromkeys(r.system for pair in shown for r in pair):
     system = spec.systems.get(name)
@@ -313,8 +311,8 @@ def counts_text(comparisons: Sequence[Comparison]) -> str:
                    + [f"{v} at {k}" for v, k in rest])
 
 
-def _caveat_text(spec: GridSpec, claim: Claim, comparisons: Sequence[Comparison]) -> str:
-  return " ".join(f"⚠ {c}" for c in caveats(spec, claim, comparisons))
+def _caveat_text(notes: Sequence[str]) -> str:
+  return " ".join(f"⚠ {c}" for c in notes)
 
 
 def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: str = "") -> str:
@@ -329,7 +327,7 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
     text += f"; {longer}" if longer else ""
     if text:
       lines.append(f"| [{claim.id}]({link}#{claim.id}): {claim.sentence} | {claim.source} | "
-                   f"{text} | {_caveat_text(spec, claim, these) or '–'} |")
+                   f"{text} | {_caveat_text(caveats(spec, claim, these)) or '–'} |")
   return "\n".join(lines) + "\n"
 
 
@@ -425,7 +423,7 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
     lines += budget_lib.markdown(spec.budget, comparisons,
                                  lambda c: _where(c, several_datasets), _interval_text)
   lines += [f"Verdicts: {counts_text(comparisons)}."
-            + (f" {_caveat_text(spec, claim, comparisons)}" if notes else ""), ""]
+            + (f" {_caveat_text(notes)}" if notes else ""), ""]
   return lines
 
 
