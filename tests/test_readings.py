@@ -595,6 +595,34 @@ def test_ranks_are_used_only_where_both_rows_have_them():
   assert all(c.boot is None for c in readings.compare(spec, results, ranks.get))
 
 
+def test_two_bm25_rows_pair_on_their_splits_questions():
+  """Two BM25 cells each rank every split's questions in one run: their pair at a ratio is
+  that ratio's test questions, as the ratio's eval cells recorded them -- an interval, not
+  the seedless ± 0 of no ranks -- and no interval where no cell says which questions."""
+  raw = copy.deepcopy(RANKED_GRID)
+  raw["systems"]["bm25-open"] = {"kind": "bm25", "encoder": "BM25 (open)"}
+  raw["tables"][0]["rows"].append("bm25-open")
+  raw["readings"] = [{"id": "closed-over-open", "sentence": "s", "source": "ours",
+                      "metrics": ["R@1"], "pairs": [["bm25", "bm25-open"]]}]
+  spec = grid.parse("g", raw)
+  results, ranks = _ranked({("bm25", 1): [0.5], ("ict", 1): [0.7]})
+  open_ranks = {q: 1 if q.startswith("q") and int(q[1:]) < 0.3 * N else 50
+                for q in ranks["bm25/squad"]}
+  ranks["bm25/squad-open"] = open_ranks
+  bm25 = next(e for e in results["per_seed"] if e["system"] == "bm25")
+  results["per_seed"].append(dict(copy.deepcopy(bm25), system="bm25-open",
+                                  cell="bm25/squad-open"))
+  results["per_seed"][-1]["record"]["metrics"] = {"R@1": 0.3}
+  (c,) = readings.compare(spec, results, ranks.get)
+  # 200 test questions, not the 250 both BM25 runs hold: 50 - 30 = +20 points.
+  assert c.boot is not None and c.boot.questions == N
+  assert c.boot.difference == pytest.approx(20.0) and c.boot.low > 0
+  # Without the ICT cell nothing says which 200 questions test-1 holds: no interval.
+  no_ict = {k: v for k, v in ranks.items() if "/ict/" not in k}
+  (c,) = readings.compare(spec, results, no_ict.get)
+  assert c.boot is None
+
+
 @pytest.mark.parametrize("claim, message", [
     ({"qualifier": "notably"}, "a `qualifier` and its threshold"),
     ({"min_gain": 5}, "a `qualifier` and its threshold"),

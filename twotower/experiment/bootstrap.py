@@ -73,12 +73,13 @@ def common_questions(a: Sequence[Run], b: Sequence[Run]) -> list[str]:
 
 
 def paired(a: Sequence[Run], b: Sequence[Run], metric: str, resamples: int = RESAMPLES,
-           seed: int = SEED) -> Optional[Interval]:
-  """The interval of A - B over the questions both sides hold; None without a common
-  question or a run on a side."""
+           seed: int = SEED, questions: Optional[Sequence[str]] = None) -> Optional[Interval]:
+  """The interval of A - B over `questions` (default: those both sides hold; given, every
+  run must hold each); None without a question or a run on a side."""
   if not a or not b:
     return None
-  questions = common_questions(a, b)
+  if questions is None:
+    questions = common_questions(a, b)
   if not questions:
     return None
   return paired_values(side_values(a, questions, metric), side_values(b, questions, metric),

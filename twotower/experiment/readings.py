@@ -83,10 +83,11 @@ class Comparison:
 
 @dataclasses.dataclass(frozen=True)
 class _Run:
-  """One seed's table entry: its metrics, its result cell, its question count."""
+  """One seed's table entry: its metrics, its result cell, its question count and split."""
   metrics: Mapping[str, float]
   cell: str
   questions: Optional[int]
+  split: str = ""
 
 
 def _per_seed(results: Mapping) -> dict[tuple, dict[int, _Run]]:
@@ -96,7 +97,8 @@ def _per_seed(results: Mapping) -> dict[tuple, dict[int, _Run]]:
     if e.get("record"):
       key = (e["table"], e["dataset"], e["system"], e["variant"], e["ratio"])
       out.setdefault(key, {})[e["seed"]] = _Run(e["record"]["metrics"], e.get("cell", ""),
-                                                e["record"].get("questions"))
+                                                e["record"].get("questions"),
+                                                e.get("split") or e["record"].get("split", ""))
   return out
 
 
@@ -141,6 +143,7 @@ def compare(spec: GridSpec, results: Mapping,
   values = _per_seed(results)
   tables = {t.id: t for t in spec.tables}
   datasets = sorted({key[1] for key in values})
+  split_ids = _split_questions(values, ranks_of) if ranks_of else None
   out = []
   for claim in spec.readings:
     table = tables.get(claim.table)
@@ -149,24 +152,27 @@ def compare(spec: GridSpec, results: Mapping,
       for ratio in ratios:
         for metric in claim.metrics:
           for index, refs in enumerate(claim.pairs):
-            c = _compare(spec, values, claim, dataset, ratio, metric, refs, index, ranks_of)
+            c = _compare(spec, values, claim, dataset, ratio, metric, refs, index, ranks_of,
+                         split_ids)
             if c is None:
               continue
             if spec.budget is not None and c.verdict in budget_lib.AGAINST:
               c = budget_lib.recheck(spec, spec.budget, c, refs, lambda longer: _compare(
-                  spec, values, claim, dataset, ratio, metric, longer, index, ranks_of))
+                  spec, values, claim, dataset, ratio, metric, longer, index, ranks_of,
+                  split_ids))
             out.append(c)
   return out
 
 
 def _compare(spec: GridSpec, values, claim: Claim, dataset: str, ratio: int, metric: str,
              refs: Sequence[RowRef], index: int,
-             ranks_of: Optional[RanksOf]) -> Optional[Comparison]:
+             ranks_of: Optional[RanksOf],
+             split_ids: Optional[_SplitIds] = None) -> Optional[Comparison]:
   """One pair of rows judged at a ratio on a metric (None: the results lack a side)."""
   a, b = (_side(spec, values, claim.table, dataset, ratio, metric, ref) for ref in refs)
   if a is None or b is None:
     return None
-  boot = _interval(a, b, metric, ranks_of) if ranks_of else None
+  boot = _interval(a, b, metric, ranks_of, split_ids) if ranks_of else None
   return Comparison(claim.id, dataset, ratio, metric, a[0], b[0],
                     judge(a[0], b[0], claim.expect, size_of(claim), boot), boot, index)
 
@@ -186,10 +192,13 @@ def _side(spec: GridSpec, values, claim_table: str, dataset: str, ratio: int, me
 
 
 def _interval(a: tuple[Side, list[_Run]], b: tuple[Side, list[_Run]], metric: str,
-              ranks_of: RanksOf) -> Optional[bootstrap.Interval]:
-  """The bootstrap interval of A - B, or None where a row has no ranks or the questions both
-  rows hold are not the questions their table entries were scored on (two BM25 rows: each
-  holds every question, so neither says which split the entry scored)."""
+              ranks_of: RanksOf,
+              split_ids: Optional[_SplitIds] = None) -> Optional[bootstrap.Interval]:
+  """The bootstrap interval of A - B over the questions their table entries were scored on:
+  those both rows' ranks hold, or, where both rows hold more (two BM25 cells: each ranks
+  every split in one run), the entries' split's questions as the split's other cells
+  recorded them (`split_ids`). None where a row has no ranks or neither gives the entries'
+  questions."""
   sides = []
   for side, runs in (a, b):
     # A seedless row's seeds are one run: the same ranks on every seed.
@@ -199,12 +208,45 @@ def _interval(a: tuple[Side, list[_Run]], b: tuple[Side, list[_Run]], metric: st
     sides.append(ranks)
   questions = bootstrap.common_questions(*sides)
   scored = {r.questions for r in a[1] + b[1] if r.questions is not None}
+  if questions and scored and scored != {len(questions)}:
+    splits = {r.split for r in a[1] + b[1]}
+    ids = split_ids(*splits) if split_ids and len(splits) == 1 else None
+    held = set(questions)
+    if ids is not None and scored == {len(ids)} and ids <= held:
+      return bootstrap.paired(*sides, metric, questions=sorted(ids))
   if not questions or (scored and scored != {len(questions)}):
     logger.warning("no interval for %s against %s (%s): %d question(s) in both rows' ranks, "
                    "entries scored on %s", a[0].label, b[0].label, metric, len(questions),
                    sorted(scored))
     return None
   return bootstrap.paired(*sides, metric)
+
+
+#: A split's name ("test-5") -> the ids of its questions, None where no cell says.
+_SplitIds = Callable[[str], Optional[frozenset]]
+
+
+def _split_questions(values, ranks_of: RanksOf) -> _SplitIds:
+  """The question ids of each split, from the cells scored on that split alone (their ranks
+  hold exactly the questions their entry was scored on: an eval cell's ratio's test side);
+  None for a split no such cell holds, or whose cells disagree on its questions."""
+  cells: dict[str, set[tuple[str, int]]] = {}      # split -> {(cell, questions scored)}
+  for runs in values.values():
+    for run in runs.values():
+      if run.split and run.questions is not None:
+        cells.setdefault(run.split, set()).add((run.cell, run.questions))
+  cache: dict[str, Optional[frozenset]] = {}
+
+  def ids(split: str) -> Optional[frozenset]:
+    if split not in cache:
+      found = set()
+      for cell, count in sorted(cells.get(split, ())):
+        ranks = ranks_of(cell)
+        if ranks is not None and len(ranks) == count:
+          found.add(frozenset(ranks))
+      cache[split] = found.pop() if len(found) == 1 else None
+    return cache[split]
+  return ids
 
 
 # ---------------------------------------------------------------------------------------------
