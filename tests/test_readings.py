@@ -726,6 +726,25 @@ def test_a_reversal_is_judged_again_at_the_longer_budget():
   assert "1 not yet rechecked at 6,000 steps (not run yet)" in text
 
 
+def test_an_open_domain_reversal_is_not_rechecked_on_the_closed_budget_rows():
+  """The budget table ranks the closed candidates: its longer ICT says nothing of ICT below
+  BM25 over the open-domain pool, so the reversal has no second verdict and says why."""
+  raw = copy.deepcopy(BUDGET_GRID)
+  raw["tables"].append({"id": "6", "title": "t6", "ratios": [5], "open_domain": True,
+                        "rows": ["bm25", "ict"]})
+  raw["readings"] = [{"id": "open-over-bm25", "sentence": "ICT is above BM25.",
+                      "source": "paper", "table": "6", "pairs": [["ict", "bm25"]]}]
+  spec = grid.parse("g", raw)
+  results = _results({("6", "ict", "base", 5): [0.30], ("6", "bm25", "base", 5): [0.90],
+                      ("budget", "ict", "long", 5): [0.95]})
+  (c,) = readings.compare(spec, results)
+  assert c.verdict in budget.AGAINST
+  assert (c.longer, c.recheck) == (None, budget.OTHER_POOL)
+  text = readings.markdown(spec, results)
+  assert f"at 6,000 steps: not checked: {budget.OTHER_POOL}." in text
+  assert "1 without a row pre-trained longer" in text
+
+
 @pytest.mark.parametrize("budget, message", [
     ({"table": "9", "longer": {"base": "long"}}, "budget table '9' is not a table"),
     ({"table": "budget", "longer": {"base": "longer"}}, "variant(s) ['longer'] are not"),

@@ -14,7 +14,9 @@ seeds (readings.compare fills each such comparison's `longer`).
 A row without pre-training (BM25, No-SSL, the untrained BoW-MLP) is the same row at any
 budget; a pre-trained row (or a hybrid, or a row reusing another's pre-training) that the
 budget table lacks, at the reversal's ratio, leaves its comparison without a second verdict,
-and the reading says so beside it (`NO_ROW`), as it says of a second verdict whose cells have
+and the reading says so beside it (`NO_ROW`; `OTHER_POOL` where the budget table ranks
+another candidate pool than the reversal's table: an open-domain verdict is not rechecked on
+closed-pool rows), as it says of a second verdict whose cells have
 not run yet (`PENDING`) and of a reversal between two rows without pre-training
 (`UNTRAINED`).
 """
@@ -31,6 +33,8 @@ AGAINST = (rule.CONTRADICTED, rule.SEEDS_AGAINST, rule.SEEN_AGAINST, rule.SIZE_M
 #: Why a reversal has no verdict at the longer budget (a Comparison's `recheck`).
 PENDING = "its cells at the longer budget have not run yet"
 NO_ROW = "the budget table has no row pre-trained longer for it at this ratio"
+OTHER_POOL = ("the budget table ranks another candidate pool (closed or open-domain) than "
+              "this comparison's rows")
 UNTRAINED = "neither row is pre-trained, so no pre-training budget moves it"
 
 
@@ -69,7 +73,7 @@ def recheck(spec: Any, budget: BudgetCheck, comparison: Any, refs: Sequence[Any]
             judge_again: Callable[[list], Any]) -> Any:
   """A reversal (a readings.Comparison) with its verdict at the longer budget (`longer`,
   from `judge_again(the rows at the longer budget)`), or with why it has none (`recheck`:
-  UNTRAINED, NO_ROW, PENDING)."""
+  UNTRAINED, NO_ROW, OTHER_POOL, PENDING)."""
   longer = [longer_ref(spec, budget, ref) for ref in refs]
   if None not in longer and all(r.table != budget.table for r in longer):
     return dataclasses.replace(comparison, recheck=UNTRAINED)
@@ -78,6 +82,16 @@ def recheck(spec: Any, budget: BudgetCheck, comparison: Any, refs: Sequence[Any]
   if None in longer or comparison.ratio not in (table.ratios if table else ()) or any(
       r.table == budget.table and (r.system, r.variant) not in held for r in longer):
     return dataclasses.replace(comparison, recheck=NO_ROW)
+  # Each row at the longer budget must rank the candidates its row ranked: the budget
+  # table's closed-pool row says nothing of an open-domain table's verdict.
+  tables = {t.id: t for t in spec.tables}
+  home = next((c.table for c in spec.readings if c.id == comparison.claim), "")
+
+  def open_domain(ref: Any) -> bool:
+    t = tables.get(ref.table or home)
+    return bool(t and t.open_domain)
+  if any(open_domain(r) != open_domain(l) for r, l in zip(refs, longer)):
+    return dataclasses.replace(comparison, recheck=OTHER_POOL)
   again = judge_again(longer)
   return dataclasses.replace(comparison, longer=again, recheck="" if again else PENDING)
 
@@ -137,7 +151,7 @@ def summary(comparisons: Sequence[Any], budget: BudgetCheck) -> str:
   4 not yet rechecked ..., 5 without a row pre-trained longer, ..." (or "")."""
   found = [c.longer for c in comparisons if c.longer is not None]
   pending = sum(1 for c in comparisons if c.recheck == PENDING)
-  no_row = sum(1 for c in comparisons if c.recheck == NO_ROW)
+  no_row = sum(1 for c in comparisons if c.recheck in (NO_ROW, OTHER_POOL))
   still = sum(1 for c in found if c.verdict in AGAINST)
   parts = [f"{still} of {len(found)} rechecked at {budget.label} still against it"] \
       if found else []
