@@ -18,12 +18,16 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 demo: setup data
 	$(VENV)/bin/twotower demo --dump $(DEFAULT_DUMP) --out runs/demo
 
+# One worker per core (at most 4: each holds TensorFlow and a JVM); a test file stays on one
+# worker, so its module fixtures (a tiny grid, a trained model) are made once.
+PYTEST_WORKERS := -n auto --maxprocesses 4 --dist loadfile
+
 test: setup-test
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_WORKERS) tests
 
 # The slow tests (`@pytest.mark.slow`: training, the tiny grid, the demo, the guides) left out.
 test-quick: setup-test
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
