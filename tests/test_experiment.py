@@ -791,6 +791,27 @@ def test_tiny_grid_lost_work_dir_restores_cells_and_reruns_only_a_missing_result
   _assert_ranks_give_the_tables(the_plan, str(tmp_path / "new-work"), results)
 
 
+def test_render_only_refuses_records_of_other_inputs_and_keeps_the_tables(tmp_path):
+  """The same grid over inputs named differently (another path to the same file gives other
+  cell keys): none of the results dir's records is a cell of the plan, and rendering would
+  replace its tables with empty ones. It is refused, naming the records file; nothing is
+  written."""
+  results = tmp_path / "results"
+  results.mkdir()
+  records = {"pairs/wiki-0123456789": {"cell": "pairs/wiki", "state": "done"}}
+  (results / execute.RECORDS_FILE).write_text(json.dumps(records))
+  (results / "README.md").write_text("the committed tables\n")
+  config = experiment_cmd.parse([
+      "--grid", "tiny", "--out", str(tmp_path / "work"), "--results_dir", str(results),
+      "--dump", tiny_dump(tmp_path / "tiny-pages-articles.xml.bz2"),
+      "--squad", tiny_squad(tmp_path / "squad.json"), "--progress", "none", "--render_only"])
+  with pytest.raises(ValueError, match=r"cells\.json: none of its 1 records is a cell of this"):
+    experiment.run(config)
+  assert (results / "README.md").read_text() == "the committed tables\n"
+  assert json.loads((results / execute.RECORDS_FILE).read_text()) == records
+  assert sorted(p.name for p in results.iterdir()) == ["README.md", execute.RECORDS_FILE]
+
+
 @pytest.mark.slow
 def test_tiny_grid_in_two_jobs_gives_the_same_numbers(tiny_grid, tmp_path, capsys):
   """`--jobs 2`: two processes with one TensorFlow thread each share the work dir; each cell

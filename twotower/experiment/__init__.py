@@ -139,6 +139,13 @@ def run(config: ExperimentConfig) -> ExperimentResult:
       render.update_blocks(config.readme, spec, written, results_dir)
 
   if config.render_only:
+    if records and not {c.dirname for c in the_plan} & set(records):
+      # Rendering would overwrite the tables with empty ones while the records stay.
+      raise ValueError(
+          f"{records_file}: none of its {len(records)} records is a cell of this plan, so the "
+          "grid's inputs or settings differ from the run that wrote them (a file given by "
+          "another path is another input: give the paths of the README's command); nothing "
+          "rendered, the tables are kept")
     # What a narrowed or interrupted run has left, shown against the whole grid.
     refresh()
     return ExperimentResult(text, (), states, results_dir)
