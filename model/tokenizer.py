@@ -1,14 +1,19 @@
 """In-graph tokenizer: raw strings -> static-length `token_ids` / `padding_mask`.
 
-Built only from tensorflow-text ops, so it runs inside `tf.data`, inside a `tf.function`
-and inside an exported SavedModel (a consumer needs `import tensorflow_text` for the custom
-ops, nothing of ours):
+Built only from TensorFlow and tensorflow-text ops, so it runs inside `tf.data`, inside a
+`tf.function` and inside an exported SavedModel (a consumer needs `import tensorflow_text`
+for the custom ops, nothing of ours):
 
   text   --FastBertNormalizer (lower case, NFD, strip accents)-->
          --FastWordpieceTokenizer (end to end: splits words, then word pieces)--> ragged ids
-  query  = [CLS] q [SEP]                          (WaterfallTrimmer to query_len - 2)
-  doc    = [CLS] title [SEP] passage [SEP]        (WaterfallTrimmer: the passage is cut first)
-         --combine_segments--> --pad_model_inputs(static length)--> token_ids, padding_mask
+  query  = [CLS] q [SEP]                          (cut to query_len - 2 pieces)
+  doc    = [CLS] title [SEP] passage [SEP]        (cut in order: the passage is cut first)
+         --padded to a static length--> token_ids, padding_mask
+
+The cut and the packing are tensorflow-text's WaterfallTrimmer + combine_segments +
+pad_model_inputs, written as one gather (`pack_segments`): the same ids, in about 40 graph
+ops where those make about 1,500 for a document, which every tf.data map, tf.function and
+export that holds the tokenizer paid for in seconds of tracing.
 
 The vocabulary file has one token per line, `[PAD]` on line 0 (id 0 is padding), and the
 other `contracts.RESERVED_TOKENS` (`[UNK]`, `[CLS]`, `[SEP]`, `[MASK]`) somewhere (as
@@ -57,6 +62,33 @@ def read_vocab(path: str) -> list[str]:
   return tokens
 
 
+@tf.autograph.experimental.do_not_convert  # plain ops, a Python loop over the segments
+def pack_segments(segments: list[tf.RaggedTensor], length: int, cls_id: int, sep_id: int,
+                  pad_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """`[CLS] s1 [SEP] s2 [SEP] ... [PAD]...` of ragged int [batch, (pieces)] segments, cut to
+  fit `length` in order (the first segment keeps up to length - 1 - len(segments) pieces,
+  the next what is left, and so on, each losing its tail): tensorflow-text's
+  WaterfallTrimmer(length - 1 - len(segments)) + combine_segments + pad_model_inputs, as
+  one gather. Returns int32 (token_ids, padding_mask), both [batch, length]."""
+  columns = tf.range(length, dtype=tf.int64)[None, :]
+  left = tf.constant(length - 1 - len(segments), tf.int64)  # pieces the segments may keep
+  start = tf.ones_like(segments[0].row_lengths())[:, None]  # after [CLS]
+  ids = tf.where(columns == 0, tf.constant(cls_id, tf.int64), tf.constant(pad_id, tf.int64))
+  for segment in segments:
+    kept = tf.minimum(segment.row_lengths(), left)
+    left -= kept
+    end = start + kept[:, None]
+    # Column c holds the segment's piece c - start where start <= c < end; the dense copy is
+    # cut at `length` columns, enough for any kept piece.
+    pieces = segment.to_tensor(default_value=pad_id, shape=[None, length])
+    offset = tf.clip_by_value(columns - start, 0, length - 1)
+    ids = tf.where((columns >= start) & (columns < end),
+                   tf.gather(pieces, offset, batch_dims=1), ids)
+    ids = tf.where(columns == end, tf.constant(sep_id, tf.int64), ids)
+    start = end + 1
+  return tf.cast(ids, tf.int32), tf.cast(columns < start, tf.int32)
+
+
 class Tokenizer(tf.Module):
   """Raw query / (title, passage) strings -> fixed-length id and mask tensors.
 
@@ -75,8 +107,6 @@ class Tokenizer(tf.Module):
     self._normalizer = tf_text.FastBertNormalizer(lower_case_nfd_strip_accents=True)
     self._wordpiece = tf_text.FastWordpieceTokenizer(
         vocab=vocab, token_out_type=tf.int64, unknown_token=UNK, no_pretokenization=False)
-    self._query_trimmer = tf_text.WaterfallTrimmer(self.query_len - 2)
-    self._doc_trimmer = tf_text.WaterfallTrimmer(self.doc_len - 3)
 
   @classmethod
   def from_file(cls, path: str, query_len: int, doc_len: int) -> "Tokenizer":
@@ -84,30 +114,28 @@ class Tokenizer(tf.Module):
     logger.info("vocabulary %s: %d tokens", path, len(vocab))
     return cls(vocab, query_len, doc_len)
 
+  # Not converted by AutoGraph: tensorflow-text's Python has no tensor-dependent control flow,
+  # and converting it cost a second or more in each process that traces the tokenizer.
+  @tf.autograph.experimental.do_not_convert
   def word_pieces(self, text: tf.Tensor) -> tf.RaggedTensor:
     """string [batch] -> int64 ragged [batch, (pieces)], no special tokens."""
     return self._wordpiece.tokenize(self._normalizer.normalize(text))
 
   def _pack(self, segments: list[tf.RaggedTensor], length: int) -> dict[str, tf.Tensor]:
-    ids, _ = tf_text.combine_segments(segments, start_of_sequence_id=self.cls_id,
-                                      end_of_segment_id=self.sep_id)
-    token_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=length, pad_value=self.pad_id)
-    return {"token_ids": tf.cast(token_ids, tf.int32), "padding_mask": tf.cast(mask, tf.int32)}
+    token_ids, mask = pack_segments(segments, length, self.cls_id, self.sep_id, self.pad_id)
+    return {"token_ids": token_ids, "padding_mask": mask}
 
   def queries(self, query: tf.Tensor) -> dict[str, tf.Tensor]:
     """string [batch] -> `[CLS] q [SEP]` ids/mask, int32 [batch, query_len]."""
-    (q,) = self._query_trimmer.trim([self.word_pieces(query)])
-    return self._pack([q], self.query_len)
+    return self._pack([self.word_pieces(query)], self.query_len)
 
   def docs(self, title: tf.Tensor, text: tf.Tensor) -> dict[str, tf.Tensor]:
     """string [batch] x2 -> `[CLS] title [SEP] passage [SEP]` ids/mask, [batch, doc_len]."""
-    t, p = self._doc_trimmer.trim([self.word_pieces(title), self.word_pieces(text)])
-    return self._pack([t, p], self.doc_len)
+    return self._pack([self.word_pieces(title), self.word_pieces(text)], self.doc_len)
 
   def passages(self, text: tf.Tensor, length: int) -> dict[str, tf.Tensor]:
     """string [batch] -> `[CLS] text [SEP]` ids/mask, [batch, length] (MLM inputs)."""
-    (p,) = tf_text.WaterfallTrimmer(length - 2).trim([self.word_pieces(text)])
-    return self._pack([p], length)
+    return self._pack([self.word_pieces(text)], length)
 
   def mask_for_mlm(self, token_ids: tf.Tensor, rate: float, max_predictions: int,
                    seed: tf.Tensor) -> dict[str, tf.Tensor]:

@@ -48,6 +48,9 @@ def build(dropout: float, grad_cache_chunk: int, model_class=None):
     model = model_class(model.query_tower, model.doc_tower, grad_cache_chunk=grad_cache_chunk)
   # Warm-up over 2 of 10 steps: the learning rate differs at every step.
   model.compile(optimizer=train.make_optimizer(1e-2, 10, 0.2, 0.0))
+  # As train.py does: an optimizer built before fit is traced once, not twice (slots made
+  # in the first trace make tf.function trace the step again).
+  model.optimizer.build(model.trainable_variables)
   return model
 
 

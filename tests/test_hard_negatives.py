@@ -214,6 +214,7 @@ def test_mined_pairs_feed_the_towers(mined, tmp_path):
                                              query_len=12, doc_len=48),
                           tokenizer.vocab_size, grad_cache_chunk=2)
   model.compile(optimizer=train.make_optimizer(1e-3, 2, 0.5, 0.0))
+  model.optimizer.build(model.trainable_variables)  # as train.py: the step traced once
   history = model.fit(ds.take(1).repeat(), steps_per_epoch=1, verbose=0).history
   assert np.isfinite(history["loss"][0])
   # Without hard negatives the batch is what it always was.

@@ -34,6 +34,7 @@ def _model(queue: int = N, momentum: float = M, dropout: float = 0.0) -> TwoTowe
   keras.utils.set_random_seed(1)
   model = build_two_tower(mc, 64, moco_queue=queue, moco_momentum=momentum)
   model.compile(optimizer=train.make_optimizer(1e-2, 10, 0.0, 0.0))
+  model.optimizer.build(model.trainable_variables)  # as train.py: the step traced once
   return model
 
 

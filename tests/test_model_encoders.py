@@ -9,10 +9,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text as tf_text
 
+from conftest import SHARED_DATA
 from twotower import contracts
 from twotower.model import config, data, encoders, train, two_tower
-from twotower.model.tokenizer import Tokenizer, read_vocab
+from twotower.model.tokenizer import Tokenizer, pack_segments, read_vocab
 from twotower.testing import pairs as testing
 
 
@@ -43,6 +45,73 @@ def test_doc_layout_truncates_the_passage_first(tokenizer):
   assert ids[:3] == [2, paris, 3] and ids[-1] == 3 and len(ids) == 12
   assert ids[3:11] == _ids(tokenizer, "w1 w2 w3 w4 w5 w6 w7 w8")
   assert out["padding_mask"].numpy().sum() == 12
+
+
+def _tf_text_pack(segments, length, cls_id=2, sep_id=3, pad_id=0):
+  """What pack_segments replaced: tensorflow-text's trimmer, combiner and padder."""
+  trimmed = tf_text.WaterfallTrimmer(length - 1 - len(segments)).trim(segments)
+  ids, _ = tf_text.combine_segments(trimmed, start_of_sequence_id=cls_id,
+                                    end_of_segment_id=sep_id)
+  token_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=length, pad_value=pad_id)
+  return tf.cast(token_ids, tf.int32).numpy(), tf.cast(mask, tf.int32).numpy()
+
+
+@pytest.mark.parametrize("segments", [1, 2, 3])
+def test_pack_segments_gives_tensorflow_texts_ids_and_mask(segments):
+  # Rows from empty to far over the budget, in every combination the draw makes: the first
+  # segment alone over it, the last cut to nothing, every one empty.
+  rng = np.random.default_rng(segments)
+  for length in (segments + 1, segments + 2, 7, 16):
+    rows = 300
+    ragged = [tf.ragged.constant([rng.integers(5, 99, size=rng.choice([0, 1, 2, 5, 9, 20]))
+                                  .tolist() for _ in range(rows)], dtype=tf.int64,
+                                 ragged_rank=1, row_splits_dtype=tf.int64)
+              for _ in range(segments)]
+    ours = pack_segments(ragged, length, 2, 3, 0)
+    assert ours[0].shape == ours[1].shape == (rows, length) and ours[0].dtype == tf.int32
+    expected = _tf_text_pack(ragged, length)
+    np.testing.assert_array_equal(ours[0].numpy(), expected[0], err_msg=f"length {length}")
+    np.testing.assert_array_equal(ours[1].numpy(), expected[1], err_msg=f"length {length}")
+  empty = [tf.ragged.constant([], dtype=tf.int64, ragged_rank=1)] * segments
+  assert pack_segments(empty, 8, 2, 3, 0)[0].shape == (0, 8)
+
+
+def test_the_packed_graph_stays_small(tokenizer):
+  # The reason pack_segments exists: tensorflow-text's trimmer and combiner built about
+  # 1,500 ops for a document, traced again by every tf.data map and tf.function.
+  fn = tf.function(lambda title, text: tokenizer.docs(title, text))
+  graph = fn.get_concrete_function(tf.TensorSpec([None], tf.string),
+                                   tf.TensorSpec([None], tf.string)).graph
+  assert len(graph.get_operations()) < 150
+
+
+@pytest.mark.shared_data
+def test_documents_and_questions_of_the_squad_subset_pack_as_tensorflow_text_did(tmp_path):
+  """Every ReQA candidate of the shared SQuAD subset (title, sentence + passage) and every
+  question, at the cpu-small lengths, against the tensorflow-text packing."""
+  squad = SHARED_DATA / "squad" / "train-subset-v1.1.json"
+  if not squad.exists():
+    pytest.skip(f"{squad} is absent (shared data is only on developer and CI machines)")
+  articles = json.loads(squad.read_text())["data"]
+  titles, passages, questions = [], [], []
+  for article in articles:
+    for paragraph in article["paragraphs"]:
+      titles.append(article["title"].replace("_", " "))
+      passages.append(paragraph["context"])
+      questions.extend(qa["question"] for qa in paragraph["qas"])
+  words = sorted({w.lower().strip(".,;:()\"'") for p in passages for w in p.split()} - {""})
+  tok = Tokenizer([*contracts.RESERVED_TOKENS, *words[:5000]] + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"],
+                  32, 128)
+  t, p = tok.word_pieces(tf.constant(titles)), tok.word_pieces(tf.constant(passages))
+  assert max(p.row_lengths().numpy()) > 128  # passages are cut
+  expected = _tf_text_pack([t, p], 128, tok.cls_id, tok.sep_id, tok.pad_id)
+  ours = tok.docs(tf.constant(titles), tf.constant(passages))
+  np.testing.assert_array_equal(ours["token_ids"].numpy(), expected[0])
+  np.testing.assert_array_equal(ours["padding_mask"].numpy(), expected[1])
+  q = tok.word_pieces(tf.constant(questions))
+  expected = _tf_text_pack([q], 32, tok.cls_id, tok.sep_id, tok.pad_id)
+  np.testing.assert_array_equal(tok.queries(tf.constant(questions))["token_ids"].numpy(),
+                                expected[0])
 
 
 def test_unknown_words_become_unk_and_accents_fold(tokenizer):

@@ -145,6 +145,7 @@ _MIRRORED_SCRIPT = textwrap.dedent("""
         # Warm-up over 2 of 10 steps: the learning rate differs at every step, so a schedule
         # that counted per-replica steps would show up as a weight difference after 3 steps.
         m.compile(optimizer=train.make_optimizer(1e-2, 10, 0.2, 0.0))
+        m.optimizer.build(m.trainable_variables)  # as train.py: the step traced once
       return m
 
     one = make(tf.distribute.get_strategy())
