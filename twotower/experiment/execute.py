@@ -116,14 +116,22 @@ def restorable(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
 
 
 def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
-  """Writes a restored `done.json` for each `restorable` cell; returns their names."""
-  names = restorable(plan, work, records)
-  for name in names:
+  """Writes a restored `done.json` for each `restorable` cell; returns their names.
+
+  A cell whose lock another process holds is left alone: that process (another job of
+  `--jobs`) is running it again, in a folder its stage owns, where a record written now
+  would make the stage refuse the folder; it writes the cell's record when it ends."""
+  restored = []
+  for name in restorable(plan, work, records):
     cell = plan[name]
     out = cell_dir(work, cell)
-    tio.makedirs(out)
-    tio.write_json(os.path.join(out, DONE_FILE), {**records[cell.dirname], RESTORED: True})
-  return names
+    with _cell_lock(out) as held:
+      if not held or state_of(work, cell) == "done":
+        continue
+      tio.makedirs(out)
+      tio.write_json(os.path.join(out, DONE_FILE), {**records[cell.dirname], RESTORED: True})
+      restored.append(name)
+  return restored
 
 
 def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None,
