@@ -63,6 +63,10 @@ BENCHMARKS = {
     "train_speed": Benchmark(
         "training examples/s, real input pipeline vs cached batches; FLOP/s vs roofline",
         quick=("--only", "cpu-small", "--steps", "4", "--rounds", "1")),
+    "tokenizer_packing": Benchmark(
+        "the tokenizer's packing as one gather vs tensorflow-text's trimmer + combiner + "
+        "padder: graph ops, trace seconds, rows/s, equal ids",
+        quick=("--batches", "4", "--rounds", "1")),
     "grad_cache": Benchmark(
         "gradient-cached train step vs direct: peak RSS and examples/s",
         quick=("--batches", "64,128", "--direct_batches", "64", "--ratio_batches", "64",

@@ -89,6 +89,17 @@ def pack_segments(segments: list[tf.RaggedTensor], length: int, cls_id: int, sep
   return tf.cast(ids, tf.int32), tf.cast(columns < start, tf.int32)
 
 
+def pack_segments_tf_text(segments: list[tf.RaggedTensor], length: int, cls_id: int,
+                          sep_id: int, pad_id: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """What `pack_segments` replaced, from tensorflow-text's ops: kept as the reference its
+  test and benchmarks/tokenizer_packing.py compare it with."""
+  trimmed = tf_text.WaterfallTrimmer(length - 1 - len(segments)).trim(segments)
+  ids, _ = tf_text.combine_segments(trimmed, start_of_sequence_id=cls_id,
+                                    end_of_segment_id=sep_id)
+  token_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=length, pad_value=pad_id)
+  return tf.cast(token_ids, tf.int32), tf.cast(mask, tf.int32)
+
+
 class Tokenizer(tf.Module):
   """Raw query / (title, passage) strings -> fixed-length id and mask tensors.
 

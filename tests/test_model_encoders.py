@@ -9,12 +9,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_text as tf_text
 
-from conftest import SHARED_DATA
+from conftest import REPO, SHARED_DATA
 from twotower import contracts
 from twotower.model import config, data, encoders, train, two_tower
-from twotower.model.tokenizer import Tokenizer, pack_segments, read_vocab
+from twotower.model.tokenizer import (Tokenizer, pack_segments, pack_segments_tf_text,
+                                      read_vocab)
 from twotower.testing import pairs as testing
 
 
@@ -48,12 +48,7 @@ def test_doc_layout_truncates_the_passage_first(tokenizer):
 
 
 def _tf_text_pack(segments, length, cls_id=2, sep_id=3, pad_id=0):
-  """What pack_segments replaced: tensorflow-text's trimmer, combiner and padder."""
-  trimmed = tf_text.WaterfallTrimmer(length - 1 - len(segments)).trim(segments)
-  ids, _ = tf_text.combine_segments(trimmed, start_of_sequence_id=cls_id,
-                                    end_of_segment_id=sep_id)
-  token_ids, mask = tf_text.pad_model_inputs(ids, max_seq_length=length, pad_value=pad_id)
-  return tf.cast(token_ids, tf.int32).numpy(), tf.cast(mask, tf.int32).numpy()
+  return [x.numpy() for x in pack_segments_tf_text(segments, length, cls_id, sep_id, pad_id)]
 
 
 @pytest.mark.parametrize("segments", [1, 2, 3])
@@ -238,3 +233,20 @@ def test_train_step_compiles_with_jit(tmp_path):
   assert model.jit_compile is True
   assert np.isfinite(history.history["loss"][-1])
   assert any(np.max(np.abs(a - b)) > 0 for a, b in zip(before, model.get_weights()))
+
+
+def test_the_packing_benchmark_prints_both_packings_with_equal_ids(tmp_path, capsys,
+                                                                   monkeypatch):
+  # benchmarks/ is a plain folder at the repository root, not part of the installed package.
+  monkeypatch.syspath_prepend(str(REPO))
+  from benchmarks import tokenizer_packing
+  assert tokenizer_packing.main(["--squad", str(tmp_path / "absent.json"), "--batch", "8",
+                                 "--batches", "2", "--rounds", "1"]) == 0
+  rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()
+          if line.startswith("| document") or line.startswith("| question")]
+  assert [(r[0], r[1]) for r in rows] == [
+      ("| document", "pack_segments"), ("| document", "tensorflow-text"),
+      ("| question", "pack_segments"), ("| question", "tensorflow-text")]
+  assert all(r[-1] == "yes |" for r in rows)
+  ours, theirs = rows[0], rows[1]
+  assert int(ours[2].replace(",", "")) < int(theirs[2].replace(",", "")) / 5  # graph ops
