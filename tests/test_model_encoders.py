@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, SHARED_DATA
+from conftest import REPO
 from twotower import contracts
 from twotower.model import config, data, encoders, train, two_tower
 from twotower.model.tokenizer import (Tokenizer, pack_segments, pack_segments_tf_text,
@@ -81,13 +81,10 @@ def test_the_packed_graph_stays_small(tokenizer):
 
 
 @pytest.mark.shared_data
-def test_documents_and_questions_of_the_squad_subset_pack_as_tensorflow_text_did(tmp_path):
-  """Every ReQA candidate of the shared SQuAD subset (title, sentence + passage) and every
-  question, at the cpu-small lengths, against the tensorflow-text packing."""
-  squad = SHARED_DATA / "squad" / "train-subset-v1.1.json"
-  if not squad.exists():
-    pytest.skip(f"{squad} is absent (shared data is only on developer and CI machines)")
-  articles = json.loads(squad.read_text())["data"]
+def test_documents_and_questions_of_the_squad_subset_pack_as_tensorflow_text_did(squad_subset):
+  """Every paragraph of the shared SQuAD subset with its title, and every question, at the
+  cpu-small lengths, against the tensorflow-text packing."""
+  articles = json.loads(squad_subset.read_text())["data"]
   titles, passages, questions = [], [], []
   for article in articles:
     for paragraph in article["paragraphs"]:
