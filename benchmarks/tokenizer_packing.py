@@ -16,7 +16,6 @@ tensorflow-text's, and whether the ids are equal. Rounds alternate the two, best
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import time
 
@@ -25,32 +24,40 @@ import tensorflow as tf
 
 from twotower import contracts
 from twotower.model.tokenizer import Tokenizer, pack_segments, pack_segments_tf_text
+from twotower.pipelines import squad
 
 SQUAD = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad" / \
     "train-subset-v1.1.json"
 DOC_LEN, QUERY_LEN = 128, 32
 
 
-def _texts(squad: pathlib.Path | None, rng: np.random.Generator):
-  """(titles, paragraphs, questions) of the SQuAD file, or synthetic ones of like lengths."""
-  if squad is not None and squad.exists():
-    titles, paragraphs, questions = [], [], []
-    for article in json.loads(squad.read_text())["data"]:
-      for paragraph in article["paragraphs"]:
-        titles.append(article["title"].replace("_", " "))
-        paragraphs.append(paragraph["context"])
-        questions.extend(qa["question"] for qa in paragraph["qas"])
-    return titles, paragraphs, questions, str(squad)
+def squad_texts(path: str) -> tuple[list[str], list[str], list[str]]:
+  """(titles, paragraphs, questions) of a SQuAD file: a title per paragraph."""
+  titles, paragraphs, questions = [], [], []
+  for article in squad.load_squad(path)["data"]:
+    for paragraph in article["paragraphs"]:
+      titles.append(article["title"].replace("_", " "))
+      paragraphs.append(paragraph["context"])
+      questions.extend(qa["question"] for qa in paragraph["qas"])
+  return titles, paragraphs, questions
+
+
+def vocabulary(texts: list[str]) -> list[str]:
+  """A WordPiece vocabulary good enough to pack: the reserved tokens, up to 20,000 of the
+  texts' words, and single-character suffixes (so no word is all [UNK])."""
+  words = sorted({w.lower().strip(".,;:()\"'") for t in texts for w in t.split()} - {""})
+  return [*contracts.RESERVED_TOKENS, *words[:20000],
+          *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789"]]
+
+
+def _texts(path: pathlib.Path | None, rng: np.random.Generator):
+  """`squad_texts` of the file and its name, or synthetic texts of like lengths."""
+  if path is not None and path.exists():
+    return (*squad_texts(str(path)), str(path))
   words = [f"w{i}" for i in range(3000)]
   text = lambda n: " ".join(rng.choice(words, n))  # noqa: E731
   return ([text(3) for _ in range(2000)], [text(int(rng.integers(20, 300))) for _ in range(2000)],
           [text(int(rng.integers(4, 20))) for _ in range(8000)], "synthetic text")
-
-
-def _vocab(texts: list[str]) -> list[str]:
-  words = sorted({w.lower().strip(".,;:()\"'") for t in texts for w in t.split()} - {""})
-  return [*contracts.RESERVED_TOKENS, *words[:20000],
-          *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz0123456789"]]
 
 
 def measure(pack, tok: Tokenizer, columns: list[list[str]], length: int, batch: int,
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
   titles, paragraphs = (titles * (need // len(titles) + 1))[:need], \
       (paragraphs * (need // len(paragraphs) + 1))[:need]
   questions = (questions * (need // len(questions) + 1))[:need]
-  tok = Tokenizer(_vocab(paragraphs + questions), QUERY_LEN, DOC_LEN)
+  tok = Tokenizer(vocabulary(paragraphs + questions), QUERY_LEN, DOC_LEN)
   sides = {"document": ([titles, paragraphs], DOC_LEN), "question": ([questions], QUERY_LEN)}
   packers = {"pack_segments": pack_segments, "tensorflow-text": pack_segments_tf_text}
   best: dict[tuple[str, str], dict] = {}

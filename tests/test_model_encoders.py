@@ -81,19 +81,14 @@ def test_the_packed_graph_stays_small(tokenizer):
 
 
 @pytest.mark.shared_data
-def test_documents_and_questions_of_the_squad_subset_pack_as_tensorflow_text_did(squad_subset):
+def test_documents_and_questions_of_the_squad_subset_pack_as_tensorflow_text_did(squad_subset,
+                                                                                 monkeypatch):
   """Every paragraph of the shared SQuAD subset with its title, and every question, at the
   cpu-small lengths, against the tensorflow-text packing."""
-  articles = json.loads(squad_subset.read_text())["data"]
-  titles, passages, questions = [], [], []
-  for article in articles:
-    for paragraph in article["paragraphs"]:
-      titles.append(article["title"].replace("_", " "))
-      passages.append(paragraph["context"])
-      questions.extend(qa["question"] for qa in paragraph["qas"])
-  words = sorted({w.lower().strip(".,;:()\"'") for p in passages for w in p.split()} - {""})
-  tok = Tokenizer([*contracts.RESERVED_TOKENS, *words[:5000]] + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"],
-                  32, 128)
+  monkeypatch.syspath_prepend(str(REPO))  # benchmarks/: a folder at the repository root
+  from benchmarks.tokenizer_packing import squad_texts, vocabulary
+  titles, passages, questions = squad_texts(str(squad_subset))
+  tok = Tokenizer(vocabulary(passages), 32, 128)
   t, p = tok.word_pieces(tf.constant(titles)), tok.word_pieces(tf.constant(passages))
   assert max(p.row_lengths().numpy()) > 128  # passages are cut
   expected = _tf_text_pack([t, p], 128, tok.cls_id, tok.sep_id, tok.pad_id)
