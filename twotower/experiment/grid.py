@@ -231,6 +231,9 @@ class GridSpec:
   finetune_select: Optional[FinetuneSelect] = None
   # The rows pre-trained longer that a reading's reversals are judged again on (None: none).
   budget: Optional[budget_lib.BudgetCheck] = None
+  # The grid whose reading this one's is compared with (reading_changes.py; its results
+  # folder beside this grid's), "" for none.
+  reading_baseline: str = ""
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
@@ -400,7 +403,8 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
       seeds=seeds, variants=variants, systems=systems, tables=tables,
       readings=tuple(_claim(c, where) for c in raw.get("readings") or ()),
       finetune_select=parse_select(training.get("finetune_select"), where),
-      budget=budget_lib.parse(raw.get("budget"), where))
+      budget=budget_lib.parse(raw.get("budget"), where),
+      reading_baseline=str(raw.get("reading_baseline", "")))
   check(spec)
   return spec
 

@@ -305,12 +305,12 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
   return "\n".join(lines) + "\n"
 
 
-def _where(c: Comparison, several_datasets: bool) -> str:
+def where_text(c: Comparison, several_datasets: bool) -> str:
   return ("zero-shot" if c.ratio == contracts.ZERO_SHOT_RATIO else f"{c.ratio} %") + (
       f" ({c.dataset})" if several_datasets else "")
 
 
-def _interval_text(c: Comparison) -> str:
+def interval_text(c: Comparison) -> str:
   """The bootstrap interval of A − B (the table's direction), or the seed-SD bar's."""
   if c.boot is not None:
     return f"[{c.boot.low:+.2f}, {c.boot.high:+.2f}] ({c.boot.questions:,} q)"
@@ -353,11 +353,11 @@ def _pair_signs(comparisons: Sequence[Comparison]) -> list[str]:
 
 def _matrix(comparisons: Sequence[Comparison], several_datasets: bool) -> list[str]:
   """For a claim over several metrics: a verdict per (metric, ratio), one table per pair."""
-  wheres = list(dict.fromkeys(_where(c, several_datasets) for c in comparisons))
+  wheres = list(dict.fromkeys(where_text(c, several_datasets) for c in comparisons))
   lines = []
   for pair in dict.fromkeys(c.pair for c in comparisons):
     these = [c for c in comparisons if c.pair == pair]
-    cell = {(c.metric, _where(c, several_datasets)): c.verdict for c in these}
+    cell = {(c.metric, where_text(c, several_datasets)): c.verdict for c in these}
     lines += [f"{these[0].a.label} against {these[0].b.label}, per metric and ratio:", "",
               "| metric | " + " | ".join(wheres) + " |", "|---|" + "---|" * len(wheres)]
     for metric in dict.fromkeys(c.metric for c in these):
@@ -386,16 +386,16 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
   several_datasets = len({c.dataset for c in comparisons}) > 1
   for c in comparisons:
     share = f"{100 * c.a.mean / c.b.mean:.1f} %" if c.b.mean else "–"
-    lines.append(f"| {c.a.label} | {c.b.label} | {_where(c, several_datasets)} | {c.metric} | "
-                 f"{c.a.text()} | {c.b.text()} | {c.a.mean - c.b.mean:+.2f} | "
-                 f"{_interval_text(c)} | {share} | {_seeds_text(c)} | **{c.verdict}** |")
+    lines.append(f"| {c.a.label} | {c.b.label} | {where_text(c, several_datasets)} | "
+                 f"{c.metric} | {c.a.text()} | {c.b.text()} | {c.a.mean - c.b.mean:+.2f} | "
+                 f"{interval_text(c)} | {share} | {_seeds_text(c)} | **{c.verdict}** |")
   lines += [""]
   if len({c.metric for c in comparisons}) > 1:
     lines += _matrix(comparisons, several_datasets)
   lines += _pair_signs(comparisons)
   if spec.budget is not None:
     lines += budget_lib.markdown(spec.budget, comparisons,
-                                 lambda c: _where(c, several_datasets), _interval_text)
+                                 lambda c: where_text(c, several_datasets), interval_text)
   lines += [f"Verdicts: {counts_text(comparisons)}."
             + (f" {_caveat_text(notes)}" if notes else ""), ""]
   return lines

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower import contracts
 from twotower import io as tio
 from twotower.eval import report
-from twotower.experiment import execute, finetune_length, ranks, readings
+from twotower.experiment import execute, finetune_length, ranks, reading_changes, readings
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.identity import CellId
@@ -271,8 +271,9 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
   # rows of a comparison have them; the committed grids before them read by seeds alone.
   ranks_of = ranks.results_reader(results_dir)
   readings.write(spec, results, cell_records, results_dir, ranks_of)
-  return Written(sections, summary, tables1_2,
-                 tuple(readings.compare(spec, results, ranks_of)))
+  comparisons = tuple(readings.compare(spec, results, ranks_of))
+  reading_changes.write(spec, comparisons, results_dir)
+  return Written(sections, summary, tables1_2, comparisons)
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
