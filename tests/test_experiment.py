@@ -403,6 +403,44 @@ def test_a_resumed_cell_records_the_time_its_killed_attempt_spent(tmp_path, monk
   assert "1 cell was interrupted and resumed" in readme and "(resumed; + 60 s before)" in readme
 
 
+@pytest.mark.parametrize("new_loss, note", [
+    (2.5, "(re-made: as recorded)"),
+    (2.5000002, "(re-made: differs by up to 2e-07)")], ids=["same", "differs"])
+def test_a_restored_cell_run_again_says_where_it_differs_from_its_record(
+    tmp_path, monkeypatch, new_loss, note):
+  """A restored pre-training that runs again for its checkpoint (a cell still to do reads
+  it) keeps, in its new record, what it differs in from the record it replaces: the cells
+  that read the first run keep that run's numbers. The README says so, per cell."""
+  the_plan, _ = plan.plan(grid.load("cpu-small"), INPUTS)
+  cell = the_plan["pretrain/ict/base/s0"]
+  finetune = the_plan["finetune/squad/ict/base/r80/s0"]
+  sub = plan.Plan()
+  sub.cells[cell.name] = dataclasses.replace(cell, deps={})
+  sub.cells[finetune.name] = dataclasses.replace(finetune, deps={"init": cell.name})
+  work = str(tmp_path)
+  first = {"cell": cell.name, "kind": cell.kind, "key": cell.key, "seconds": 60.0,
+           "finished": "2026-11-28T01:53:46+00:00", "seconds_training": 50.0,
+           "history": {"step": [100, 200], "loss": [3.0, 2.5]}}
+  assert execute.restore(sub, work, {cell.dirname: first}) == [cell.name]
+  monkeypatch.setitem(cells.EXECUTORS, "pretrain", lambda c, ctx, o: {
+      "seconds_training": 40.0, "history": {"step": [100, 200], "loss": [3.0, new_loss]}})
+  monkeypatch.setitem(cells.EXECUTORS, "finetune", lambda c, ctx, o: {"steps": 1})
+  assert execute.run_cells(sub, work) == [cell.name, finetune.name]
+  out = execute.cell_dir(work, cell)
+  remade = execute.read_done(out)[execute.REMADE]
+  assert remade["first"] == "2026-11-28T01:53:46+00:00"
+  if new_loss == 2.5:
+    assert remade["differs"] == [] and remade["max_abs_diff"] is None
+  else:   # the time taken differs too, and is not a difference of the result
+    assert remade["differs"] == ["history.loss[1]"] and remade["differing_values"] == 1
+    assert remade["max_abs_diff"] == pytest.approx(2e-7)
+  readme = render.write_readme(grid.load("cpu-small"), sub, work, (), str(tmp_path / "r"), [])
+  assert f"`{cell.name}` {note}" in readme
+  assert "1 restored cell ran again because a cell still to do read their outputs: " + (
+      "1 gave the numbers recorded before." if new_loss == 2.5 else
+      "0 gave the numbers recorded before, 1 differs from them (by up to 2e-07)") in readme
+
+
 def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_path):
   """A new work directory from the results directory's records: every recorded cell comes back
   done (restored, no outputs); a cell whose record is missing runs, with the restored cells it

@@ -56,6 +56,9 @@ POLL_SECONDS = 10.0             # how often a process waiting for another's cell
 CELL_LOG = "cells.jsonl"
 RECORDS_FILE = "cells.json"     # in the results directory: every finished cell's record
 RESTORED = "restored"           # a done record's flag: brought back without its outputs
+# A done record's field, on a restored cell that ran again for its outputs: what its new
+# result differs in from the record it replaces (`remade_note`).
+REMADE = "remade"
 STATES = ("done", "failed", "blocked", "todo")
 
 
@@ -279,6 +282,38 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   return ran
 
 
+def remade_note(first: Mapping, result: Mapping) -> dict:
+  """Where a cell's new `result` differs from its earlier record `first` (the fields both
+  hold, times left out): {"first": when the first run finished, "differs": the differing
+  fields as paths ("history.loss[18]", at most MAX_PATHS), "differing_values": how many
+  differ, "max_abs_diff": the largest numeric difference (None: none numeric)}. A pre-training re-made on another machine has
+  matched its record to 6-7 significant digits, not bit for bit (loss 1.824953556 against
+  1.824953794 at step 1,900)."""
+  paths: list[str] = []
+  largest: list[float] = []
+
+  def walk(a, b, path: str) -> None:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+      for k in a:
+        if k in b and "seconds" not in k:
+          walk(a[k], b[k], f"{path}.{k}" if path else str(k))
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+      for i, (x, y) in enumerate(zip(a, b)):
+        walk(x, y, f"{path}[{i}]")
+    elif a != b:
+      paths.append(path)
+      numbers = [isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)]
+      if all(numbers):
+        largest.append(abs(float(a) - float(b)))
+
+  walk({k: v for k, v in first.items() if k != REMADE}, result, "")
+  return {"first": first.get("finished", ""), "differs": paths[:MAX_PATHS],
+          "differing_values": len(paths), "max_abs_diff": max(largest) if largest else None}
+
+
+MAX_PATHS = 5  # differing fields a re-made record names (their count is kept whole)
+
+
 @contextlib.contextmanager
 def _cell_lock(out: str) -> Iterator[bool]:
   """Holds `<out>.lock` for the block (True), or yields False at once where another process
@@ -311,6 +346,10 @@ def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: st
               stop_on_failure: bool) -> bool:
   """Runs one cell (its lock held) and writes its done or failed record; True when done."""
   earlier = _earlier_attempt_seconds(out)  # before clean() removes a killed attempt's files
+  # A restored record this run replaces: the cells that read its outputs (elsewhere) keep
+  # its numbers, so the new record says where it differs.
+  first = read_done(out)
+  first = first if first and first.get(RESTORED) else None
   cells_lib.clean(cell, out)
   tio.makedirs(out)
   for name in (FAILED_FILE, DONE_FILE):
@@ -338,12 +377,23 @@ def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: st
     logs.progress("%s %s FAILED: %s", where, cell.name, e)
     return False
   seconds, cpu = time.perf_counter() - wall0, _cpu_seconds() - cpu0
+  remade = remade_note(first, result) if first else None
+  if remade is not None:
+    if remade["differs"]:
+      logger.warning("%s %s ran again for its outputs and differs from its restored record "
+                     "(first run finished %s) in %s (largest difference %s): the cells that "
+                     "read the first run keep its numbers", where, cell.name, remade["first"],
+                     ", ".join(remade["differs"]), remade["max_abs_diff"])
+    else:
+      logs.progress("%s %s ran again for its outputs and gave its recorded numbers", where,
+                    cell.name)
   tio.write_json(os.path.join(out, DONE_FILE),
                  {"cell": cell.name, "kind": cell.kind, "key": cell.key,
                   "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
                   "started": started, "finished": _now(), "seconds": round(seconds, 1),
                   "cpu_seconds": round(cpu, 1),
-                  **({EARLIER: round(earlier, 1)} if earlier else {}), **result})
+                  **({EARLIER: round(earlier, 1)} if earlier else {}),
+                  **({REMADE: remade} if remade is not None else {}), **result})
   outputs.discard(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt
   _log(work, {"cell": cell.name, "dir": cell.dirname, "status": "ran",
               "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1)})

@@ -340,6 +340,24 @@ def update_blocks(path: str, spec: GridSpec, written: Written, results_dir: str)
       update_block(path, f"{spec.name}-{suffix}", text)
 
 
+def remade_text(remade: Sequence[Mapping]) -> str:
+  """The Cells section's sentence on restored cells that ran again for their outputs (their
+  records' `execute.REMADE` notes); "" for none."""
+  if not remade:
+    return ""
+  differ = [r for r in remade if r["differs"]]
+  largest = [r["max_abs_diff"] for r in differ if r["max_abs_diff"] is not None]
+  text = (f" {len(remade)} restored {'cell' if len(remade) == 1 else 'cells'} ran again "
+          "because a cell still to do read their outputs: "
+          f"{len(remade) - len(differ)} gave the numbers recorded before")
+  if differ:
+    text += f", {len(differ)} {'differs' if len(differ) == 1 else 'differ'} from them"
+    text += f" (by up to {max(largest):.3g})" if largest else ""
+    text += ("; the cells that read the first run keep its numbers, and the table below names "
+             "each")
+  return text + "."
+
+
 def replace_readme_results(path: str, sections: Sequence[str]) -> bool:
   """Replaces the `## Results` section of a README that `write_readme` wrote; False (file
   untouched) where there is none."""
@@ -450,6 +468,7 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   counts = {s: sum(1 for v in state.values() if v == s) for s in execute.STATES}
   restored = sum(1 for d in done.values() if d and d.get(execute.RESTORED))
   resumed = [d[execute.EARLIER] for d in done.values() if d and d.get(execute.EARLIER)]
+  remade = [d[execute.REMADE] for d in done.values() if d and d.get(execute.REMADE)]
   lines += ["", "## Cells", "",
             (f"{restored} of the finished cells were restored from `{execute.RECORDS_FILE}` "
              "(run in an earlier work directory; their times are the ones recorded then). "
@@ -461,13 +480,18 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
              "interrupted and resumed: their times are their last "
              f"attempt's; the earlier attempts spent at least {format_seconds(sum(resumed))} "
              "more wall time (from their files' last write; their CPU time is not measured)."
-             if resumed else ""), "",
+             if resumed else "") + remade_text(remade), "",
             "| cell | state | wall | CPU | finished |", "|---|---|---:|---:|---|"]
   for cell in plan:
     d = done[cell.name] or {}
-    resumed_note = f" (resumed; + {format_seconds(d[execute.EARLIER])} before)" \
+    note = f" (resumed; + {format_seconds(d[execute.EARLIER])} before)" \
         if d.get(execute.EARLIER) else ""
-    lines.append(f"| `{cell.name}`{resumed_note} | {state[cell.name]} | "
+    if d.get(execute.REMADE):
+      differs = d[execute.REMADE]["max_abs_diff"]
+      note += (" (re-made: as recorded)" if not d[execute.REMADE]["differs"] else
+               f" (re-made: differs by up to {differs:.3g})" if differs is not None
+               else " (re-made: differs)")
+    lines.append(f"| `{cell.name}`{note} | {state[cell.name]} | "
                  f"{format_seconds(d['seconds']) if d else ''} | "
                  f"{format_seconds(d.get('cpu_seconds', 0)) if d else ''} | "
                  f"{d.get('finished', '')} |")
