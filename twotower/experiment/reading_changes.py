@@ -16,6 +16,7 @@ per-question bootstrap), the rows' seed counts, the claim's size threshold, the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -152,10 +153,7 @@ def markdown(before: Reading, after: Reading, before_dir: str) -> str:
   for claim in dict.fromkeys(ch.claim for ch in found):
     these = [ch for ch in found if ch.claim == claim]
     changed = [ch for ch in these if ch.changed]
-    by = {}
-    for ch in changed:
-      first = ch.moved(before.spec, after.spec)[0][0]
-      by[first] = by.get(first, 0) + 1
+    by = collections.Counter(ch.moved(before.spec, after.spec)[0][0] for ch in changed)
     counts = [readings.counts_text([getattr(ch, side) for ch in these
                                     if getattr(ch, side) is not None]) or "–"
               for side in ("before", "after")]
@@ -164,6 +162,7 @@ def markdown(before: Reading, after: Reading, before_dir: str) -> str:
         f"{len(changed)} | {'; '.join(f'{r}: {n}' for r, n in by.items()) or '–'} | "
         f"{sum(ch.after is None for ch in these)} | {sum(ch.before is None for ch in these)} |")
   lines += ["", *_transitions(found), "## Changed verdicts", ""]
+  several_datasets = len({c.dataset for ch in found for c in (ch.before, ch.after) if c}) > 1
   for claim in dict.fromkeys(ch.claim for ch in found if ch.changed):
     lines += [f"### {claim}", "", f"> {_sentence(after, claim) or _sentence(before, claim)}", "",
               f"| A | B | ratio | metric | {b_name} | {a_name} | what moved |",
@@ -173,7 +172,7 @@ def markdown(before: Reading, after: Reading, before_dir: str) -> str:
         moved = "; ".join(detail if not reason else f"{reason}: {detail}"
                           for reason, detail in ch.moved(before.spec, after.spec))
         lines.append(f"| {ch.after.a.label} | {ch.after.b.label} | "
-                     f"{readings.where_text(ch.after, False)} | {ch.after.metric} | "
+                     f"{readings.where_text(ch.after, several_datasets)} | {ch.after.metric} | "
                      f"{_side_text(ch.before)} | {_side_text(ch.after)} | {moved} |")
     lines.append("")
   return "\n".join(lines).rstrip() + "\n"
@@ -186,10 +185,7 @@ def _transitions(found: Sequence[Change]) -> list[str]:
     return ABSENT if c is None else c.verdict
   order = [v for v in readings.VERDICTS + (ABSENT,)
            if any(verdict(ch.before) == v or verdict(ch.after) == v for ch in found)]
-  count = {}
-  for ch in found:
-    pair = (verdict(ch.before), verdict(ch.after))
-    count[pair] = count.get(pair, 0) + 1
+  count = collections.Counter((verdict(ch.before), verdict(ch.after)) for ch in found)
   after_order = [v for v in order if any(verdict(ch.after) == v for ch in found)]
   lines = ["## Verdicts before (rows) and after (columns)", "",
            "| before \\ after | " + " | ".join(after_order) + " | total |",
