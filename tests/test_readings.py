@@ -108,6 +108,15 @@ def test_claims_parse_into_typed_rows():
   assert second.pairs[0][1] == grid.RowRef("ict", table="3", seeds=(0,))
 
 
+def test_a_row_reads_as_one_phrase_where_tables_have_two_columns():
+  """Summaries and readings name a row by encoder and pre-training; a pre-training of "-"
+  (none) is left out, and "- (a note)" keeps the note without the dash."""
+  systems = grid.load("cpu-small-links").systems
+  assert systems["bm25"].label == "BM25"
+  assert systems["bm25-cut"].label == "BM25 (the towers' 128 / 32 pieces)"
+  assert systems["ict"].label == "Transformer, ICT"
+
+
 @pytest.mark.parametrize("claim, message", [
     ({"pairs": [["ict", "bfs"]]}, "table 3 has no row 'bfs'"),
     ({"pairs": [["ict", "mlm"]], "table": "9"}, "reads table '9'"),

@@ -126,6 +126,17 @@ class System:
   def pretrained(self) -> bool:
     return bool(self.tasks)
 
+  @property
+  def label(self) -> str:
+    """The row in one phrase, where a table has its two leading columns: "Transformer, ICT";
+    "BM25" for a pre-training of "-" (none), "BM25 (the towers' 128 / 32 pieces)" for one of
+    "- (...)" (none, and a note)."""
+    if self.pretraining in ("", "-"):
+      return self.encoder
+    if self.pretraining.startswith("- "):
+      return f"{self.encoder} {self.pretraining[2:].strip()}"
+    return f"{self.encoder}, {self.pretraining}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Row:

@@ -105,12 +105,7 @@ def _label(spec: GridSpec, ref: RowRef, claim_table: str) -> str:
   """The row as the tables name it ("Transformer, ICT (L4 / d128)"), plus the table and the
   seeds where the claim reads another table or some seeds only."""
   system = spec.systems.get(ref.system)
-  if system is None:
-    label = ref.system
-  elif system.pretraining in ("", "-"):
-    label = system.encoder
-  else:
-    label = f"{system.encoder}, {system.pretraining}"
+  label = ref.system if system is None else system.label
   if ref.variant != grid_lib.BASE_VARIANT:
     label += f" ({spec.variants[ref.variant].label})"
   if ref.table and ref.table != claim_table:

@@ -160,9 +160,7 @@ def summary_markdown(spec: GridSpec, aggs: Sequence[Aggregate]) -> str:
             cells.append("–")
           else:
             cells.append("todo")
-        label = (system.encoder if system.pretraining in ("", "-") else
-                 f"{system.encoder}, {system.pretraining}") + _variant_suffix(spec, row)
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {system.label}{_variant_suffix(spec, row)} | " + " | ".join(cells) + " |")
       lines.append("")
   return "\n".join(lines)
 
