@@ -427,8 +427,12 @@ def test_a_restored_cell_run_again_says_where_it_differs_from_its_record(
   monkeypatch.setitem(cells.EXECUTORS, "finetune", lambda c, ctx, o: {"steps": 1})
   assert execute.run_cells(sub, work) == [cell.name, finetune.name]
   out = execute.cell_dir(work, cell)
-  remade = execute.read_done(out)[execute.REMADE]
-  assert remade["first"] == "2026-11-28T01:53:46+00:00"
+  record = execute.read_done(out)
+  remade = record[execute.REMADE]
+  assert remade["first"] == "2026-11-28T01:53:46+00:00" and remade["first_machine"] == ""
+  # Each record names the machine it ran on (CPU and float extensions), the restored one
+  # did not: the README counts both.
+  assert record[execute.MACHINE] == execute.machine_name() and "(" in record[execute.MACHINE]
   if new_loss == 2.5:
     assert remade["differs"] == [] and remade["max_abs_diff"] is None
   else:   # the time taken differs too, and is not a difference of the result
@@ -436,9 +440,19 @@ def test_a_restored_cell_run_again_says_where_it_differs_from_its_record(
     assert remade["max_abs_diff"] == pytest.approx(2e-7)
   readme = render.write_readme(grid.load("cpu-small"), sub, work, (), str(tmp_path / "r"), [])
   assert f"`{cell.name}` {note}" in readme
+  assert f" The finished cells ran on: {execute.machine_name()} (2)." in readme
   assert "1 restored cell ran again because a cell still to do read their outputs: " + (
       "1 gave the numbers recorded before." if new_loss == 2.5 else
       "0 gave the numbers recorded before, 1 differs from them (by up to 2e-07)") in readme
+
+
+def test_the_readme_counts_the_machines_the_cells_ran_on():
+  done = {"a": {execute.MACHINE: "AMD EPYC (AVX2)"}, "b": {execute.MACHINE: "Xeon (AVX2, AMX)"},
+          "c": {execute.MACHINE: "Xeon (AVX2, AMX)"}, "d": {"seconds": 1.0}, "e": None}
+  assert render.machines_text(done) == (" The finished cells ran on: Xeon (AVX2, AMX) (2); "
+                                        "AMD EPYC (AVX2) (1); 1 from before records named "
+                                        "the machine.")
+  assert render.machines_text({"e": None}) == ""
 
 
 def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_path):

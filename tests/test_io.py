@@ -1,4 +1,4 @@
-"""Shared I/O helpers: the one file matcher, atomic writes."""
+"""Shared I/O helpers: the one file matcher, atomic writes, the machine a result names."""
 
 from __future__ import annotations
 
@@ -105,3 +105,10 @@ def test_absolute_makes_local_paths_absolute_and_leaves_remote_ones(tmp_path, mo
   assert io.absolute("dumps/a-*.xml.bz2, gs://bucket/b.xml ,/abs/c.txt") == (
       f"{tmp_path}/dumps/a-*.xml.bz2,gs://bucket/b.xml,/abs/c.txt")
   assert io.absolute("") == "" and io.absolute(None) is None
+
+
+def test_machine_names_the_cpu_and_its_float_extensions():
+  m = io.machine()
+  assert m["cpu"] and int(m["cores"]) >= 1 and m["python"].count(".") == 2
+  names = [name for _, name in io.FLOAT_ISA]
+  assert all(part in names for part in m["isa"].split(", ") if part)

@@ -9,6 +9,7 @@ import glob
 import json
 import logging
 import os
+import platform
 import posixpath
 import tempfile
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
@@ -202,6 +203,31 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
       batch = []
   if batch:
     yield batch
+
+
+# CPU extensions whose presence changes which float kernels TensorFlow (oneDNN) runs, so that
+# the same cell made on two machines can differ in its last digits.
+FLOAT_ISA = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("amx_tile", "AMX"))
+
+
+def machine() -> dict[str, str]:
+  """CPU model and its float extensions (`isa`), cores and RAM (from /proc), OS and Python:
+  what a result records about the machine that made it."""
+  info = {"cores": str(os.cpu_count()), "python": platform.python_version(),
+          "os": platform.platform()}
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      lines = f.read().splitlines()
+    models = [l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")]
+    info["cpu"] = models[0] if models else platform.processor()
+    flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), [])
+    info["isa"] = ", ".join(name for flag, name in FLOAT_ISA if flag in flags)
+    with open("/proc/meminfo", encoding="utf-8") as f:
+      kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal"))
+    info["ram"] = f"{kib / 2**20:.1f} GiB"
+  except (OSError, StopIteration, ValueError):
+    info.setdefault("cpu", platform.processor())
+  return info
 
 
 def package_versions(names: Iterable[str]) -> dict[str, str]:

@@ -59,6 +59,7 @@ RESTORED = "restored"           # a done record's flag: brought back without its
 # A done record's field, on a restored cell that ran again for its outputs: what its new
 # result differs in from the record it replaces (`remade_note`).
 REMADE = "remade"
+MACHINE = "machine"             # a done record's field: the CPU (and float extensions) it ran on
 STATES = ("done", "failed", "blocked", "todo")
 
 
@@ -282,13 +283,24 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   return ran
 
 
+def machine_name() -> str:
+  """"<CPU model> (<float extensions>)": what a done record names the machine by."""
+  m = tio.machine()
+  return f"{m.get('cpu', '?')} ({m.get('isa') or 'no AVX2'})"
+
+
 def remade_note(first: Mapping, result: Mapping) -> dict:
   """Where a cell's new `result` differs from its earlier record `first` (the fields both
-  hold, times left out): {"first": when the first run finished, "differs": the differing
-  fields as paths ("history.loss[18]", at most MAX_PATHS), "differing_values": how many
-  differ, "max_abs_diff": the largest numeric difference (None: none numeric)}. A pre-training re-made on another machine has
-  matched its record to 6-7 significant digits, not bit for bit (loss 1.824953556 against
-  1.824953794 at step 1,900)."""
+  hold, times left out): {"first": when the first run finished, "first_machine": where (""
+  where its record does not say), "differs": the differing fields as paths
+  ("history.loss[18]", at most MAX_PATHS), "differing_values": how many differ,
+  "max_abs_diff": the largest numeric difference (None: none numeric)}.
+
+  A pre-training re-made in a later session has matched its record to 6-7 significant
+  digits, not bit for bit (loss 1.824953556 against 1.824953794 at step 1,900). TensorFlow's
+  thread count is not why (1 and 2 intra-op threads give the same history to the last
+  digit); the sessions' machines differ in CPU (an AMD EPYC, an Intel Xeon with AVX-512 and
+  AMX), whose float kernels do."""
   paths: list[str] = []
   largest: list[float] = []
 
@@ -307,7 +319,8 @@ def remade_note(first: Mapping, result: Mapping) -> dict:
         largest.append(abs(float(a) - float(b)))
 
   walk({k: v for k, v in first.items() if k != REMADE}, result, "")
-  return {"first": first.get("finished", ""), "differs": paths[:MAX_PATHS],
+  return {"first": first.get("finished", ""), "first_machine": first.get(MACHINE, ""),
+          "differs": paths[:MAX_PATHS],
           "differing_values": len(paths), "max_abs_diff": max(largest) if largest else None}
 
 
@@ -391,7 +404,7 @@ def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: st
                  {"cell": cell.name, "kind": cell.kind, "key": cell.key,
                   "params": params_lib.key_params(cell.params), "deps": dict(cell.deps),
                   "started": started, "finished": _now(), "seconds": round(seconds, 1),
-                  "cpu_seconds": round(cpu, 1),
+                  "cpu_seconds": round(cpu, 1), MACHINE: machine_name(),
                   **({EARLIER: round(earlier, 1)} if earlier else {}),
                   **({REMADE: remade} if remade is not None else {}), **result})
   outputs.discard(out + ATTEMPT_SUFFIX)  # finished: a later re-run is not a resumed attempt

@@ -9,9 +9,9 @@ standard deviation (n - 1), the one the reading's two-SD rule uses (experiment.r
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
-import platform
 import shlex
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -338,6 +338,18 @@ def update_blocks(path: str, spec: GridSpec, written: Written, results_dir: str)
       update_block(path, f"{spec.name}-{suffix}", text)
 
 
+def machines_text(done: Mapping[str, Optional[dict]]) -> str:
+  """The README's sentence on the machines the finished cells ran on (each record's
+  `execute.MACHINE`): a cell made again on another CPU can differ in its last digits."""
+  counts = collections.Counter((d or {}).get(execute.MACHINE, "") for d in done.values() if d)
+  if not counts:
+    return ""
+  named = [f"{name} ({n})" for name, n in counts.most_common() if name]
+  unnamed = counts.get("", 0)
+  return (" The finished cells ran on: " + "; ".join(named or ["–"])
+          + (f"; {unnamed} from before records named the machine" if unnamed else "") + ".")
+
+
 def remade_text(remade: Sequence[Mapping]) -> str:
   """The Cells section's sentence on restored cells that ran again for their outputs (their
   records' `execute.REMADE` notes); "" for none."""
@@ -382,22 +394,6 @@ def _write_csv(aggs: Iterable[Aggregate], path: str) -> None:
                           + [f"{d.get(m, float('nan')):.4f}" for m in metrics
                              for d in (a.mean, a.std)]))
   tio.write_text(path, "\n".join(lines) + "\n")
-
-
-def machine() -> dict[str, str]:
-  """CPU model, cores and RAM (from /proc), OS and Python."""
-  info = {"cores": str(os.cpu_count()), "python": platform.python_version(),
-          "os": platform.platform()}
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      models = [l.split(":", 1)[1].strip() for l in f if l.startswith("model name")]
-    info["cpu"] = models[0] if models else platform.processor()
-    with open("/proc/meminfo", encoding="utf-8") as f:
-      kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal"))
-    info["ram"] = f"{kib / 2**20:.1f} GiB"
-  except (OSError, StopIteration, ValueError):
-    info.setdefault("cpu", platform.processor())
-  return info
 
 
 def pretraining_costs(plan: Plan, done: Mapping[str, Optional[dict]]) -> list[str]:
@@ -454,10 +450,11 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   if notes:
     lines += ["Rows:", ""] + notes + [""]
   lines += ["## Results", ""] + (list(sections) or ["(no finished evaluations yet)", ""])
-  m = machine()
+  m = tio.machine()
   lines += ["## Machine and packages", "",
-            f"{m.get('cpu', '?')}, {m['cores']} cores, {m.get('ram', '?')} RAM; {m['os']}; "
-            f"Python {m['python']}.", "", "| package | version |", "|---|---|"]
+            f"Rendered on {m.get('cpu', '?')} ({m.get('isa') or 'no AVX2'}), {m['cores']} "
+            f"cores, {m.get('ram', '?')} RAM; {m['os']}; Python {m['python']}."
+            + machines_text(done), "", "| package | version |", "|---|---|"]
   lines += [f"| {k} | {v} |" for k, v in tio.package_versions(PACKAGES).items()]
   lines += pretraining_costs(plan, done)
   lines += finetune_length.lengths_markdown([d for d in done.values() if d])
