@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from twotower.experiment import rule
+from twotower.experiment import grid_files, rule
 
 #: The verdicts that go against a claim: the ones a longer budget might move.
 AGAINST = (rule.CONTRADICTED, rule.SEEDS_AGAINST, rule.SEEN_AGAINST, rule.SIZE_MISSED)
@@ -49,10 +49,7 @@ class BudgetCheck:
 def parse(raw: Optional[Mapping[str, Any]], where: str) -> Optional[BudgetCheck]:
   if raw is None:
     return None
-  unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(BudgetCheck)})
-  if unknown:
-    raise ValueError(f"{where}: budget: unknown field(s) {unknown}; known: "
-                     "['label', 'longer', 'table']")
+  grid_files.known_fields(raw, BudgetCheck, f"{where}: budget")
   longer = raw.get("longer") or {}
   if not raw.get("table") or not isinstance(longer, Mapping) or not longer:
     raise ValueError(f"{where}: budget needs `table` and `longer: {{variant: longer variant}}`")

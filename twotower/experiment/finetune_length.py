@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
+from twotower.experiment import grid_files
 from twotower.model import selection
 
 
@@ -83,11 +84,7 @@ def parse_select(raw: Optional[Mapping[str, Any]], where: str) -> Optional[Finet
   if raw is None:
     return None
   where = f"{where}: training.finetune_select"
-  known = {f.name for f in dataclasses.fields(FinetuneSelect)}
-  if set(raw) - known:
-    raise ValueError(f"{where}: unknown field(s) {sorted(set(raw) - known)}; known: "
-                     f"{sorted(known)}")
-  raw = dict(raw)
+  raw = grid_files.known_fields(raw, FinetuneSelect, where)
   raw["max_steps"] = {int(k): int(v) for k, v in (raw.get("max_steps") or {}).items()}
   raw["carry"] = {int(k): int(v) for k, v in (raw.get("carry") or {}).items()}
   sel = FinetuneSelect(**raw)

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional
 from twotower import contracts
 from twotower.experiment import budget as budget_lib
 from twotower.experiment import grid_files
+from twotower.experiment.grid_files import as_tuple, known_fields
 from twotower.experiment.grid_files import grid_names  # noqa: F401  (the shipped grids)
 from twotower.experiment.finetune_length import FinetuneSelect, parse_select
 
@@ -283,28 +284,14 @@ class GridSpec:
 # ---------------------------------------------------------------------------------------------
 
 
-def _tuple(value) -> tuple:
-  if value is None:
-    return ()
-  return tuple(value) if isinstance(value, (list, tuple)) else (value,)
-
-
-def _fields(cls, raw: Mapping[str, Any], where: str) -> dict:
-  known = {f.name for f in dataclasses.fields(cls)}
-  unknown = sorted(set(raw) - known)
-  if unknown:
-    raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
-  return dict(raw)
-
-
 def _system(name: str, raw: Mapping[str, Any], where: str) -> System:
   raw = dict(raw or {})
   raw.setdefault("encoder", name)
   raw.setdefault("pretraining", "-")
   for key in ("tasks", "pretrain_overrides", "finetune_overrides", "fuse"):
-    raw[key] = _tuple(raw.get(key))
-  raw["seeds"] = tuple(int(s) for s in _tuple(raw.get("seeds")))
-  system = System(name=name, **_fields(System, raw, f"{where}: system {name!r}"))
+    raw[key] = as_tuple(raw.get(key))
+  raw["seeds"] = tuple(int(s) for s in as_tuple(raw.get("seeds")))
+  system = System(name=name, **known_fields(raw, System, f"{where}: system {name!r}"))
   if system.kind not in SYSTEM_KINDS:
     raise ValueError(f"{where}: system {name!r} kind {system.kind!r}; expected one of "
                      f"{SYSTEM_KINDS}")
@@ -327,9 +314,9 @@ def _table(raw: Mapping[str, Any], where: str) -> Table:
   rows = []
   for item in raw.pop("rows", ()):
     rows.append(Row(item) if isinstance(item, str) else Row(**item))
-  raw["ratios"] = tuple(int(r) for r in _tuple(raw.get("ratios")))
+  raw["ratios"] = tuple(int(r) for r in as_tuple(raw.get("ratios")))
   raw["id"] = str(raw.get("id", ""))
-  table = Table(rows=tuple(rows), **_fields(Table, raw, f"{where}: table"))
+  table = Table(rows=tuple(rows), **known_fields(raw, Table, f"{where}: table"))
   if table.layout not in TABLE_LAYOUTS:
     raise ValueError(f"{where}: table {table.id} layout {table.layout!r}; expected one of "
                      f"{TABLE_LAYOUTS}")
@@ -340,9 +327,9 @@ def _row_ref(raw: Any, where: str) -> RowRef:
   """`ict` (the base variant) or `{system: ict, variant: l4-d128, table: "5", seeds: [0]}`."""
   if isinstance(raw, str):
     return RowRef(raw)
-  raw = dict(_fields(RowRef, raw or {}, where))
+  raw = known_fields(raw or {}, RowRef, where)
   raw["table"] = str(raw.get("table", ""))
-  raw["seeds"] = tuple(int(s) for s in _tuple(raw.get("seeds")))
+  raw["seeds"] = tuple(int(s) for s in as_tuple(raw.get("seeds")))
   return RowRef(**raw)
 
 
@@ -355,9 +342,9 @@ def _claim(raw: Mapping[str, Any], where: str) -> Claim:
       raise ValueError(f"{where}: each of `pairs` is [A, B]; got {pair!r}")
     pairs.append((_row_ref(pair[0], where), _row_ref(pair[1], where)))
   raw["table"] = str(raw.get("table", "3"))
-  raw["ratios"] = tuple(int(r) for r in _tuple(raw.get("ratios")))
-  raw["metrics"] = tuple(str(m) for m in _tuple(raw.get("metrics", "R@100")))
-  claim = Claim(pairs=tuple(pairs), **_fields(Claim, raw, where))
+  raw["ratios"] = tuple(int(r) for r in as_tuple(raw.get("ratios")))
+  raw["metrics"] = tuple(str(m) for m in as_tuple(raw.get("metrics", "R@100")))
+  claim = Claim(pairs=tuple(pairs), **known_fields(raw, Claim, where))
   if not claim.pairs:
     raise ValueError(f"{where}: no `pairs` to compare")
   if claim.expect not in CLAIM_DIRECTIONS:
@@ -384,33 +371,27 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
     if vname == BASE_VARIANT and v.get("set"):
       raise ValueError(f"{where}: variant {BASE_VARIANT!r} is the preset itself; it takes a "
                        f"label only (no 'set')")
-    unknown = sorted(set(v) - {"label", "set", "pretrain_steps", "seeds"})
-    if unknown:
-      raise ValueError(f"{where}: variant {vname!r}: unknown field(s) {unknown}; known: "
-                       "['label', 'pretrain_steps', 'seeds', 'set']")
+    known_fields(v, ("label", "set", "pretrain_steps", "seeds"), f"{where}: variant {vname!r}")
     steps = v.get("pretrain_steps", 0)
     if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
       raise ValueError(f"{where}: variant {vname!r}: pretrain_steps {steps!r}; expected a "
                        "whole number of steps (0: the grid's)")
-    variants[vname] = Variant(vname, str(v.get("label", vname)), _tuple(v.get("set")), steps,
-                              tuple(int(s) for s in _tuple(v.get("seeds"))))
+    variants[vname] = Variant(vname, str(v.get("label", vname)), as_tuple(v.get("set")), steps,
+                              tuple(int(s) for s in as_tuple(v.get("seeds"))))
   systems = {n: _system(n, s, where) for n, s in (raw.get("systems") or {}).items()}
   tables = tuple(_table(t, where) for t in raw.get("tables") or ())
   seeds_raw = raw.get("seeds") or {"default": [0]}
-  seeds = {(DEFAULT_SEEDS if k == "default" else int(k)): tuple(int(s) for s in _tuple(v))
+  seeds = {(DEFAULT_SEEDS if k == "default" else int(k)): tuple(int(s) for s in as_tuple(v))
            for k, v in seeds_raw.items()}
-  training = dict(raw.get("training") or {})
-  unknown = sorted(set(training) - {"pretrain_steps", "finetune_steps", "finetune_select"})
-  if unknown:
-    raise ValueError(f"{where}: training: unknown field(s) {unknown}; known: "
-                     "['finetune_select', 'finetune_steps', 'pretrain_steps']")
+  training = known_fields(raw.get("training") or {}, (
+      "pretrain_steps", "finetune_steps", "finetune_select"), f"{where}: training")
   spec = GridSpec(
       name=name, description=str(raw.get("description", "")).strip(),
       model=str(raw.get("model", "")),
-      data=DataSpec(**_fields(DataSpec, raw.get("data") or {}, f"{where}: data")),
+      data=DataSpec(**known_fields(raw.get("data") or {}, DataSpec, f"{where}: data")),
       pretrain_steps=int(training.get("pretrain_steps", 0)),
       finetune_steps={int(k): int(v) for k, v in (training.get("finetune_steps") or {}).items()},
-      ratios=tuple(int(r) for r in _tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
+      ratios=tuple(int(r) for r in as_tuple(raw.get("ratios")) or contracts.REQA_RATIOS),
       seeds=seeds, variants=variants, systems=systems, tables=tables,
       readings=tuple(_claim(c, where) for c in raw.get("readings") or ()),
       finetune_select=parse_select(training.get("finetune_select"), where),

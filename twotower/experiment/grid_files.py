@@ -4,11 +4,30 @@ GridSpec."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import os
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, Union
 
 import yaml
+
+
+def as_tuple(value) -> tuple:
+  """A YAML value that may be one item or a list, as a tuple (None: empty)."""
+  if value is None:
+    return ()
+  return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def known_fields(raw: Mapping[str, Any], known: Union[type, Iterable[str]], where: str) -> dict:
+  """`raw` as a dict, or a ValueError naming its unknown fields and the known ones (`known`:
+  the names, or the dataclass whose fields they are)."""
+  names = ({f.name for f in dataclasses.fields(known)} if dataclasses.is_dataclass(known)
+           else set(known))
+  unknown = sorted(set(raw) - names)
+  if unknown:
+    raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
+  return dict(raw)
 
 
 def grid_names() -> list[str]:
