@@ -481,6 +481,30 @@ def test_restored_cells_rerun_only_when_a_missing_cell_needs_their_outputs(tmp_p
   assert not any(execute.RESTORED in r for r in exported.values())
 
 
+def test_a_restored_cell_that_another_job_is_making_again_is_waited_for(tmp_path):
+  """`--jobs 2` on a restored work dir: job 1 re-makes pairs/wiki for its outputs (its stage
+  discards the restored record first) just after job 2 read its state as done. Job 2 must
+  count it needed (and so wait for its lock), not run the vocabulary on a half-made pair
+  set (it did: "no passages Parquet", the tiny two-jobs test under load)."""
+  the_plan, _ = plan.plan(grid.load("tiny"), INPUTS)
+  records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
+             for c in the_plan if c.name != "eval/squad/ict/base/r80/s0"}
+  work = str(tmp_path)
+  execute.restore(the_plan, work, records)
+  current = execute.states(work, the_plan)
+  assert current["pairs/wiki"] == "done"
+  os.remove(os.path.join(execute.cell_dir(work, the_plan["pairs/wiki"]), execute.DONE_FILE))
+  need = execute.needed(the_plan, work, current)
+  assert {"pairs/wiki", "vocab/wiki"} <= need
+  # A dry run's cells to restore have no record yet, and are not counted as vanished.
+  shutil.rmtree(work)
+  unwritten = execute.restorable(the_plan, work, records)
+  assert "pairs/wiki" in unwritten
+  dry = execute.needed(the_plan, work, {**execute.states(work, the_plan),
+                                        **{n: "done" for n in unwritten}}, unwritten)
+  assert "bm25/squad" not in dry and "pairs/wiki" in dry   # read for its outputs
+
+
 def _restore_all_but(the_plan, work, missing):
   records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
              for c in the_plan if c.name not in missing}

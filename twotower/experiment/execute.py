@@ -144,15 +144,22 @@ def needed(plan: Plan, work: str, current: Optional[Mapping[str, str]] = None,
   is not done or was restored without the outputs it is read for (recursively: a carried
   length or weight is read from the record alone, `plan.RECORD_ROLES`). `current`: the
   cells' states, when the caller has them; `restored`: cells counted as restored beyond
-  those whose `done.json` says so (a dry run's `restorable`)."""
+  those whose `done.json` says so (a dry run's `restorable`).
+
+  A cell `current` calls done whose record is gone when read here is being made again by
+  another process (`--jobs`: a stage discards the restored record before it runs): it is
+  needed, so that this process waits for it instead of reading its outputs half made."""
   current = current if current is not None else states(work, plan)
-  restored = set(restored) | {c.name for c in plan if current[c.name] == "done"
-                              and (read_done(cell_dir(work, c)) or {}).get(RESTORED)}
-  need = {name for name, state in current.items() if state != "done"}
+  restored = set(restored)
+  records = {c.name: read_done(cell_dir(work, c)) for c in plan
+             if current[c.name] == "done" and c.name not in restored}
+  vanished = {name for name, record in records.items() if record is None}
+  restored |= {name for name, record in records.items() if record and record.get(RESTORED)}
+  need = {name for name, state in current.items() if state != "done"} | vanished
   for cell in reversed(list(plan)):  # plan order is dependency order
     if cell.name in need:
       need.update(d for role, d in cell.deps.items() if current[d] != "done"
-                  or (d in restored and role not in RECORD_ROLES))
+                  or d in vanished or (d in restored and role not in RECORD_ROLES))
   return need
 
 
