@@ -450,8 +450,8 @@ def test_the_readme_counts_the_machines_the_cells_ran_on():
   done = {"a": {execute.MACHINE: "AMD EPYC (AVX2)"}, "b": {execute.MACHINE: "Xeon (AVX2, AMX)"},
           "c": {execute.MACHINE: "Xeon (AVX2, AMX)"}, "d": {"seconds": 1.0}, "e": None}
   assert render.machines_text(done) == (" The finished cells ran on: Xeon (AVX2, AMX) (2); "
-                                        "AMD EPYC (AVX2) (1); 1 from before records named "
-                                        "the machine.")
+                                        "AMD EPYC (AVX2) (1); 1 ran before records named "
+                                        "their machine.")
   assert render.machines_text({"e": None}) == ""
 
 

@@ -347,7 +347,7 @@ def machines_text(done: Mapping[str, Optional[dict]]) -> str:
   named = [f"{name} ({n})" for name, n in counts.most_common() if name]
   unnamed = counts.get("", 0)
   return (" The finished cells ran on: " + "; ".join(named or ["–"])
-          + (f"; {unnamed} from before records named the machine" if unnamed else "") + ".")
+          + (f"; {unnamed} ran before records named their machine" if unnamed else "") + ".")
 
 
 def remade_text(remade: Sequence[Mapping]) -> str:
