@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -290,8 +291,10 @@ def run_cells(plan: Plan, work: str, *, beam_args: tuple[str, ...] = (),
   return ran
 
 
+@functools.lru_cache(maxsize=None)
 def machine_name() -> str:
-  """"<CPU model> (<float extensions>)": what a done record names the machine by."""
+  """"<CPU model> (<float extensions>)": what a done record names the machine by (read from
+  /proc once per process, not once per cell)."""
   m = tio.machine()
   return f"{m.get('cpu', '?')} ({m.get('isa') or 'no AVX2'})"
 

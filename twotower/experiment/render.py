@@ -452,8 +452,8 @@ def write_readme(spec: GridSpec, plan: Plan, work: str, command: Sequence[str],
   lines += ["## Results", ""] + (list(sections) or ["(no finished evaluations yet)", ""])
   m = tio.machine()
   lines += ["## Machine and packages", "",
-            f"Rendered on {m.get('cpu', '?')} ({m.get('isa') or 'no AVX2'}), {m['cores']} "
-            f"cores, {m.get('ram', '?')} RAM; {m['os']}; Python {m['python']}."
+            f"Rendered on {execute.machine_name()}, {m['cores']} cores, {m.get('ram', '?')} "
+            f"RAM; {m['os']}; Python {m['python']}."
             + machines_text(done), "", "| package | version |", "|---|---|"]
   lines += [f"| {k} | {v} |" for k, v in tio.package_versions(PACKAGES).items()]
   lines += pretraining_costs(plan, done)
