@@ -99,7 +99,7 @@ def test_a_variant_sets_its_own_pretraining_steps(links):
   assert sorted({e.ratio for e in budget}) == [0, 5] and {e.seed for e in budget} == {0}
   rows = {(e.system, e.variant) for e in budget}
   assert rows == {(s, v) for s in ("ict", "bfs", "ict+bfs+wlp-pooled", "contriever",
-                                   "cocondenser") for v in ("base", "steps6k")} | {
+                                   "cocondenser", "crop") for v in ("base", "steps6k")} | {
       ("ict", "l4-d128"), ("ict", "l4-d128-steps6k")}
   assert len(budget) == 2 * len(rows)
   # Zero-shot: the pre-trained towers themselves, on every question.
