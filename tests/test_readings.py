@@ -735,6 +735,32 @@ def test_a_reversal_is_judged_again_at_the_longer_budget():
   assert "1 not yet rechecked at 6,000 steps (not run yet)" in text
 
 
+def test_a_recheck_whose_interval_holds_zero_says_its_sign_is_not_resolved():
+  """One seed's verdict at the longer budget is its point estimate: where the per-question
+  interval holds 0 (a tie under question sampling), the line and the summary say so."""
+  check = budget.BudgetCheck(table="budget", longer={"base": "long"}, label="6,000 steps")
+
+  def comparison(gain, low, high, longer=None):
+    a, b = rule.Side("A", (40.0 + gain,)), rule.Side("B", (40.0,))
+    boot = bootstrap.Interval(questions=100, mean_a=40.0 + gain, mean_b=40.0, low=low,
+                              high=high, ratio_low=1.0, ratio_high=1.0, resamples=2000)
+    judgement = rule.Judgement(readings.SEEN_AS if gain > 0 else readings.SEEN_AGAINST,
+                               gain, None, (gain,))
+    return readings.Comparison("c", "squad", 5, "R@100", a, b, judgement, boot,
+                               longer=longer)
+
+  tie = comparison(-8.0, -9.0, -7.0, longer=comparison(-0.4, -1.2, +0.5))
+  moved = comparison(-6.0, -7.0, -5.0, longer=comparison(+3.1, +2.2, +4.1))
+  text = "\n".join(budget.markdown(check, [tie, moved], lambda c: "5 %",
+                                   lambda c: f"[{c.boot.low:+.2f}, {c.boot.high:+.2f}]"))
+  assert ("at 6,000 steps: -0.40 [-1.20, +0.50], observation, against the claim: **still "
+          "against the claim**; its interval crosses 0, so the sign is not resolved.") in text
+  assert ("at 6,000 steps: +3.10 [+2.20, +4.10], observation, as claimed: **moved**.") in text
+  assert budget.summary([tie, moved], check) == (
+      "of the verdicts against the claim: 1 of 2 rechecked at 6,000 steps still against it "
+      "(1 of the 2 with an interval across 0)")
+
+
 def test_an_open_domain_reversal_is_not_rechecked_on_the_closed_budget_rows():
   """The budget table ranks the closed candidates: its longer ICT says nothing of ICT below
   BM25 over the open-domain pool, so the reversal has no second verdict and says why."""

@@ -130,9 +130,18 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
       continue
     moved = "still against the claim" if longer.verdict in AGAINST else "moved"
     bar = interval(longer)
+    # One seed's verdict is its point estimate: say so where question sampling alone could
+    # flip its sign, so "still against" a tie does not read like a measured reversal.
+    tie = "; its interval crosses 0, so the sign is not resolved" if _crosses_zero(longer) else ""
     lines.append(f"{first}{longer.a.mean - longer.b.mean:+.2f}"
-                 f"{'' if bar == '–' else f' {bar}'}, {longer.verdict}: **{moved}**.")
+                 f"{'' if bar == '–' else f' {bar}'}, {longer.verdict}: **{moved}**{tie}.")
   return lines + [""]
+
+
+def _crosses_zero(comparison: Any) -> bool:
+  """Whether a comparison's per-question bootstrap interval holds 0 (False without ranks)."""
+  boot = comparison.boot
+  return boot is not None and boot.low <= 0 <= boot.high
 
 
 def _at_seed0(side: Any) -> Optional[float]:
@@ -150,7 +159,9 @@ def summary(comparisons: Sequence[Any], budget: BudgetCheck) -> str:
   pending = sum(1 for c in comparisons if c.recheck == PENDING)
   no_row = sum(1 for c in comparisons if c.recheck in (NO_ROW, OTHER_POOL))
   still = sum(1 for c in found if c.verdict in AGAINST)
-  parts = [f"{still} of {len(found)} rechecked at {budget.label} still against it"] \
+  ties = sum(1 for c in found if _crosses_zero(c))
+  tie_text = f" ({ties} of the {len(found)} with an interval across 0)" if ties else ""
+  parts = [f"{still} of {len(found)} rechecked at {budget.label} still against it{tie_text}"] \
       if found else []
   parts += [f"{pending} not yet rechecked at {budget.label} (not run yet)"] if pending else []
   parts += [f"{no_row} without a row pre-trained longer"] if no_row else []
