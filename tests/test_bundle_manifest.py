@@ -3,8 +3,8 @@
 * what `twotower bundle` writes is byte for byte what the writer before BundleManifest wrote
   for the same inputs (tests/golden/bundle-manifest-*.json were captured from that code; the
   values that differ between two builds of one bundle are masked: when, where, the stack, and
-  the digests of files holding timestamps, random ids or float round-off, and the size of
-  TensorFlow's fingerprint.pb);
+  the digests of files holding timestamps, random ids or float round-off, and the sizes of
+  TensorFlow's fingerprint.pb and of Lucene's segment info, which names the machine);
 * a manifest read and written again is the same bytes;
 * a field missing or of the wrong type is refused in one line naming the file and the field.
 """
@@ -42,6 +42,9 @@ def masked(text: str, roots: list[str]) -> str:
   # bytes, not the manifest's format.
   text = re.sub(r'("query_encoder/(?:fingerprint|saved_model).pb": \{\n\s*"bytes": )\d+',
                 r'\1"<bytes>"', text)
+  # Lucene's segment info (`_N.si`) records the machine it was written on (os.version, the
+  # kernel release, among its diagnostics): its size differs between machines, not formats.
+  text = re.sub(r'("lucene/_\w+\.si": \{\n\s*"bytes": )\d+', r'\1"<bytes>"', text)
   return re.sub(r'"fingerprint": "[0-9a-f]{64}"', '"fingerprint": "<fingerprint>"', text)
 
 
