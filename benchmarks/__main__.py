@@ -99,8 +99,9 @@ BENCHMARKS = {
         "`twotower serve` with the ONNX query tower vs TensorFlow: cold start, RSS, p50, q/s",
         required="--bundle DIR (a `twotower bundle ... --onnx` output)"),
     "bundle_verify": Benchmark(
-        "a bundle's load-time check: --verify size vs sha256, next to importing TensorFlow",
-        required="BUNDLE [BUNDLE ...] (`twotower bundle` outputs, e.g. runs/demo/bundle)"),
+        "a bundle's load-time check: --verify size vs sha256, next to importing TensorFlow "
+        "(BUNDLE ...) or to reading an index and store of N documents (--synthetic N)",
+        quick=("--synthetic", "20000", "--repeats", "2")),
     "moco_spread": Benchmark(
         "MoCo queues vs in-batch negatives from random weights: embedding spread, accuracy",
         required="--pairs DIR (crop pairs, e.g. a grid's pairs/wiki+crop-*) --vocab FILE"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import shutil
 import signal
 import sys
 import threading
@@ -87,6 +88,13 @@ def error_line(e: BaseException) -> str:
   """The one line a failure prints: the first non-empty line of its message (a Java or
   TensorFlow message goes on with a stack trace, shown with --verbose)."""
   text = getattr(e, "message", None) if _library_error(e) else None
+  if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) and e.args[0]:
+    # copytree's error is a list of (source, destination, why) of every file that failed (a
+    # full disk fails them all): the first one, said as a sentence, and how many more.
+    failed = e.args[0]
+    source, destination, why = (tuple(failed[0]) + ("", "", ""))[:3]
+    more = f" (and {len(failed) - 1} more files)" if len(failed) > 1 else ""
+    text = f"copying {source} to {destination} failed: {why}{more}"
   lines = [line.strip() for line in str(text or e).splitlines() if line.strip()]
   return lines[0] if lines else type(e).__name__
 

@@ -86,11 +86,14 @@ class ServeConfig:
   admin_token: str = dataclasses.field(default="", repr=False)  # Bearer token of /v1/admin
   swap_root: str = ""                # bundles a swap may load ("": the bundle's parent folder)
   show_paths: bool = False           # absolute paths in /v1/info and messages
-  verify: str = "size"               # bundle check at load: none | size | sha256
+  verify: str = retriever_lib.DEFAULT_VERIFY  # bundle check at load and at each swap: the
+                                             # one default of query, serve and Retriever.load
   encoder: str = "auto"              # query tower: auto (ONNX when the bundle carries it),
                                      # onnx or tensorflow (deploy.serving.query_encoders)
   modes: tuple[str, ...] = ("dense", "bm25", "hybrid")  # served; Lucene (JVM) only for
                                                         # bm25 / hybrid
+  allowed_hosts: tuple[str, ...] = ()  # Host names answered besides --host and loopback
+                                       # ones ("*": any); guard.HostCheck
 
   def __post_init__(self):
     if self.allow_swap and len(self.admin_token) < MIN_TOKEN_CHARS:
@@ -299,7 +302,8 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
       description="Dense (two-tower + FAISS), BM25 (Lucene) and hybrid search over a "
                   "retriever bundle. See docs/guide/serve.md.")
 
-  app.add_middleware(guard.Front, max_body_bytes=config.max_body_bytes)
+  app.add_middleware(guard.Front, max_body_bytes=config.max_body_bytes,
+                     hosts=guard.HostCheck(config.host, config.allowed_hosts))
 
   def error_response(request: fastapi.Request, status: int, message: str,
                      headers: Optional[dict] = None) -> responses.Response:
@@ -407,7 +411,9 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
     return await _search(request, params)
 
   if config.allow_swap:
-    token = config.admin_token.encode("utf-8")
+    # The token as bytes: a flag or environment variable the OS gave undecodable keeps its
+    # bytes (surrogateescape), and a UTF-8 token is compared with the UTF-8 bytes sent.
+    token = config.admin_token.encode("utf-8", "surrogateescape")
 
     def authorize(request: fastapi.Request) -> None:
       given = request.headers.get("authorization", "")
@@ -415,8 +421,10 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
         raise ApiError(401, "an admin request needs the header 'Authorization: Bearer "
                             "<token>' (the server's --admin_token)")
       scheme, _, value = given.partition(" ")
+      # Starlette decodes header bytes as Latin-1: encoding back gives the bytes on the wire
+      # (a UTF-8 client's token as it sent it).
       if scheme.lower() != "bearer" or not hmac.compare_digest(
-          value.strip().encode("utf-8", "surrogateescape"), token):
+          value.strip(" \t").encode("latin-1"), token):
         raise ApiError(403, "wrong admin token")
 
     _swap_schema = {"requestBody": {"required": True, "content": {"application/json": {
@@ -472,12 +480,16 @@ def run(config: ServeConfig) -> None:
   import uvicorn  # pylint: disable=import-outside-toplevel
   # Fail fast on a path that is no bundle; the parts load (and are checked) in the background.
   bundle_manifest.read(config.bundle.rstrip("/"))
+  retriever_lib.warn_if_unverified(config.verify)
   if not is_loopback(config.host):
     logger.warning("serving on %s: other machines can reach this service", config.host)
   sock = listen(config.host, config.port)
   retriever_lib.set_threads(config.threads, config.faiss_threads)
-  logger.info("serving %s on http://%s:%d/ (docs at /docs)%s", config.bundle, config.host,
-              config.port, f"; swaps from {config.swap_folder}" if config.allow_swap else "")
+  hosts = guard.HostCheck(config.host, config.allowed_hosts)
+  logger.info("serving %s on http://%s:%d/ (docs at /docs)%s; Host %s", config.bundle,
+              config.host, config.port,
+              f"; swaps from {config.swap_folder}" if config.allow_swap else "",
+              "any (--allowed_hosts '*')" if hosts.any else ", ".join(sorted(hosts.names)))
   failed: list[str] = []
 
   def stop(error: str) -> None:  # a server with nothing to serve: exit 1, with the reason

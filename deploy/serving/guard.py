@@ -15,6 +15,14 @@ what a response may carry.
   arrive within `seconds` of its first byte (the first request of a connection: of
   connecting), else the connection is closed (with a 408 when it stopped inside the
   headers).
+  Its 400 for a request that is not HTTP (a malformed header, two Content-Length headers,
+  bad chunking), which uvicorn answers as text/plain, is the JSON error body too.
+* `HostCheck` (in `Front`): only the Host names the server answers to (`allowed_hosts`:
+  loopback names and the bound address by default), and an `Origin`, when a browser sends
+  one, of those hosts only. Without it a page on any web site could read a loopback server
+  through DNS rebinding (its own name re-pointed at 127.0.0.1 after the page loaded) or the
+  answers of a cross-origin POST; a refused Host is never echoed (a redirect's `location`
+  is built from it).
 * `public_text`: a message with every absolute path cut to its last part, so that no
   message tells a client where the server keeps its files.
 """
@@ -25,9 +33,11 @@ import asyncio
 import json
 import logging
 import re
+import socket
 import time
+import urllib.parse
 import uuid
-from typing import Optional
+from typing import Iterable, Optional
 
 logger = logging.getLogger(__name__)
 access_logger = logging.getLogger("twotower.serve.access")
@@ -48,6 +58,59 @@ def json_body(payload: dict) -> bytes:
   return json.dumps(payload, ensure_ascii=True).encode("ascii")
 
 
+#: Names every server answers to: the loopback ones.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: Bind addresses that mean "every interface": the machine's own names are then allowed too.
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+ANY_HOST = "*"
+
+
+def _host_name(value: str) -> str:
+  """A Host header's or an address's name as compared: lower case, no port, no trailing dot,
+  an IPv6 address without its brackets."""
+  value = value.strip().lower()
+  if value.startswith("["):  # [::1]:8000
+    value = value[1:].split("]", 1)[0]
+  elif value.count(":") == 1:  # name:port (a bare IPv6 address has several colons)
+    value = value.split(":", 1)[0]
+  return value.rstrip(".")
+
+
+class HostCheck:
+  """The Host names (and browser Origins) a server answers: `bind_host` (the --host it
+  listens on), the loopback names and `extra` (--allowed_hosts; "*" allows any). A server
+  bound to every interface also answers to the machine's own names."""
+
+  def __init__(self, bind_host: str, extra: Iterable[str] = ()):
+    extra = tuple(extra)
+    self.any = ANY_HOST in extra
+    names = {*LOOPBACK_HOSTS, *(_host_name(h) for h in extra if h != ANY_HOST)}
+    if _host_name(bind_host) in WILDCARD_HOSTS:
+      names |= {_host_name(socket.gethostname()), _host_name(socket.getfqdn())}
+    else:
+      names.add(_host_name(bind_host))
+    self.names = frozenset(n for n in names if n)
+
+  def allows(self, host: str) -> bool:
+    return self.any or _host_name(host) in self.names
+
+  def refusal(self, headers: dict) -> Optional[tuple[int, str]]:
+    """(status, message) for a request this server does not answer, else None. A request
+    with no Host (HTTP/1.0) is answered: browsers always send one."""
+    host = headers.get(b"host")
+    if host is not None and not self.allows(host.decode("latin-1")):
+      return 400, ("the Host header names a host this server does not answer to (it answers "
+                   "to the address it is bound to and loopback names; add others with "
+                   "--allowed_hosts)")
+    origin = headers.get(b"origin")
+    if origin is not None and not self.any:
+      parsed = urllib.parse.urlsplit(origin.decode("latin-1"))
+      if parsed.scheme not in ("http", "https") or not self.allows(parsed.netloc):
+        return 403, ("a cross-origin request: the Origin header names a site this server "
+                     "does not answer to (--allowed_hosts)")
+    return None
+
+
 class BodyTooLarge(Exception):
   """Raised into the app by `Front`'s receive once a body passes the cap."""
 
@@ -57,11 +120,13 @@ class BodyTooLarge(Exception):
 
 
 class Front:
-  """See the module docstring. `max_body_bytes`: the largest request body read."""
+  """See the module docstring. `max_body_bytes`: the largest request body read; `hosts`:
+  the Host names answered (None: any)."""
 
-  def __init__(self, app, max_body_bytes: int):
+  def __init__(self, app, max_body_bytes: int, hosts: Optional[HostCheck] = None):
     self.app = app
     self.max_body_bytes = max_body_bytes
+    self.hosts = hosts
 
   async def __call__(self, scope, receive, send):
     if scope["type"] != "http":
@@ -96,9 +161,13 @@ class Front:
           raise BodyTooLarge(self.max_body_bytes)
       return message
 
+    refused = self.hosts.refusal(headers) if self.hosts is not None else None
     try:
       length = _content_length(headers)
-      if length is not None and length > self.max_body_bytes:
+      if refused is not None:
+        state["close"] = True
+        await self._error(send_with_id, *refused, request_id)
+      elif length is not None and length > self.max_body_bytes:
         state["close"] = True
         await self._error(send_with_id, 413, f"the body has {length} bytes; the limit is "
                                              f"{self.max_body_bytes}", request_id)
@@ -163,7 +232,11 @@ def timed_protocol(seconds: float) -> type:
   import h11  # pylint: disable=import-outside-toplevel
   from uvicorn.protocols.http.h11_impl import H11Protocol  # pylint: disable=import-outside-toplevel
 
-  timeout_body = json_body({"error": f"the request did not arrive within {seconds:g} s"})
+  timeout_body = json_body({"error": f"the request did not arrive within {seconds:g} s",
+                            "request_id": ""})
+  invalid_body = json_body({"error": "the request is not valid HTTP/1.1 (a malformed request "
+                                     "line or header, two Content-Length headers, or a body "
+                                     "whose chunked encoding is broken)", "request_id": ""})
 
   class TimedH11Protocol(H11Protocol):
     _deadline: Optional[asyncio.TimerHandle] = None
@@ -183,6 +256,13 @@ def timed_protocol(seconds: float) -> type:
     def connection_lost(self, exc):
       self._disarm()
       super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+      """uvicorn's answer to bytes h11 cannot parse, with the service's JSON error body
+      (uvicorn's own is text/plain)."""
+      del msg  # uvicorn's "Invalid HTTP request received."
+      self.transport.write(_raw_response(400, "Bad Request", invalid_body))
+      self.transport.close()
 
     def _receiving(self) -> bool:
       """A request has begun and is not whole yet."""
@@ -205,11 +285,15 @@ def timed_protocol(seconds: float) -> type:
       started = self.cycle is not None and self.cycle.response_started
       if self.conn.their_state is h11.IDLE and self.conn.trailing_data[0] and not started:
         # Half a request line or headers: no app saw it; answer here.
-        self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json"
-                             b"\r\nconnection: close\r\ncontent-length: " +
-                             str(len(timeout_body)).encode("ascii") + b"\r\n\r\n" +
-                             timeout_body)
+        self.transport.write(_raw_response(408, "Request Timeout", timeout_body))
       logger.info("closed a connection whose request did not arrive within %g s", seconds)
       self.transport.close()
 
   return TimedH11Protocol
+
+
+def _raw_response(status: int, reason: str, body: bytes) -> bytes:
+  """A whole JSON error response written straight to a connection that is then closed: for
+  the protocol's own errors, which no app sees."""
+  return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+          f"connection: close\r\ncontent-length: {len(body)}\r\n\r\n").encode("ascii") + body

@@ -17,7 +17,8 @@ from typing import Iterable, Iterator, Optional, TextIO
 from twotower import file_outputs
 from twotower import io as tio
 from twotower import outputs
-from twotower.deploy.serving.retriever import Hit, Retriever
+from twotower.deploy.serving import retriever as retriever_lib
+from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever
 
 BATCH = 256  # queries per retriever call for a file
 
@@ -32,7 +33,7 @@ class QueryConfig:
   mode: str = "dense"
   nprobe: Optional[int] = None
   ef_search: Optional[int] = None
-  verify: str = "sha256"             # bundle check at load (retriever.DEFAULT_VERIFY)
+  verify: str = DEFAULT_VERIFY     # bundle check at load (the one default: serve's too)
   overwrite: bool = False          # replace an --out of other settings (file_outputs.owned_files)
 
   def __post_init__(self):
@@ -116,6 +117,7 @@ def run(config: QueryConfig) -> QueryResult:
   to_file = config.jsonl is not None and config.out != "-"
   if to_file:  # before the bundle loads: a refused --out costs nothing
     file_outputs.check_file(**_output_owner(config))
+  retriever_lib.warn_if_unverified(config.verify)
   retriever = Retriever.load(config.bundle, verify=config.verify)
   try:
     if config.question is not None:

@@ -39,6 +39,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -60,6 +61,9 @@ VERIFY = bundle_manifest.VERIFY
 #: Contents, not only sizes: a same-size part of another bundle is caught. It reads every
 #: file once (measured in docs/guide/serve.md: small next to loading TensorFlow).
 DEFAULT_VERIFY = "sha256"
+#: What each `verify` checks of every file the manifest lists.
+VERIFY_CHECKS = {"sha256": "present, with its size and sha256", "size": "present, with its size",
+                 "none": "present"}
 #: Largest query-tower call (the embedding job's default batch, pipelines.embed).
 ENCODE_BATCH = query_encoders.ENCODE_BATCH
 #: Up to this many BM25 queries are searched one after another, more with batch_search.
@@ -107,6 +111,16 @@ class SearchRequest:
   @property
   def params(self) -> tuple[Optional[int], Optional[int]]:
     return (self.nprobe, self.ef_search)
+
+
+def warn_if_unverified(verify: str, flag: str = "--verify") -> None:
+  """The opt-out said at a command's start-up (`serve`, `query`): a bundle loaded without
+  its sha256 check serves a same-size file of another bundle or model as it is."""
+  if verify != DEFAULT_VERIFY:
+    logger.warning("%s %s: a bundle's files are checked for %s only, so a same-size file of "
+                   "another bundle or model is served as it is (the default, %s %s, reads "
+                   "every file once at load)", flag, verify,
+                   "their size" if verify == "size" else "presence", flag, DEFAULT_VERIFY)
 
 
 class Retriever:
@@ -166,7 +180,10 @@ class Retriever:
       raise ValueError(f"modes must be among {MODES}, got {modes!r}")
     path = path.rstrip("/")
     manifest = bundle_manifest.read(path)
+    started = time.perf_counter()
     manifest.check_files(path, verify)
+    logger.info("bundle %s: %d files checked (%s) in %.2f s", path, len(manifest.files),
+                VERIFY_CHECKS[verify], time.perf_counter() - started)
     manifest.check_ids(path)
     running = bundle_manifest.running_versions()
     for name, version in manifest.versions.items():

@@ -14,6 +14,7 @@ from twotower.commands import flags
 
 def build_parser() -> argparse.ArgumentParser:
   from twotower.deploy.serving import app  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.serving import retriever  # pylint: disable=import-outside-toplevel
   d = app.ServeConfig(bundle="")
   p = flags.parser("serve", app.__doc__)
   p.add_argument("bundle", help="a retriever bundle directory (`twotower bundle --out`)")
@@ -54,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--show_paths", action="store_true",
                  help="show absolute paths in /v1/info, swap answers and error messages "
                       "(default: only names under the swap root)")
-  p.add_argument("--verify", choices=("none", "size", "sha256"), default=d.verify,
-                 help="how the bundle's files are checked at load")
+  p.add_argument("--verify", choices=retriever.VERIFY, default=d.verify,
+                 help="how the bundle's files are checked at load and at each swap: sha256 "
+                      "(default: every file's content, as `twotower query` does), size "
+                      "(sizes only: a same-size file of another bundle is served) or none; "
+                      "an opt-out is logged at start-up")
   p.add_argument("--encoder", choices=("auto", "onnx", "tensorflow"), default=d.encoder,
                  help="the query tower's runtime: auto = ONNX when the bundle carries "
                       "query_onnx/ (`twotower bundle --onnx`), else the SavedModel")
@@ -63,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                  help="modes served (comma list of dense, bm25, hybrid); Lucene and its JVM "
                       "load only for bm25 / hybrid: `--modes dense` with an ONNX tower needs "
                       "neither TensorFlow nor Java")
+  p.add_argument("--allowed_hosts", type=flags.csv, default=",".join(d.allowed_hosts),
+                 help="Host names (comma list) the service answers besides --host and the "
+                      "loopback names, e.g. the name clients use for a --host 0.0.0.0 server; "
+                      "a request for another Host is a 400, a browser's request from another "
+                      "Origin a 403 (what stops DNS rebinding). '*' answers any")
   return p
 
 
