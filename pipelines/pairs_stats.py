@@ -93,8 +93,13 @@ def summary_table(stats: dict, out: str) -> str:
   """The command's result: page accounting, links, and the Table 1 columns per task."""
   tasks = tasks_in(stats)
   skipped = sum(v for k, v in stats.items() if k.startswith("pages_skipped_"))
+  # Pages lost to another of one title are said here, not only in a log line: a JSONL or
+  # text input with repeated titles loses pages a user meant to keep.
+  same_title = stats.get(C.pages_skipped(C.PageSkip.DUPLICATE_TITLE), 0)
   lines = [f"pages read {stats.get('pages_read', 0)}: kept {stats.get('pages_kept', 0)}, "
-           f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}",
+           f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}"
+           + (f" ({same_title} sharing the title of a kept page: "
+              f"{C.pages_skipped(C.PageSkip.DUPLICATE_TITLE)})" if same_title else ""),
            f"links {stats.get('links_total', 0)}: resolved {stats.get('links_resolved', 0)} "
            f"({stats.get('links_resolved_percent', 0.0):.1f} %), unresolved "
            f"{stats.get('links_unresolved', 0)}, redirect loops "

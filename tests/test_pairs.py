@@ -79,6 +79,16 @@ def test_stats_balance_exactly_with_the_golden_accounts(small_run):
                                   + stats["links_redirect_loop"])
 
 
+def test_the_summary_says_how_many_pages_lost_to_another_of_their_title(small_run):
+  from twotower.pipelines import pairs_stats
+  out, stats = small_run
+  first = pairs_stats.summary_table(stats, out).splitlines()[0]
+  assert first == ("pages read 12: kept 4, redirects 5, skipped 3 (1 sharing the title of a "
+                   "kept page: pages_skipped_duplicate_title)")
+  unique = {k: v for k, v in stats.items() if k != "pages_skipped_duplicate_title"}
+  assert pairs_stats.summary_table(unique, out).splitlines()[0].endswith("skipped 2")
+
+
 def test_every_wlp_document_comes_from_a_page_linking_to_the_query_page(small_run):
   out, stats = small_run
   wlp = read_pairs(out, "wlp")
