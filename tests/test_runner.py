@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from twotower import cli
-from twotower.deploy.portable import launcher
+from twotower.deploy.portable import launcher, runner_state
 
 #: /proc/net/tcp{,6} spellings of 127.0.0.1 (as itself, and as an IPv4-mapped IPv6 address).
 LOOPBACK_HEX = ("0100007F", "0000000000000000FFFF00000100007F")
@@ -28,6 +28,11 @@ def _listening(port: int) -> list[str]:
   return found
 
 
+def _start_time(pid: int) -> int:
+  with open(f"/proc/{pid}/stat", "rb") as f:
+    return int(f.read().rpartition(b")")[2].split()[19])
+
+
 def _gone(pid: int) -> bool:
   try:
     os.kill(pid, 0)
@@ -41,8 +46,12 @@ def test_start_status_stop(tmp_path, capsys):
   args = ["--state_dir", state, "--job_port", "0", "--worker_port", "0", "--workers", "3"]
   try:
     assert cli.main(["runner", "start", *args]) == 0
-    services = launcher.read_state(state)
+    services = runner_state.read_state(state)
     out = capsys.readouterr().out
+    # What stop verifies each service by (tests/test_runner_state.py): its start time.
+    assert services.start_times == {name: _start_time(pid)
+                                    for name, pid in services.pids.items()}
+    assert services.token and services.boot_id
     # The flags to add, exactly as a stage takes them.
     assert " ".join(services.beam_args()) in out
     assert services.beam_args() == (
@@ -64,7 +73,7 @@ def test_start_status_stop(tmp_path, capsys):
     assert cli.main(["runner", "stop", "--state_dir", state]) == 0
   assert all(line.endswith("stopped") for line in capsys.readouterr().out.splitlines())
   assert all(_gone(pid) for pid in services.pids.values())
-  assert not os.path.exists(launcher.state_path(state))
+  assert not os.path.exists(runner_state.state_path(state))
   assert not launcher.accepting(services.job_port)
   assert cli.main(["runner", "status", "--state_dir", state]) == 0
   assert "no runner started" in capsys.readouterr().out
@@ -81,7 +90,7 @@ def test_a_taken_port_is_a_clear_error_and_starts_nothing(tmp_path, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert err[-1].startswith(f"twotower runner: error: 127.0.0.1:{port} is taken")
   assert "--job_port" in err[-1]
-  assert launcher.read_state(state) is None
+  assert runner_state.read_state(state) is None
 
 
 def test_stop_and_status_when_nothing_runs(tmp_path, capsys):
@@ -102,7 +111,9 @@ def test_a_dead_service_is_reported_and_stop_cleans_up(tmp_path, capsys):
     assert cli.main(["runner", "status", "--state_dir", state]) == 1
     assert "worker_pool" in capsys.readouterr().out
   finally:
-    launcher.stop(state)
+    stopped = launcher.stop(state)
+  assert [(s.name, s.outcome, s.workers) for s in stopped] == [
+      ("job_service", "stopped", ()), ("worker_pool", "gone", ())]
   assert _gone(services.pids["job_service"])
   assert launcher.status(state) == []
 

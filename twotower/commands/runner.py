@@ -51,6 +51,19 @@ def parse(argv: Iterable[str] | None):
       workers=args.workers, start_timeout_s=args.start_timeout)
 
 
+def _stopped_line(s) -> str:
+  """One line of `runner stop`: a service that was left alone is also warned of (logged)
+  with why."""
+  state = {"stopped": "stopped", "gone": "gone",
+           "left alone": "left alone: not a process this runner started"}[s.outcome]
+  if s.workers:
+    state += (f"; ended {len(s.workers)} SDK worker(s) left in its group (pid "
+              f"{' '.join(map(str, s.workers))})")
+  elif s.outcome == "gone":
+    state += ": nothing to stop"
+  return f"{s.name:<12} 127.0.0.1:{s.port}  pid {s.pid}  {state}"
+
+
 def main(argv: Iterable[str] | None = None) -> None:
   from twotower.deploy.portable import launcher  # pylint: disable=import-outside-toplevel
   action, config = parse(argv)
@@ -62,9 +75,12 @@ def main(argv: Iterable[str] | None = None) -> None:
     print(f"{'nothing to stop: ' if action == 'stop' else ''}no runner started from "
           f"{config.state_dir}")
     return
+  if action == "stop":
+    # Every recorded service, each with what stop did (the state file is removed).
+    print("\n".join(_stopped_line(s) for s in result))
+    return
   for s in result:
-    state = ("stopped" if action == "stop" else
-             "running" if s.accepting else "running, not accepting" if s.running else "gone")
+    state = "running" if s.accepting else "running, not accepting" if s.running else "gone"
     print(f"{s.name:<12} 127.0.0.1:{s.port}  pid {s.pid}  {state}")
-  if action == "status" and not all(s.accepting for s in result):
+  if not all(s.accepting for s in result):
     sys.exit(1)  # a service died: `twotower runner stop`, then start again
