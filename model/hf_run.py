@@ -1,16 +1,24 @@
 """A training run as `twotower export-hf` reads it: its towers, vocabulary and lengths
 (`load_run` -> TowerSpec), and the model card written beside the exported model (what the
 run trained on, its config and its last recorded figures).
+
+`load_run` checks the run's copied vocab.txt and config.yaml (and its two_tower.keras)
+against the model before anything trusts them: model/run_checks.py says what and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import logging
 import os
 
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.model import run_checks
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +32,14 @@ class TowerSpec:
   doc_tower: object
   shared: bool
   config_yaml: str
+  vocab_sha256: str = ""    # vocab_digest(vocab)
+
+
+def vocab_digest(vocab: list[str]) -> str:
+  """sha256 hex of a vocabulary's content: its tokens, UTF-8, each ended by a newline (the
+  bytes of the vocab.txt `twotower vocab` writes), so equal for equal tokens in equal order
+  whatever the file is called."""
+  return hashlib.sha256("".join(t + "\n" for t in vocab).encode("utf-8")).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -42,12 +58,12 @@ def resolve_export_dir(run: str) -> str:
 
 
 def load_run(run: str) -> TowerSpec:
-  """The run's towers, vocabulary and lengths; refuses towers that are not Transformers."""
+  """The run's towers, vocabulary and lengths, its vocab.txt and config.yaml checked against
+  the model (model/run_checks.py); refuses towers that are not Transformers."""
   import keras  # pylint: disable=import-outside-toplevel
   import yaml  # pylint: disable=import-outside-toplevel
 
   from twotower.model import encoders  # pylint: disable=import-outside-toplevel
-  from twotower.model import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
   from twotower.model import two_tower  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
   export_dir = resolve_export_dir(run)
   config_path = os.path.join(export_dir, contracts.RUN_CONFIG_FILE)
@@ -60,15 +76,23 @@ def load_run(run: str) -> TowerSpec:
                      "Transformer towers map onto a BERT model (BoW-MLP towers have no "
                      "Hugging Face counterpart)")
   keras_path = os.path.join(export_dir, contracts.KERAS_FILE)
+  run_checks.check_keras_file(keras_path)
+  built = run_checks.built_with(keras_path)
+  run_checks.check_config(config_path, config_yaml, built)
   model = keras.saving.load_model(keras_path, compile=False).towers_only()
   for tower in (model.query_tower, model.doc_tower):
     if not isinstance(tower, encoders.TransformerTower):
       raise ValueError(f"{keras_path}: a {type(tower).__name__} tower; only Transformer towers "
                        "map onto a BERT model")
-  vocab = tokenizer_lib.read_vocab(os.path.join(export_dir, contracts.VOCAB_FILE))
-  return TowerSpec(export_dir, vocab, int(model_config["query_len"]),
-                   int(model_config["doc_len"]), model.query_tower, model.doc_tower,
-                   bool(model.shared_towers), config_yaml)
+  vocab_path = os.path.join(export_dir, contracts.VOCAB_FILE)
+  vocab = run_checks.check_vocab(vocab_path, run_checks.model_vocab(
+      export_dir, model.query_tower, model.doc_tower, built))
+  digest = vocab_digest(vocab)
+  logger.info("%s: the model's vocabulary (%d tokens, sha256 %s); lengths %d / %d as %s",
+              vocab_path, len(vocab), digest[:12], built["query_len"], built["doc_len"],
+              keras_path)
+  return TowerSpec(export_dir, vocab, built["query_len"], built["doc_len"], model.query_tower,
+                   model.doc_tower, bool(model.shared_towers), config_yaml, digest)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,7 +143,8 @@ tags: [sentence-transformers, feature-extraction, dense-retrieval, twotower]
 Exported by `twotower export-hf` from the training run `{os.path.abspath(run)}`: a two-tower
 retriever (Chang et al., ICLR 2020) with BERT-style towers, L{b.num_layers} / H{b.hidden_dim} /
 A{b.num_heads}, intermediate {b.intermediate_dim}, embedding dimension
-{spec.query_tower.embedding_dim}, vocabulary {len(spec.vocab)} word pieces. Score =
+{spec.query_tower.embedding_dim}, vocabulary {len(spec.vocab)} word pieces (sha256
+`{spec.vocab_sha256 or vocab_digest(spec.vocab)}` of its tokens, one per line). Score =
 inner product of the query and document embeddings (not normalised).{routes}
 
 ```python

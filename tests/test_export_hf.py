@@ -5,6 +5,7 @@ with the SavedModel's and the in-graph tokenizer's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -176,6 +177,10 @@ def test_model_card_and_config_say_what_the_model_is(exported, runs):
   tower = json.load(open(os.path.join(out, export_hf.ONNX_TOWERS_DIR, "query",
                                       onnx_encoder.TOWER_FILE)))
   assert (tower["layout"], tower["max_length"], tower["embedding_dim"]) == ("query", 12, 16)
+  # The vocabulary's digest, of its content: the run's vocab.txt as written.
+  with open(os.path.join(contracts.export_dir(runs["shared"]), contracts.VOCAB_FILE), "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  assert tower["vocab_sha256"] == digest and f"`{digest}`" in card
 
 
 @pytest.mark.slow
