@@ -9,9 +9,12 @@ Inputs: the synthetic candidates of benchmarks.embed_throughput; model: its stan
 SavedModel unless --model names a real export. Each run is a fresh `python -m twotower.cli
 embed` process (DirectRunner, one worker), so the times include what a machine pays per
 shard: starting Python, importing TensorFlow and Beam, loading the model. Every shard reads
-the whole input and keeps its own rows (pipelines.embed.row_shard), so the speed-up is below
-N by the reading and start-up a shard cannot split; on one machine the N processes also share
-its cores (this benchmark says how many there are and the load average).
+the whole input, digests every row of it (its input's content digest, pipelines.embed) and
+keeps its own rows (pipelines.embed.row_shard), so the speed-up is below N by the reading,
+digesting and start-up a shard cannot split; on one machine the N processes also share its
+cores (this benchmark says how many there are and the load average). What the digests cost
+is also timed on their own, in this process: microseconds a row for the whole input's digest
+(every shard pays it for every row) and for the digest of the rows embedded.
 """
 
 from __future__ import annotations
@@ -61,6 +64,20 @@ def union_ids(outs: list[str]) -> list[int]:
   return sorted(fingerprints.file_ids(embeddings.embedding_files(",".join(outs))).tolist())
 
 
+def digest_seconds(candidates: str) -> tuple[float, float, int]:
+  """(seconds for the input digest, seconds for the digest of the rows embedded, rows) of
+  `candidates`, computed as the job computes them (pipelines.embed), rows already read."""
+  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
+  spec = embed.input_spec("candidates", candidates)
+  rows = pq.read_table(candidates, columns=list(spec.columns)).to_pylist()
+  t0 = time.perf_counter()
+  embed.input_digest(spec, rows)
+  t1 = time.perf_counter()
+  embed.example_digests(spec, rows)
+  return t1 - t0, time.perf_counter() - t1, len(rows)
+
+
 def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--rows", type=int, default=20_000)
@@ -80,6 +97,7 @@ def main(argv=None) -> None:
     one_wall, one_cpu = embed_processes(model, candidates, single, args.batch_size)
     n_wall, n_cpu = embed_processes(model, candidates, sharded, args.batch_size)
     same = union_ids(single) == union_ids(sharded)
+    input_s, examples_s, digested = digest_seconds(candidates)
   rows = args.rows
   what = (f"stand-in BoW-MLP d=128 hidden={args.standin_hidden}" if args.model is None
           else args.model)
@@ -91,6 +109,10 @@ def main(argv=None) -> None:
   print(f"| unsharded | 1 | {one_wall:.1f} | {rows / one_wall:,.0f} | {one_cpu:.1f} | 1.00 |")
   print(f"| {args.shards} input shards at once | {args.shards} | {n_wall:.1f} | "
         f"{rows / n_wall:,.0f} | {n_cpu:.1f} | {one_wall / n_wall:.2f} |")
+  per_row = lambda s: s / max(digested, 1) * 1e6  # noqa: E731
+  print(f"\ndigests, in this process over {digested:,} rows: the input's {per_row(input_s):.1f} "
+        f"us/row (each shard, every row), the rows embedded {per_row(examples_s):.1f} us/row "
+        "(the row's layout included)")
 
 
 if __name__ == "__main__":

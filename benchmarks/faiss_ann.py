@@ -334,7 +334,8 @@ def sharded_demo(x: np.ndarray, q: np.ndarray, args) -> str:
     out = os.path.join(tmp, "index.faiss")
     cli = ["--embeddings", emb_dir, "--out", out, "--type", "ivfpq", "--nlist", str(nlist),
            "--pq_m", str(args.sharded_pq_m), "--num_index_shards", "4",
-           "--train_size", str(args.train_size), "--kmeans_niter", str(args.kmeans_niter)]
+           "--train_size", str(args.train_size), "--kmeans_niter", str(args.kmeans_niter),
+           "--allow_unchecked_vectors"]  # synthetic vectors: no model made them
     # The child reports its own VmHWM (peak RSS of its address space since exec; getrusage's
     # ru_maxrss would also count the parent's pages inherited at fork) and its RSS after
     # imports, before any vector is read.

@@ -14,9 +14,19 @@ A source (`--embeddings`, `--queries`, `--reference`) is
 
 The folders of `twotower embed --num_input_shards N --input_shard i` are read only as a
 complete set: every i of one N exactly once, all of one input (the `input_shard` record of
-each stats.json, contracts.EMBED_INPUT_SHARD_KEY), nothing else beside them; anything else is
-refused with a one-line error naming what is missing, given twice or mixed. (Their models are
-checked by the caller, as for any source: fingerprints.one_model over embedding_records.)
+each stats.json, contracts.EMBED_INPUT_SHARD_KEY: a digest of the whole input's rows by their
+content, pipelines.embed.input_record), nothing else beside them; anything else is refused
+with a one-line error naming what is missing, given twice or mixed (shards of two inputs:
+both folders and both shards). Shards recorded before their input was digested by content
+(by file names and row counts only) cannot be told apart from shards of another input of the
+same names and counts: refused, unless the caller takes them unchecked
+(fingerprints.UNCHECKED_FLAG). (Their models are checked by the caller, as for any source:
+fingerprints.one_model over embedding_records.)
+
+Where the record of an index file's vectors lives (`index_record`): its `<file>.vectors.json`,
+or, for a retriever bundle's `index.faiss`, the bundle's `manifest.json` (its model and the
+index's ids), read, never rewritten. (An embed folder's is its `vectors.json`:
+fingerprints.embedding_records.)
 
 An index adds its vectors in id order (`iter_blocks_by_id`), so that it does not depend on how
 the vectors were split into files and folders: the input shards' union gives the same index,
@@ -40,6 +50,7 @@ from twotower import contracts
 from twotower import fingerprints
 from twotower import io as tio
 from twotower import outputs
+from twotower.contracts import bundle_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +65,11 @@ _GLOB_CHARS = "*?["
 # ---------------------------------------------------------------------------------------------
 
 
-def embedding_files(source: str) -> list[str]:
+def embedding_files(source: str, *, allow_unchecked: bool = False,
+                    flag: Optional[str] = fingerprints.UNCHECKED_FLAG) -> list[str]:
   """The embedding Parquet files `source` names (see the module docstring), folders in input
-  shard order, each folder's files in its manifest's order.
+  shard order, each folder's files in its manifest's order. `allow_unchecked`, `flag`: for
+  input shards whose input no content digest records (check_input_shards).
 
   Raises:
     FileNotFoundError: a part of `source` matches nothing.
@@ -74,7 +87,7 @@ def embedding_files(source: str) -> list[str]:
   # Files named one by one inside shard folders take part in the check as their folders.
   parents = [_parent(f) for f in files]
   ordered = check_input_shards(_unique(folders + [p for p in parents if p not in folders]),
-                               source)
+                               source, allow_unchecked=allow_unchecked, flag=flag)
   rank = {folder: r for r, folder in enumerate(ordered)}
   result = [f for folder in folders_in(ordered, folders) for f in folder_files(folder)]
   # Loose files after the folders, those of shard folders in shard order.
@@ -127,21 +140,35 @@ def input_shard(folder: str) -> Optional[dict]:
   return record
 
 
-def check_input_shards(folders: Sequence[str], source: str = "") -> list[str]:
+def check_input_shards(folders: Sequence[str], source: str = "", *,
+                       allow_unchecked: bool = False,
+                       flag: Optional[str] = fingerprints.UNCHECKED_FLAG) -> list[str]:
   """`folders` as given when none is an input shard; else, when they are every input shard
-  of one run exactly once, in shard order.
+  of one input exactly once, in shard order. Shards whose record digests their input by
+  names only (`by_content` false) are refused, or with `allow_unchecked` compared by those
+  names with a warning (fingerprints.unchecked; `flag` names the flag that allows it).
 
   Raises:
     ValueError: a shard missing, given twice, of another N or another input, or a folder
-      beside them that is not a shard (one line, naming the folders).
+      beside them that is not a shard; a shard whose input no content digest records, unless
+      `allow_unchecked` (one line, naming the folders).
   """
   records = {folder: input_shard(folder) for folder in folders}
   sharded = [f for f in folders if records[f] is not None]
   if not sharded:
     return list(folders)
+  where = f"{source}: " if source else ""
+  for folder in sharded:
+    if not by_content(records[folder]):
+      fingerprints.unchecked(
+          f"{where}{folder}: input shard {records[folder]['index']} of "
+          f"{records[folder]['count']} records its input by file names and row counts only "
+          "(embedded before shards digested their rows' content), so shards of another "
+          "input with the same names and counts cannot be told apart; embed the shards "
+          "again", allow_unchecked, flag)
+      break
   first, head = sharded[0], records[sharded[0]]
   count = head["count"]
-  where = f"{source}: " if source else ""
   for folder in folders:
     record = records[folder]
     if record is None:
@@ -153,9 +180,10 @@ def check_input_shards(folders: Sequence[str], source: str = "") -> list[str]:
                        f"{record['count']}, but {first} is shard {head['index']} of {count}: "
                        "shards of two splits")
     if record.get("input") != head.get("input"):
-      raise ValueError(f"{where}{folder} embedded another input than {first} "
-                       f"({_describe_input(record.get('input'))} against "
-                       f"{_describe_input(head.get('input'))}): shards of two inputs")
+      raise ValueError(f"{where}{folder} (input shard {record['index']} of {count}) embedded "
+                       f"another input than {first} (input shard {head['index']} of {count}): "
+                       f"{_describe_input(record.get('input'))} against "
+                       f"{_describe_input(head.get('input'))}: shards of two inputs")
   by_index: dict[int, list[str]] = {}
   for folder in sharded:
     by_index.setdefault(records[folder]["index"], []).append(folder)
@@ -171,11 +199,73 @@ def check_input_shards(folders: Sequence[str], source: str = "") -> list[str]:
   return [by_index[i][0] for i in range(count)]
 
 
+def by_content(record: dict) -> bool:
+  """Whether an input shard record digests its input by the rows' content
+  (pipelines.embed.input_record), not by file names and row counts (a twotower before)."""
+  return isinstance((record.get("input") or {}).get("content_sha256"), str)
+
+
 def _describe_input(record: Optional[dict]) -> str:
   if not record:
     return "no input record"
-  return (f"{record.get('kind')}, {record.get('files')} files, {record.get('rows')} rows "
-          f"[{str(record.get('sha256'))[:fingerprints.SHORT]}]")
+  if "content_sha256" in record:
+    return (f"{record.get('kind')} ({record.get('doc_text')}), {record.get('rows')} rows, "
+            f"content [{str(record['content_sha256'])[:fingerprints.SHORT]}]")
+  return (f"{record.get('kind')}, {record.get('files')} files, {record.get('rows')} rows, "
+          f"by names [{str(record.get('sha256'))[:fingerprints.SHORT]}]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a record lives.
+# ---------------------------------------------------------------------------------------------
+
+
+def index_record(index_file: str) -> Optional[dict]:
+  """The vectors record of an index file: `<file>.vectors.json` (`twotower index`), else, for
+  a retriever bundle's `index.faiss` (its folder holds the bundle's manifest), the model and
+  the index's ids the manifest records; None when neither is there.
+
+  Raises:
+    ValueError: no such index file; a record or bundle manifest that does not read; an
+      index.faiss of another size or sha256 than its bundle's manifest records (not that
+      bundle's).
+  """
+  if tio.is_local(index_file) and not os.path.isfile(index_file):
+    raise ValueError(f"{index_file}: no such index file")
+  record = fingerprints.read_record(fingerprints.record_path(index_file))
+  if record is not None or not tio.is_local(index_file):
+    return record
+  folder = os.path.dirname(os.path.abspath(index_file))
+  manifest_path = bundle_manifest.manifest_path(folder)
+  if (os.path.basename(index_file) != contracts.BUNDLE_INDEX_FILE
+      or not os.path.isfile(manifest_path) or not _is_bundle_manifest(manifest_path)):
+    return None
+  manifest = bundle_manifest.read(folder)  # BundleError: one line naming the file
+  listed = manifest.files.get(contracts.BUNDLE_INDEX_FILE)
+  size = os.path.getsize(index_file)
+  if listed is None or listed.bytes != size:
+    raise ValueError(f"{index_file}: {size} bytes, but the bundle manifest {manifest_path} "
+                     f"records {'no such part' if listed is None else f'{listed.bytes} bytes'}"
+                     ": not that bundle's index, so its model is unknown")
+  # The content, as every bundle loader checks it by default (Retriever.load's sha256): a
+  # same-size index of another bundle would otherwise borrow this manifest's model.
+  if fingerprints.file_sha256(index_file) != listed.sha256:
+    raise ValueError(f"{index_file}: differs from its sha256 checksum in the bundle manifest "
+                     f"{manifest_path} (changed, or another bundle's index), so its model is "
+                     "unknown")
+  return {"model": {"path": manifest.model.source, "fingerprint": manifest.model.fingerprint},
+          "ids": {"count": manifest.index.ids.count, "sha256": manifest.index.ids.sha256},
+          "dim": manifest.index.dim}
+
+
+def _is_bundle_manifest(path: str) -> bool:
+  """A manifest.json of a bundle (any version: bundle_manifest.read says which it reads),
+  not some other file of that name beside an index."""
+  try:
+    value = tio.read_json(path)
+  except ValueError:
+    return False
+  return isinstance(value, dict) and value.get("format") == bundle_manifest.FORMAT
 
 
 def _expand(part: str) -> tuple[list[str], list[str]]:
@@ -298,9 +388,11 @@ def _sorted_slices(ids: np.ndarray, vectors: np.ndarray, block_rows: int
     yield ids[take], np.ascontiguousarray(vectors[take], dtype=np.float32)
 
 
-def read_embeddings(source: str) -> tuple[np.ndarray, np.ndarray]:
-  """All (ids, vectors) of a source, in file order: for queries, not for the corpus."""
-  blocks = list(iter_blocks(embedding_files(source)))
+def read_embeddings(source: str, files: Optional[Sequence[str]] = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+  """All (ids, vectors) of a source (of `files`, where the caller has resolved them), in
+  file order: for queries, not for the corpus."""
+  blocks = list(iter_blocks(embedding_files(source) if files is None else files))
   if not blocks:
     raise ValueError(f"{source}: no embeddings")
   return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])

@@ -15,7 +15,9 @@ embedding shards, streamed, and write it atomically; optionally as several index
 Beside each index file, `<file>.vectors.json` (twotower.fingerprints) records the model of the
 vectors (from the embeddings' own record) and the ids the index holds (read back from it);
 shards of two models are refused, naming both, and `twotower search` checks its queries'
-model against it.
+model against it. Embeddings whose model no record names (another tool's Parquet, a twotower
+before the records), and input shards whose input no content digest records, are refused
+unless `--allow_unchecked_vectors` takes them unchecked (then the index records no model).
 
 `run(IndexConfig) -> IndexResult` is the typed entry point (twotower.commands.index parses the
 flags).
@@ -53,6 +55,8 @@ class IndexConfig:
   block_rows: int = 65_536            # vectors read and added per step (bounds memory)
   threads: int = 0                    # FAISS OpenMP threads (0: all)
   overwrite: bool = False             # replace an --out made with other settings
+  allow_unchecked_vectors: bool = False  # take embeddings no record vouches for (their
+                                      # model, an input shard's input), with a warning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +70,11 @@ def run(job: IndexConfig) -> IndexResult:
   import faiss  # pylint: disable=import-outside-toplevel
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
-  files = embeddings.embedding_files(job.embeddings)
+  allow = job.allow_unchecked_vectors
+  files = embeddings.embedding_files(job.embeddings, allow_unchecked=allow)
   for path in files:  # a candidates or questions file given as embeddings: named, not KeyError
     codecs.require_kind(path, tio.open_parquet(path).schema_arrow.names, "embeddings")
-  model = fingerprints.one_model(fingerprints.embedding_records(files))
+  model = fingerprints.one_model(fingerprints.embedding_records(files), allow_unchecked=allow)
   if faiss_index.count_vectors(files)[0] == 0:
     # An empty index searches fine and finds nothing: every recall 0, no error anywhere.
     raise ValueError(f"{job.embeddings}: {len(files)} embedding shard(s) hold 0 vectors; "
@@ -81,7 +86,9 @@ def run(job: IndexConfig) -> IndexResult:
   # The index file owns its shards and re-rank vectors (file_outputs.owned_files): another
   # run's index at --out is refused, and the files of the run it replaces that this one
   # does not write (4 shards replaced by 1) are removed.
-  settings = outputs.settings_of(job, skip=("block_rows", "threads"))
+  # Taking unchecked vectors changes no byte of the index: not a setting.
+  settings = outputs.settings_of(job, skip=("block_rows", "threads",
+                                            "allow_unchecked_vectors"))
   with file_outputs.owned_files(job.out, "index", settings, overwrite=job.overwrite,
                            inputs=files) as written:
     paths = faiss_index.shard_paths(job.out, job.num_index_shards)

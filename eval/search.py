@@ -11,9 +11,12 @@ An index built with its vectors beside it (`twotower index --type ivfpq_rerank` 
 `--store_vectors`) is re-ranked by default (eval.rerank.DEFAULT_RERANK); `--rerank 0` turns
 that off. Search goes through eval.faiss_searcher.load_searcher, as a query service would.
 
-Query embeddings of another model than the index's (their `vectors.json` against the
-index's `<file>.vectors.json`, twotower.fingerprints) are refused, naming both models; so are
-`--reference` embeddings of another model.
+Query embeddings of another model than the index's are refused, naming both models; so are
+`--reference` embeddings of another model. The index's model is read where its record lives
+(eval.embeddings.index_record): `<file>.vectors.json` beside it, or, for a retriever bundle's
+`BUNDLE/index.faiss`, the bundle's manifest; the queries' from their `vectors.json`
+(twotower.fingerprints). Any of them without a record naming its model is refused unless
+`--allow_unchecked_vectors` takes it unchecked.
 
 `run(SearchConfig) -> SearchResult` is the typed entry point (twotower.commands.search parses
 the flags).
@@ -85,6 +88,8 @@ class SearchConfig:
   reference: Optional[str] = None   # document embeddings: report Recall@k vs exact flat
   report: Optional[str] = None      # where that report goes (default OUT.report.json)
   overwrite: bool = False           # replace an --out of other settings (file_outputs.owned_files)
+  allow_unchecked_vectors: bool = False  # take an index, queries or reference whose model no
+                                    # record names, with a warning
 
   def __post_init__(self):
     checks.positive(self, "k", "batch_size")
@@ -98,29 +103,39 @@ class SearchResult:
   report: Optional[dict] = None     # with `reference`: recall vs flat, queries/s
 
 
-def check_models(job: SearchConfig) -> None:
-  """Raises ValueError when the index, the queries (and the reference) are vectors of two
-  models, naming both; sources without a record are warned about, not refused."""
+def check_models(job: SearchConfig) -> tuple[list[str], list[str]]:
+  """The query and the reference embedding files (none without --reference), after checking
+  that the index, the queries (and the reference) are vectors of one model.
+
+  Raises:
+    ValueError: vectors of two models, naming both; a source whose model no record names,
+      unless `allow_unchecked_vectors` (then a warning); no such index file.
+  """
+  allow = job.allow_unchecked_vectors
   paths = tio.match_files(job.index) if any(c in job.index for c in "*?,") else [job.index]
-  records = [(p, fingerprints.read_record(fingerprints.record_path(p))) for p in paths]
-  records += fingerprints.embedding_records(embeddings.embedding_files(job.queries))
-  if job.reference:
-    records += fingerprints.embedding_records(embeddings.embedding_files(job.reference))
-  fingerprints.one_model(records)
+  records = [(p, embeddings.index_record(p)) for p in paths]
+  query_files = embeddings.embedding_files(job.queries, allow_unchecked=allow)
+  records += fingerprints.embedding_records(query_files)
+  reference_files = (embeddings.embedding_files(job.reference, allow_unchecked=allow)
+                     if job.reference else [])
+  records += fingerprints.embedding_records(reference_files)
+  fingerprints.one_model(records, allow_unchecked=allow)
+  return query_files, reference_files
 
 
 def run(job: SearchConfig) -> SearchResult:
   import faiss  # pylint: disable=import-outside-toplevel
-  check_models(job)
+  query_files, reference_files = check_models(job)
   # --out is this stage's file (file_outputs.owned_files); judged before the search, so that a
-  # refused --out costs nothing.
-  settings = outputs.settings_of(job, skip=("batch_size", "threads", "mmap", "report"))
+  # refused --out costs nothing. Taking unchecked vectors changes no byte of the run.
+  settings = outputs.settings_of(job, skip=("batch_size", "threads", "mmap", "report",
+                                            "allow_unchecked_vectors"))
   inputs = [job.index, job.queries, *([job.reference] if job.reference else [])]
   file_outputs.check_file(job.out, "search", settings, overwrite=job.overwrite, inputs=inputs)
   if job.threads:
     faiss.omp_set_num_threads(job.threads)
   index = searcher_lib.load_searcher(job.index, mmap=job.mmap, rerank=job.rerank)
-  qids, queries = embeddings.read_embeddings(job.queries)
+  qids, queries = embeddings.read_embeddings(job.queries, query_files)
   if queries.shape[1] != index.d:
     raise ValueError(f"{job.queries}: query dim {queries.shape[1]} != index dim {index.d}")
   tio.log_settings("search", {"index": job.index, "vectors": index.ntotal,
@@ -134,8 +149,7 @@ def run(job: SearchConfig) -> SearchResult:
               len(qids) / max(seconds, 1e-9), job.out)
   report = None
   if job.reference:
-    report = compare_to_flat(ids, seconds, queries,
-                             embeddings.embedding_files(job.reference), job.k)
+    report = compare_to_flat(ids, seconds, queries, reference_files, job.k)
     report.update({"index": job.index, "nprobe": job.nprobe, "ef_search": job.ef_search,
                    "rerank": index.rerank, "k": job.k})
   report_path = job.report or f"{job.out}.report.json"

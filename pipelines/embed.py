@@ -6,8 +6,11 @@ with an exported SavedModel and writes `embeddings/*.parquet` shards.
     --RunInference-->  (id, float32[d])     KeyedModelHandler(SavedModelHandler), BatchElements
     --ToTables-->      pyarrow Tables       contracts.embedding_schema(d, id_type), columnar
     --WriteToParquetBatched-> OUT/embeddings-SSSSS-of-NNNNN.parquet, OUT/stats.json
-  then OUT/vectors.json: the model's fingerprint and the id set (twotower.fingerprints), read
-  back from the written shards; `index`, `search` and `bundle` refuse vectors of two models
+  beside it, the examples' digest (and, for an input shard, the whole input's):
+    --*Digests--> (what, sha256 bytes)  --SumDigests--> {what: RowsDigest record}
+  then OUT/vectors.json: the model's fingerprint, the id set (read back from the written
+  shards) and the digest of the rows embedded (twotower.fingerprints); `index`, `search` and
+  `bundle` refuse vectors of two models, `bundle` vectors of other text than its documents'
 
 Why a handler of our own: Beam's stock TensorFlow handler (`TFModelHandlerTensor`) loads
 through `keras.models.load_model`, which under Keras 3 rejects SavedModels, and it imports
@@ -19,6 +22,14 @@ Input shards (`--num_input_shards N --input_shard i`, as Tevatron's and DPR's st
 flags): a run embeds only the rows whose id hashes to shard i (row_shard), into its own --out
 with its own manifest, vectors.json and stats.json (which records the shard and its input);
 `index`, `search` and `bundle` read the N folders as one set (eval.embeddings).
+
+What a row's digest covers (twotower.fingerprints.RowsDigest, a sum of per-row sha256s):
+`vectors.json` `rows` the id and the text fields the tower read (`example_values`) of each
+row embedded; an input shard's `input` every row of the whole input, embedded by this shard
+or not, by the columns embedding reads (`input_values`). Every shard reads every row anyway,
+so each computes the same input digest at the cost of one sha256 a row, in the job, on its
+workers: `index` then tells shards of two inputs apart by comparing N small records, without
+reading any input, and `bundle` checks the text of its documents against `rows`.
 
 Document ids are int64 (candidate_id, or contracts.passage_uid(page_id, passage_id)); question
 ids are strings. Consumers of a tensorflow-text export need `import tensorflow_text` before
@@ -211,6 +222,90 @@ def row_shard(uid: Any, num_shards: int) -> int:
   return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") % num_shards
 
 
+def input_values(spec: InputSpec, row: dict) -> tuple:
+  """What an input row's digest covers: the columns embedding reads, in `spec` order (the
+  id's columns and the text; raw, so that any change to them changes the input)."""
+  return tuple(row.get(column) for column in spec.columns)
+
+
+def example_values(uid: Any, inputs: tuple) -> tuple:
+  """What an embedded row's digest covers: its id and the strings the tower read."""
+  return (uid, *inputs)
+
+
+def input_digest(spec: InputSpec, rows: Iterable[dict]) -> fingerprints.RowsDigest:
+  """The digest of a whole input, as every input shard's job computes it (`input_values`
+  of every row): for a check outside the job, streamed."""
+  digest = fingerprints.RowsDigest()
+  for row in rows:
+    digest.add(input_values(spec, row))
+  return digest
+
+
+def embedded_rows(spec: InputSpec, rows: Iterable[dict], num_shards: int = 1
+                  ) -> Iterator[tuple[int, Any, tuple]]:
+  """(input shard, id, example_values) of each row the job embeds, in the order of `rows`:
+  the rows it skips (no id, no text) have no vector and no digest."""
+  for row in rows:
+    result = row_to_example(spec, row)
+    if isinstance(result, str):
+      continue
+    uid, inputs = result
+    yield row_shard(uid, num_shards), uid, example_values(uid, inputs)
+
+
+def example_digests(spec: InputSpec, rows: Iterable[dict], num_shards: int = 1
+                    ) -> list[fingerprints.RowsDigest]:
+  """For each input shard 0..num_shards-1, the digest of the rows it embeds (the `rows` of
+  its vectors.json), streamed."""
+  digests = [fingerprints.RowsDigest() for _ in range(max(num_shards, 1))]
+  for shard, _, values in embedded_rows(spec, rows, num_shards):
+    digests[shard].add(values)
+  return digests
+
+
+class _SumDigests(beam.CombineFn):
+  """Row sha256s (32 bytes) -> fingerprints.RowsDigest's record (count and sum mod 2^256).
+
+  Order-free, so workers combine their parts in any order. The sum travels as 32 bytes, in
+  the elements and in the (count, sum) accumulator alike: a 256-bit int could be given Beam's
+  64-bit integer coder by type inference."""
+
+  @staticmethod
+  def _digest(accumulator: tuple[int, bytes]) -> fingerprints.RowsDigest:
+    return fingerprints.RowsDigest(accumulator[0], int.from_bytes(accumulator[1], "big"))
+
+  @staticmethod
+  def _pair(digest: fingerprints.RowsDigest) -> tuple[int, bytes]:
+    return digest.count, digest.total.to_bytes(32, "big")
+
+  def create_accumulator(self) -> tuple[int, bytes]:
+    return self._pair(fingerprints.RowsDigest())
+
+  def add_input(self, accumulator: tuple[int, bytes], value: bytes) -> tuple[int, bytes]:
+    return self._pair(self._digest(accumulator).add_hash(int.from_bytes(value, "big")))
+
+  def merge_accumulators(self, accumulators: Iterable[tuple[int, bytes]]
+                         ) -> tuple[int, bytes]:
+    merged = fingerprints.RowsDigest()
+    for accumulator in accumulators:
+      merged.merge(self._digest(accumulator))
+    return self._pair(merged)
+
+  def extract_output(self, accumulator: tuple[int, bytes]) -> dict:
+    return self._digest(accumulator).record()
+
+
+#: The digests the job writes, while it runs, into --out (read, then removed, by `run`).
+DIGESTS_FILE = ".digests.json"
+#: Its keys: the rows embedded, and the whole input (input shards only).
+EXAMPLES_KEY, INPUT_KEY = "examples", "input"
+
+
+def _write_digests(digests: dict, path: str) -> None:
+  tio.write_json(path, digests)
+
+
 class _ToExamples(beam.DoFn):
   """row dict -> (id, inputs); rows without id or text are counted and skipped. With
   `num_shards` > 1, only the rows of input shard `shard` (row_shard) are read (counted)."""
@@ -256,10 +351,15 @@ class _ToTables(beam.DoFn):
 
 class Embed(beam.PTransform):
   """PCollection of input rows (dicts) -> PCollection of pyarrow Tables of the embedding
-  schema (contracts.embedding_schema(dim, spec.id_type)), up to `table_rows` rows each."""
+  schema (contracts.embedding_schema(dim, spec.id_type)), up to `table_rows` rows each.
+
+  With `digests` (a file path), the digests of the rows embedded and, for an input shard of
+  several, of every input row are also written there as JSON ({EXAMPLES_KEY: RowsDigest
+  record, INPUT_KEY: ...}; a key without rows is absent): no side input, one small file."""
 
   def __init__(self, spec: InputSpec, handler: SavedModelHandler, dim: int,
-               table_rows: int = 4096, shard: int = 0, num_shards: int = 1):
+               table_rows: int = 4096, shard: int = 0, num_shards: int = 1,
+               digests: Optional[str] = None):
     super().__init__()
     self._spec = spec
     self._shard = shard
@@ -267,11 +367,27 @@ class Embed(beam.PTransform):
     self._handler = handler
     self._schema = contracts.embedding_schema(dim, spec.id_type)
     self._table_rows = table_rows
+    self._digests = digests
+
+  def _digest_rows(self, rows, examples) -> None:
+    spec = self._spec
+    # (what, sha256 bytes) for each row embedded, and each input row (an input shard's)
+    hashes = [examples | "ExampleDigests" >> beam.Map(
+        lambda e: (EXAMPLES_KEY, fingerprints.row_sha256(example_values(*e))))]
+    if self._num_shards > 1:
+      hashes.append(rows | "InputDigests" >> beam.Map(
+          lambda row: (INPUT_KEY, fingerprints.row_sha256(input_values(spec, row)))))
+    _ = (hashes | "FlattenDigests" >> beam.Flatten()
+         | "SumDigests" >> beam.CombinePerKey(_SumDigests())
+         | "DigestsToDict" >> beam.combiners.ToDict()
+         | "WriteDigests" >> beam.Map(_write_digests, self._digests))
 
   def expand(self, rows):
     # (id, tuple of strings)
     examples = rows | "ToExamples" >> beam.ParDo(
         _ToExamples(self._spec, self._shard, self._num_shards))
+    if self._digests:
+      self._digest_rows(rows, examples)
     # (id, float32[d])
     embedded = examples | "RunInference" >> RunInference(KeyedModelHandler(self._handler))
     # list of (id, float32[d])
@@ -304,11 +420,24 @@ def build(pipeline: beam.Pipeline, config: EmbedConfig, dim: int) -> None:
   # pyarrow Tables of the embedding schema
   tables = rows | "Embed" >> Embed(spec, handler(config, spec), dim,
                                    shard=config.input_shard,
-                                   num_shards=config.num_input_shards)
+                                   num_shards=config.num_input_shards,
+                                   digests=digests_path(config.out))
   _ = tables | "WriteEmbeddings" >> beam.io.WriteToParquetBatched(
       contracts.embeddings_prefix(config.out),
       schema=contracts.embedding_schema(dim, spec.id_type),
       file_name_suffix=contracts.EMBEDDINGS_SUFFIX, num_shards=config.num_shards)
+
+
+def digests_path(out: str) -> str:
+  return f"{out.rstrip('/')}/{DIGESTS_FILE}"
+
+
+def read_digests(out: str) -> dict[str, fingerprints.RowsDigest]:
+  """The digests the job wrote into `out` (Embed's `digests`); a kind without rows is an
+  empty digest."""
+  written = tio.read_json(digests_path(out))
+  return {key: fingerprints.RowsDigest.of_record(written[key]) if key in written
+          else fingerprints.RowsDigest() for key in (EXAMPLES_KEY, INPUT_KEY)}
 
 
 def finish_stats(counters: dict[str, int], shard: Optional[dict] = None) -> dict:
@@ -322,19 +451,20 @@ def finish_stats(counters: dict[str, int], shard: Optional[dict] = None) -> dict
   return dict(sorted(stats.items()))
 
 
-def input_shard_record(config: EmbedConfig, spec: InputSpec, files: Sequence[str],
-                       rows: Sequence[int]) -> dict:
-  """Which shard a run embedded, of what: {"index": i, "count": N, "input": {...}}. The
-  input is what decides the rows of every shard -- the kind, the document layout, the input
-  files (by name, so that machines that mount them at other paths agree) and their row
-  counts -- with a sha256 over them; eval.embeddings refuses shards whose inputs differ."""
-  named = sorted(zip((f.replace("\\", "/").rsplit("/", 1)[-1] for f in files), rows))
-  digest = hashlib.sha256(f"{spec.kind}\0{spec.doc_text}\0".encode("utf-8"))
-  for name, count in named:
-    digest.update(f"{name}\0{count}\0".encode("utf-8"))
+def input_record(spec: InputSpec, digest: fingerprints.RowsDigest) -> dict:
+  """What an input shard embedded a part of: the kind, the document layout and the rows of
+  the whole input by their content (`input_values`; input_digest), never by the names or
+  the cut of its files: {"kind", "doc_text", "rows", "content_sha256"}. Every shard of one
+  input records the same; eval.embeddings refuses shards whose records differ."""
+  return {"kind": spec.kind, "doc_text": spec.doc_text, "rows": digest.count,
+          "content_sha256": fingerprints.rows_sha256(f"{spec.kind}\0{spec.doc_text}", digest)}
+
+
+def input_shard_record(config: EmbedConfig, spec: InputSpec,
+                       digest: fingerprints.RowsDigest) -> dict:
+  """Which shard a run embedded, of what: {"index": i, "count": N, "input": input_record}."""
   return {"index": config.input_shard, "count": config.num_input_shards,
-          "input": {"kind": spec.kind, "doc_text": spec.doc_text, "files": len(named),
-                    "rows": int(sum(rows)), "sha256": digest.hexdigest()}}
+          "input": input_record(spec, digest)}
 
 
 def check(config: EmbedConfig) -> None:
@@ -361,15 +491,12 @@ def run(config: EmbedConfig) -> outputs.StageResult:
   check(config)
   spec = input_spec(config.kind, config.path, config.doc_text)
   inputs = tio.match_files(spec.pattern)  # a clear error now rather than an empty job
-  rows = []
   for path in inputs:
     # A candidates file given as --questions (or the reverse) reads no row and embeds
     # nothing, a warning per row: check the footer's columns against the flag.
     footer = tio.open_parquet(path)
     codecs.require_kind(path, footer.schema_arrow.names, config.kind, spec.columns)
-    rows.append(footer.metadata.num_rows)
-  shard = (input_shard_record(config, spec, inputs, rows) if config.num_input_shards > 1
-           else None)
+  sharded = config.num_input_shards > 1
   dim = embedding_dim(config.model, spec.signature)
   model = fingerprints.model_record(config.model)
   tio.log_settings("twotower embed", {**dataclasses.asdict(config), "signature": spec.signature,
@@ -378,23 +505,32 @@ def run(config: EmbedConfig) -> outputs.StageResult:
   # Batch sizes and model copies change the speed, not the embeddings: not settings. An
   # unsharded run keeps the settings it had before input shards existed (its folder is
   # still this run's).
-  unsharded = ("num_input_shards", "input_shard") if shard is None else ()
+  unsharded = ("num_input_shards", "input_shard") if not sharded else ()
   settings = outputs.settings_of(config, skip=("batch_size", "min_batch_size", "large_model",
                                                "model_copies", *unsharded))
   with outputs.staged(config.out, "embed", settings, inputs=inputs,
                       overwrite=config.overwrite) as out:
     # Absolute paths: the workers may run in another directory (a worker pool).
     staged = tio.with_absolute_paths(dataclasses.replace(config, out=out), "out", "path", "model")
+    digests: dict[str, fingerprints.RowsDigest] = {}
+
+    def finish(counters: dict[str, int]) -> dict:
+      # The job's digests are read before stats.json is written: it records the input's.
+      digests.update(read_digests(out))
+      return finish_stats(counters, input_shard_record(config, spec, digests[INPUT_KEY])
+                          if sharded else None)
+
     stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, dim),
-                                   config.beam_args, stats_dir=out,
-                                   finish=lambda counters: finish_stats(counters, shard))
+                                   config.beam_args, stats_dir=out, finish=finish)
+    outputs.discard(digests_path(out))  # in vectors.json and stats.json now
     try:
       shards = tio.match_files(contracts.embeddings_pattern(out))
     except FileNotFoundError:  # nothing embedded: no shard
       shards = []
     fingerprints.write_record(fingerprints.folder_record_path(out), model,
-                              fingerprints.ids_record(fingerprints.file_ids(shards)), dim)
-    if shard is not None and not stats.get(C.EMBED_ROWS_EMBEDDED, 0):
+                              fingerprints.ids_record(fingerprints.file_ids(shards)), dim,
+                              rows=digests[EXAMPLES_KEY].record())
+    if sharded and not stats.get(C.EMBED_ROWS_EMBEDDED, 0):
       # One shard of a small input may hold no row; the union is checked where it is read.
       logger.warning("%s: input shard %d of %d holds no row to embed", config.path,
                      config.input_shard, config.num_input_shards)

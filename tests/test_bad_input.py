@@ -42,8 +42,9 @@ def work(tmp_path_factory):
   # Pairs of a dump that yielded none: the shard is there, and empty.
   (root / "pairs" / "pairs" / "ict").mkdir(parents=True)
   (root / "pairs" / "pairs" / "ict" / "train-00000-of-00001.tfrecord").write_bytes(b"")
+  # Hand-written vectors: no vectors.json names their model, so they are taken unchecked.
   assert cli.main(["index", "--embeddings", str(root / "emb"),
-                   "--out", str(root / "index.faiss")]) == 0
+                   "--out", str(root / "index.faiss"), "--allow_unchecked_vectors"]) == 0
   return root
 
 
@@ -75,8 +76,16 @@ CASES = [
                              "{w}/o/vocab.txt"], 1,
      "candidates.parquet: expected passages (columns page_id, passage_id, text), found a "
      "candidates file"),
-    ("index-0-vectors", ["index", "--embeddings", "{w}/emb0", "--out", "{w}/o/i.faiss"], 1,
+    ("index-0-vectors", ["index", "--embeddings", "{w}/emb0", "--out", "{w}/o/i.faiss",
+                         "--allow_unchecked_vectors"], 1,
      "emb0: 1 embedding shard(s) hold 0 vectors"),
+    ("index-unrecorded-vectors", ["index", "--embeddings", "{w}/emb", "--out", "{w}/o/i.faiss"],
+     1, "emb: no vectors record names the model of its vectors (made before twotower recorded "
+        "models, or by another tool): their model cannot be checked; give "
+        "--allow_unchecked_vectors to use them unchecked"),
+    ("search-unrecorded-vectors", ["search", "--index", "{w}/index.faiss", "--queries",
+                                   "{w}/qemb", "--out", "{w}/o/run.trec"], 1,
+     "index.faiss: no vectors record names the model"),
     ("index-of-candidates", ["index", "--embeddings", "{w}/reqa/candidates.parquet", "--out",
                              "{w}/o/i.faiss"], 1,
      "expected embeddings (columns id, embedding), found a candidates file"),
@@ -137,7 +146,8 @@ def test_run_files_go_into_folders_made_for_them(work, capsys):
   """The guides' `--out runs/dense/run.parquet` (and fuse's) work without a mkdir first."""
   out = work / "new" / "runs" / "dense" / "run.parquet"
   assert run_cli(capsys, ["search", "--index", work / "index.faiss", "--queries",
-                          work / "qemb", "--out", out, "--k", "3"])[0] == 0
+                          work / "qemb", "--out", out, "--k", "3",
+                          "--allow_unchecked_vectors"])[0] == 0
   fused = work / "new" / "runs" / "hybrid" / "run.parquet"
   assert run_cli(capsys, ["fuse", "--run", work / "all.trec", out, "--out", fused,
                           "--weight", "0.5"])[0] == 0

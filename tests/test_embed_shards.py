@@ -1,7 +1,10 @@
 """`twotower embed --num_input_shards N --input_shard i`: two shards embedded by two processes
-at once give, together, exactly the rows of one unsharded run (ids and vector bytes), and the
-index built from their union is the unsharded run's index, byte for byte; `index` refuses a
-union with a shard missing, given twice, of another N or another input.
+at once give, together, exactly the rows of one unsharded run (ids and vector bytes, and the
+digests of the rows embedded add up to the single run's), and the index built from their
+union is the unsharded run's index, byte for byte; `index` refuses a union with a shard
+missing, given twice, of another N or another input, and shards recorded by file names only
+unless taken unchecked. (Shards of two inputs of the same names and row counts, and the
+digests' properties: tests/test_shard_inputs.py.)
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from twotower import cli, contracts, outputs  # noqa: E402
+from twotower import cli, contracts, fingerprints, outputs  # noqa: E402
 from twotower.commands import embed as embed_cmd  # noqa: E402
 from twotower.contracts import counters as C  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
@@ -86,6 +89,11 @@ def _stats(folder: str) -> dict:
     return json.load(f)
 
 
+def _vectors_record(folder: str) -> dict:
+  with open(fingerprints.folder_record_path(folder), encoding="utf-8") as f:
+    return json.load(f)
+
+
 @pytest.mark.slow  # three embed processes (TensorFlow, Beam) at once
 def test_shards_union_is_the_unsharded_run(runs):
   single, part0, part1 = _rows(runs["single"]), _rows(runs[0]), _rows(runs[1])
@@ -100,10 +108,17 @@ def test_shards_union_is_the_unsharded_run(runs):
     listed = {os.path.basename(f) for f in outputs.listed(runs[i])}
     assert {contracts.STATS_FILE, "vectors.json"} <= listed
     assert any(f.endswith(contracts.EMBEDDINGS_SUFFIX) for f in listed)
+    assert not [f for f in os.listdir(runs[i]) if f.startswith(".")]  # the job's digests file
     record = stats[i][contracts.EMBED_INPUT_SHARD_KEY]
     assert (record["index"], record["count"]) == (i, 2)
     assert record["input"] == stats[0][contracts.EMBED_INPUT_SHARD_KEY]["input"]
     assert record["input"]["rows"] == ROWS and record["input"]["kind"] == "candidates"
+    assert len(record["input"]["content_sha256"]) == 64
+  # The digests of the rows each shard embedded add up to the single run's.
+  rows = {name: fingerprints.RowsDigest.of_record(_vectors_record(runs[name])["rows"])
+          for name in ("single", 0, 1)}
+  assert rows[0].count + rows[1].count == rows["single"].count == ROWS - 2
+  assert fingerprints.RowsDigest().merge(rows[0]).merge(rows[1]) == rows["single"]
   # Every row counted by exactly one shard: the shards' counters add up to the single run's.
   for name in C.EMBED_ALWAYS:
     assert stats[0][name] + stats[1][name] == stats["single"][name], name
@@ -131,13 +146,14 @@ def test_index_of_the_union_is_byte_identical(runs, tmp_path, spec):
 
 
 def _copy_with_record(source: str, target: str, **changes) -> str:
-  """A copy of shard folder `source` whose input shard record has `changes`."""
+  """A copy of shard folder `source` whose input shard record has `changes` (`input`: the
+  whole input record; `content_sha256`: its digest)."""
   shutil.copytree(source, target)
   stats = _stats(target)
   record = stats[contracts.EMBED_INPUT_SHARD_KEY]
   for key, value in changes.items():
-    if key == "sha256":
-      record["input"]["sha256"] = value
+    if key == "content_sha256":
+      record["input"]["content_sha256"] = value
     else:
       record[key] = value
   with open(contracts.stats_path(target), "w", encoding="utf-8") as f:
@@ -148,10 +164,11 @@ def _copy_with_record(source: str, target: str, **changes) -> str:
 @pytest.mark.slow  # three embed processes (TensorFlow, Beam) at once
 def test_incomplete_or_mixed_shards_are_refused(runs, tmp_path):
   other_n = _copy_with_record(runs[1], str(tmp_path / "of3"), count=3)
-  other_input = _copy_with_record(runs[1], str(tmp_path / "input"), sha256="0" * 64)
+  other_input = _copy_with_record(runs[1], str(tmp_path / "input"), content_sha256="0" * 64)
   cases = {
       runs[0]: "input shard 1 of 2 missing",
-      f"{runs[0]},{runs[1]},{other_input}": "embedded another input",
+      f"{runs[0]},{other_input}": r"input.* \(input shard 1 of 2\) embedded another input than "
+                                  r".*emb-0 \(input shard 0 of 2\).*shards of two inputs",
       f"{runs[0]},{other_n}": "is input shard 1 of 3, but",
       f"{runs[0]},{runs[1]},{runs['single']}": "is not an input shard",
   }
@@ -165,6 +182,38 @@ def test_incomplete_or_mixed_shards_are_refused(runs, tmp_path):
   out = tmp_path / "index.faiss"
   assert cli.main(["index", "--embeddings", runs[0], "--out", str(out)]) == 1
   assert not out.exists()
+
+
+@pytest.mark.slow  # three embed processes (TensorFlow, Beam) at once
+def test_shards_recorded_by_file_names_are_refused_unless_unchecked(runs, tmp_path, capsys,
+                                                                    caplog):
+  """Shards of a twotower before content digests (their input by file names and row counts)
+  cannot be told from shards of another input of the same names: refused, naming the flag
+  that takes them; with it, read (compared by their old records) with a warning."""
+  old_input = {"kind": "candidates", "doc_text": "sentence+passage", "files": 1,
+               "rows": ROWS, "sha256": "ab" * 32}
+  old = [_copy_with_record(runs[i], str(tmp_path / f"old-{i}"), input=old_input)
+         for i in (0, 1)]
+  source = ",".join(old)
+  with pytest.raises(ValueError, match=r"old-0: input shard 0 of 2 records its input by file "
+                                       r"names and row counts only.*give "
+                                       r"--allow_unchecked_vectors to use them unchecked"):
+    embeddings.embedding_files(source)
+  out = tmp_path / "index.faiss"
+  result = index_stage.run(index_stage.IndexConfig(source, str(out),
+                                                   allow_unchecked_vectors=True))
+  assert result.vectors == ROWS - 2
+  assert "taken unchecked (--allow_unchecked_vectors)" in caplog.text
+  refused = tmp_path / "refused.faiss"  # the command last: it sets up logging its own way
+  capsys.readouterr()  # what came before (a handler an earlier command left may print)
+  assert cli.main(["index", "--embeddings", source, "--out", str(refused)]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--allow_unchecked_vectors" in err[0] and not refused.exists()
+  # Old records still tell two inputs apart by their names and counts.
+  other = _copy_with_record(runs[1], str(tmp_path / "old-other"),
+                            input={**old_input, "rows": ROWS + 1})
+  with pytest.raises(ValueError, match="shards of two inputs"):
+    embeddings.embedding_files(f"{old[0]},{other}", allow_unchecked=True)
 
 
 @pytest.mark.parametrize("flags", [("--num_input_shards", "0"),
@@ -220,11 +269,20 @@ def test_bundle_of_the_union_holds_the_unsharded_index(serving_bundle, tmp_path)
   alone is refused."""
   from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
   candidates = contracts.candidates_path(serving_bundle["reqa"])
+  # The same candidates with one sentence changed: the same file name and row count.
+  table = pq.read_table(candidates)
+  sentences = table.column("sentence").to_pylist()
+  sentences[0] = sentences[0][::-1]
+  changed = tmp_path / "changed" / contracts.CANDIDATES_FILE
+  changed.parent.mkdir()
+  pq.write_table(table.set_column(table.schema.get_field_index("sentence"), "sentence",
+                                  pa.array(sentences)), changed)
   made = {}
-  for name, shard in (("single", (1, 0)), ("s0", (2, 0)), ("s1", (2, 1))):
+  for name, shard, path in (("single", (1, 0), candidates), ("s0", (2, 0), candidates),
+                            ("s1", (2, 1), candidates), ("c1", (2, 1), str(changed))):
     made[name] = str(tmp_path / name)
     embed.run(embed.EmbedConfig(model=serving_bundle["model"], out=made[name],
-                                kind="candidates", path=candidates, batch_size=1,
+                                kind="candidates", path=path, batch_size=1,
                                 num_input_shards=shard[0], input_shard=shard[1]))
   built = {}
   for name, source in (("single", made["single"]), ("union", f"{made['s0']},{made['s1']}")):
@@ -237,3 +295,10 @@ def test_bundle_of_the_union_holds_the_unsharded_index(serving_bundle, tmp_path)
   with pytest.raises(ValueError, match="input shard 1 of 2 missing"):
     bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
                                    out=str(tmp_path / "b"), embeddings=made["s0"], weight=0.5))
+  # Shard 1 of the changed candidates beside shard 0 of the bundle's: two inputs, both named.
+  with pytest.raises(ValueError, match=r"c1 \(input shard 1 of 2\) embedded another input "
+                                       r"than .*s0 \(input shard 0 of 2\)"):
+    bundle.run(bundle.BundleConfig(model=serving_bundle["model"], reqa=serving_bundle["reqa"],
+                                   out=str(tmp_path / "b"),
+                                   embeddings=f"{made['s0']},{made['c1']}", weight=0.5))
+  assert not (tmp_path / "b").exists()

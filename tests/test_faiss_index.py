@@ -153,11 +153,14 @@ def test_index_and_search_cli_write_the_run_file(corpus, tmp_path, suffix):
   from twotower.eval import runs
   qids = [f"q{i}" for i in range(len(corpus["q"]))]
   q_dir = write_vectors(tmp_path / "q_emb", qids, corpus["q"], pa.string())
+  # Synthetic vectors: no vectors.json names their model, so they are taken unchecked.
   index_cli.main(["--embeddings", corpus["dir"], "--out", str(tmp_path / "hnsw.faiss"),
-                 "--type", "hnsw", "--hnsw_m", "16", "--num_index_shards", "2"])
+                 "--type", "hnsw", "--hnsw_m", "16", "--num_index_shards", "2",
+                 "--allow_unchecked_vectors"])
   out = str(tmp_path / f"run{suffix}")
   search_cli.main(["--index", str(tmp_path / "hnsw-*-of-00002.faiss"), "--queries", str(q_dir),
-                  "--out", out, "--k", "10", "--ef_search", "64", "--reference", corpus["dir"]])
+                  "--out", out, "--k", "10", "--ef_search", "64", "--reference", corpus["dir"],
+                  "--allow_unchecked_vectors"])
   run = runs.read_run(out)
   _, ref_ids = _exact(corpus, 10)
   assert sorted(run) == sorted(qids)

@@ -130,7 +130,7 @@ def test_index_refuses_other_settings_and_leaves_no_shard_of_the_run_it_replaces
   emb = write_embeddings(tmp_path / "emb", list(range(40)))
   outputs.write_manifest(str(emb), "embed", {})
   out = tmp_path / "idx" / "index.faiss"
-  args = ["index", "--embeddings", emb, "--out", out]
+  args = ["index", "--embeddings", emb, "--out", out, "--allow_unchecked_vectors"]
   assert run_cli(capsys, *args, "--num_index_shards", "2")[0] == 0
   sharded = sorted(os.listdir(out.parent))
   assert "index-00001-of-00002.faiss" in sharded

@@ -306,8 +306,11 @@ def test_search_refuses_a_file_no_stage_wrote_and_its_query_folder(tmp_path, cap
   queries = write_embeddings(tmp_path / "q", [f"q{i}" for i in range(4)], id_type=pa.string(),
                              seed=1)
   index = tmp_path / "index.faiss"
-  assert run_cli(capsys, "index", "--embeddings", docs, "--out", index)[0] == 0
-  base = ["search", "--index", index, "--queries", queries, "--k", "3"]
+  # Hand-written vectors: no vectors.json names their model, so they are taken unchecked.
+  assert run_cli(capsys, "index", "--embeddings", docs, "--out", index,
+                 "--allow_unchecked_vectors")[0] == 0
+  base = ["search", "--index", index, "--queries", queries, "--k", "3",
+          "--allow_unchecked_vectors"]
   mine = tmp_path / "results.trec"
   mine.write_bytes(NOTES)
   code, err = run_cli(capsys, *base, "--out", mine)

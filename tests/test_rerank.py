@@ -72,8 +72,10 @@ def _vector_of(corpus, ids):
 
 def _build(corpus, out, type_="ivfpq_rerank", shards=1, **config):
   config = faiss_index.IndexSpec(type_, nlist=16, kmeans_niter=4, **config)
+  # Synthetic vectors: no vectors.json names their model, so they are taken unchecked.
   return index_lib.run(index_lib.IndexConfig(corpus["dir"], str(out), config, shards,
-                                          block_rows=700)).paths
+                                          block_rows=700,
+                                          allow_unchecked_vectors=True)).paths
 
 
 def test_vectors_file_is_in_id_order_with_an_id_map(corpus, tmp_path):
@@ -167,7 +169,7 @@ def test_search_cli_reranks(corpus, tmp_path):
   out = str(tmp_path / "run.parquet")
   search_cli.main(["--index", str(tmp_path / "index.faiss"), "--queries", str(q_dir), "--out",
                    out, "--k", "10", "--nprobe", "16", "--rerank", "300",
-                   "--reference", corpus["dir"]])
+                   "--reference", corpus["dir"], "--allow_unchecked_vectors"])
   run = runs.read_run(out)
   found = np.array([run[q].candidate_ids for q in qids])
   np.testing.assert_array_equal(found, _exact(corpus, 10)[1])

@@ -17,8 +17,10 @@ Documents are the candidates of a ReQA directory (`--reqa`: what the evaluation 
 the bundle's answers can be checked against the batch path) or the passages of a pair
 pipeline output (`--passages`). Embeddings come from `--embeddings` (a `twotower embed`
 output of the same model and documents: its `vectors.json` must name the bundle's model
-by fingerprint, and the index built from them must hold exactly the documents' ids) or are
-made here with the same Beam job. The hybrid's
+by fingerprint, its digest of the rows embedded must be that of the documents' ids and text
+as the embedding job reads them, input shards must be of one input, and the index built from
+them must hold exactly the documents' ids) or are made here with the same Beam job. The
+hybrid's
 weight is given (`--weight`) or tuned on a validation split of the ReQA directory
 (`--tune_split`), with the bundle's own dense and BM25 searches and `eval.fusion.tune_weight`,
 the function `twotower fuse --weight auto` uses.
@@ -214,9 +216,10 @@ def _build_index(config: BundleConfig, embeddings: str, path: str
 
 def check_embeddings_model(embeddings: str, model: dict) -> None:
   """Refuses `--embeddings` that are not the bundle's model's vectors (by fingerprint), or
-  whose model no record names (a bundle serves them: unknown is not good enough)."""
+  whose model no record names (a bundle serves them: unknown is not good enough), and input
+  shards that are not one input's (eval.embeddings; no flag takes them unchecked here)."""
   for source, record in fingerprints.embedding_records(
-      embeddings_lib.embedding_files(embeddings)):
+      embeddings_lib.embedding_files(embeddings, flag=None)):
     theirs = (record or {}).get("model")
     if not theirs:
       raise ValueError(f"{source}: no {fingerprints.RECORD_FILE} names the model of these "
@@ -227,6 +230,75 @@ def check_embeddings_model(embeddings: str, model: dict) -> None:
       raise ValueError(f"{source}: vectors of model {fingerprints.describe(theirs)}, not of "
                        f"the bundle's model {fingerprints.describe(model)}; embed the "
                        "documents with the bundle's model")
+
+
+def _documents_spec(config: BundleConfig):
+  """The embedding job's reading of the bundle's documents (pipelines.embed.InputSpec)."""
+  from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
+  if config.reqa:
+    return embed.input_spec("candidates", contracts.candidates_path(config.reqa),
+                            config.doc_text)
+  return embed.input_spec("passages", config.passages)
+
+
+def check_embeddings_rows(config: BundleConfig, embeddings: str) -> None:
+  """Refuses `--embeddings` made from other text than the documents the bundle stores: the
+  digest of the rows each folder embedded (its vectors.json `rows`: each row's id and the
+  text the tower read) against the digest of the documents as the embedding job reads them
+  (pipelines.embed.embedded_rows), input shard by input shard. Before anything is built:
+  one streamed pass over the documents, their ids kept (8 bytes each).
+
+  A folder whose ids differ from its documents' is left to check_same_ids, which names an id
+  once the index is built; where folders are not input shards of one run and not a single
+  folder, only their sum can be compared, and a difference is of ids or of text.
+
+  Raises:
+    ValueError: a folder without a digest of its rows (made before twotower recorded it), or
+      one whose rows differ from the documents' (naming it and the documents' file).
+  """
+  from twotower.pipelines import embed  # pylint: disable=import-outside-toplevel
+  records = dict(fingerprints.embedding_records(
+      embeddings_lib.embedding_files(embeddings, flag=None)))
+  for folder, record in records.items():
+    if "rows" not in (record or {}):
+      raise ValueError(f"{folder}: its {fingerprints.RECORD_FILE} records no digest of the "
+                       "rows it embedded (made before twotower recorded them), so their text "
+                       "cannot be checked against the documents'; embed the documents again "
+                       "with `twotower embed`")
+  shards = {folder: embeddings_lib.input_shard(folder) for folder in records}
+  count = next((shard["count"] for shard in shards.values() if shard), 1)
+  spec = _documents_spec(config)
+  ours = [fingerprints.RowsDigest() for _ in range(count)]
+  our_ids: list[list] = [[] for _ in range(count)]
+  for shard, uid, values in embed.embedded_rows(
+      spec, _parquet_rows(spec.pattern, list(spec.columns)), count):
+    ours[shard].add(values)
+    our_ids[shard].append(uid)
+  documents = spec.pattern
+  layout = f" laid out as --doc_text {config.doc_text}" if config.reqa else ""
+  what = f"each row's id and the text{layout} the tower reads"
+  if count > 1 or len(records) == 1:
+    for folder, record in records.items():
+      index = shards[folder]["index"] if count > 1 else 0
+      if record.get("ids") != fingerprints.ids_record(our_ids[index]):
+        continue  # other ids: check_same_ids names one
+      theirs = fingerprints.RowsDigest.of_record(record["rows"])
+      if theirs != ours[index]:
+        part = f" (input shard {index} of {count})" if count > 1 else ""
+        raise ValueError(
+            f"{folder}{part}: its vectors were made from other text than {documents} holds "
+            f"for the same ids ({theirs.short()} embedded, {ours[index].short()} in the "
+            f"documents; digests of {what}): embeddings of another version of the documents"
+            f"{' or of another --doc_text' if config.reqa else ''}? embed these documents")
+    return
+  theirs = fingerprints.RowsDigest()
+  for record in records.values():
+    theirs.merge(fingerprints.RowsDigest.of_record(record["rows"]))
+  if theirs != ours[0]:
+    raise ValueError(f"{embeddings}: vectors made from other rows than {documents} holds "
+                     f"({theirs.short()} embedded, {ours[0].short()} in the documents; "
+                     f"digests of {what}): embeddings of other ids or another text of the "
+                     "documents? embed these documents")
 
 
 def lucene_ids(index_dir: str) -> np.ndarray:
@@ -342,6 +414,7 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
   model = fingerprints.model_record(saved_model)
   if config.embeddings:  # before anything is built
     check_embeddings_model(config.embeddings, model)
+    check_embeddings_rows(config, config.embeddings)
   split = _tuning_split(config) if config.tune_split else None
   tio.log_settings("bundle", {"model": saved_model, "documents": config.reqa or config.passages,
                               "embeddings": config.embeddings or "(embedded here)",

@@ -24,8 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
   docs.add_argument("--passages", help="documents = this `twotower pairs` output's passages")
   p.add_argument("--embeddings", default="",
                  help="the documents' embeddings (`twotower embed` of the same model and "
-                      "documents; folders, files or globs, comma-separated, as index "
-                      "--embeddings, input shards included); default: embed them here")
+                      "documents: their vectors.json must name the model and digest the "
+                      "documents' ids and text; folders, files or globs, comma-separated, as "
+                      "index --embeddings, input shards of one input included); default: "
+                      "embed them here")
   p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
                  help="a candidate's document text, as fine-tuning, embed and BM25 read it")
   add_index_flags(p)

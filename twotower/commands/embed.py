@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="split the input rows into N parts (by a hash of each row's id) and "
                  "embed only --input_shard's; run each part (on its own machine) into its own "
                  "--out, and give `index`/`bundle` all of them: --embeddings out0,out1 or a "
-                 "glob of the folders")
+                 "glob of the folders (each records a digest of the whole input's rows: "
+                 "shards of two inputs are refused)")
   p.add_argument("--input_shard", type=int, default=d.input_shard,
                  help="which part to embed, 0..N-1 (with --num_input_shards N)")
   flags.add_overwrite(p)

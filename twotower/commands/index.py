@@ -39,6 +39,10 @@ HELP = {
     "num_index_shards": "write N index shards (OUT-SSSSS-of-NNNNN.faiss) for IndexShards",
     "block_rows": "vectors read and added per step (bounds build memory)",
     "threads": "FAISS OpenMP threads (0: all)",
+    "allow_unchecked_vectors": "take embeddings no record vouches for, with a warning: "
+                               "without a vectors.json naming their model (another tool's, an "
+                               "older twotower's), or input shards recorded by file names "
+                               "only; the index then records no model",
 }
 
 
@@ -60,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
   add(names=("num_index_shards", "block_rows", "threads"),
       kwargs={"num_index_shards": {"type": flags.positive_int},
               "block_rows": {"type": flags.positive_int}})
+  add(names=("allow_unchecked_vectors",))
   flags.add_overwrite(p)
   return p
 

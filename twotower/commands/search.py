@@ -28,6 +28,9 @@ HELP = {
     "reference": "document embeddings the index was built from: report Recall@k against exact "
                  "flat inner-product search and queries/s",
     "report": "where to write that report (default: OUT + '.report.json')",
+    "allow_unchecked_vectors": "take an index, queries or reference whose model no record "
+                               "names (no vectors.json, no bundle manifest), with a warning, "
+                               "instead of refusing them",
 }
 
 
