@@ -38,7 +38,7 @@ written (model/run_checks.py, from hf_run.load_run): a vocabulary other than the
 compiled into the SavedModel, or lengths other than those two_tower.keras was built with,
 are refused naming the file and its first differing line; so is a truncated or damaged
 two_tower.keras. The model card and each `tower.json` carry the vocabulary's sha256
-(`hf_run.vocab_digest`).
+(`hf_tokenizer.vocab_digest`).
 
 The BoW-MLP towers have no BERT counterpart and are refused.
 """
@@ -313,9 +313,9 @@ def write_onnx_tower(tower, vocab: list[str], max_length: int, out_dir: str, lay
       "max_length": int(max_length), "embedding_dim": int(weight.shape[0]),
       "inputs": ["input_ids", "attention_mask"], "output": "embedding",
       "pad_id": vocab.index(contracts.PAD), "score": "inner product",
-      # What tokenizer.json's vocabulary must be (hf_run.vocab_digest): a reader can check
-      # the file it is given against it.
-      "vocab_sha256": hf_run.vocab_digest(vocab)})
+      # What tokenizer.json's vocabulary must be (hf_tokenizer.vocab_digest): the ONNX tower
+      # checks the file it is given against it (onnx_encoder.OnnxTower).
+      "vocab_sha256": hf_tokenizer.vocab_digest(vocab)})
 
 
 #: Queries a written ONNX query tower is checked on against the SavedModel (bundle --onnx).

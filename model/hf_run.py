@@ -9,13 +9,13 @@ against the model before anything trusts them: model/run_checks.py says what and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 
 from twotower import contracts
 from twotower import io as tio
 from twotower import outputs
+from twotower.model import hf_tokenizer
 from twotower.model import run_checks
 
 logger = logging.getLogger(__name__)
@@ -32,14 +32,7 @@ class TowerSpec:
   doc_tower: object
   shared: bool
   config_yaml: str
-  vocab_sha256: str = ""    # vocab_digest(vocab)
-
-
-def vocab_digest(vocab: list[str]) -> str:
-  """sha256 hex of a vocabulary's content: its tokens, UTF-8, each ended by a newline (the
-  bytes of the vocab.txt `twotower vocab` writes), so equal for equal tokens in equal order
-  whatever the file is called."""
-  return hashlib.sha256("".join(t + "\n" for t in vocab).encode("utf-8")).hexdigest()
+  vocab_sha256: str = ""    # hf_tokenizer.vocab_digest(vocab)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +80,7 @@ def load_run(run: str) -> TowerSpec:
   vocab_path = os.path.join(export_dir, contracts.VOCAB_FILE)
   vocab = run_checks.check_vocab(vocab_path, run_checks.model_vocab(
       export_dir, model.query_tower, model.doc_tower, built))
-  digest = vocab_digest(vocab)
+  digest = hf_tokenizer.vocab_digest(vocab)
   logger.info("%s: the model's vocabulary (%d tokens, sha256 %s); lengths %d / %d as %s",
               vocab_path, len(vocab), digest[:12], built["query_len"], built["doc_len"],
               keras_path)
@@ -130,6 +123,7 @@ def model_card(spec: TowerSpec, run: str, out: str, files_note: str) -> str:
   routes = ("" if spec.shared else " A sentence-transformers `Router`: `encode_query` runs "
             "the query tower, `encode_document` (and a plain `encode`) the document tower.")
   b = spec.query_tower.backbone
+  digest = spec.vocab_sha256 or hf_tokenizer.vocab_digest(spec.vocab)
   usage_docs = ('model.encode_document(["Hamlet [SEP] Hamlet is a tragedy by William '
                 'Shakespeare."])')
   return f"""---
@@ -144,8 +138,8 @@ Exported by `twotower export-hf` from the training run `{os.path.abspath(run)}`:
 retriever (Chang et al., ICLR 2020) with BERT-style towers, L{b.num_layers} / H{b.hidden_dim} /
 A{b.num_heads}, intermediate {b.intermediate_dim}, embedding dimension
 {spec.query_tower.embedding_dim}, vocabulary {len(spec.vocab)} word pieces (sha256
-`{spec.vocab_sha256 or vocab_digest(spec.vocab)}` of its tokens, one per line). Score =
-inner product of the query and document embeddings (not normalised).{routes}
+`{digest}` of its tokens, one per line). Score = inner product of the query and document
+embeddings (not normalised).{routes}
 
 ```python
 from sentence_transformers import SentenceTransformer

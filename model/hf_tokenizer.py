@@ -13,7 +13,17 @@ benchmarks/export_equality.py check the ids against the SavedModel's.
 
 from __future__ import annotations
 
+import hashlib
+
 from twotower import contracts
+
+
+def vocab_digest(vocab: list[str]) -> str:
+  """sha256 hex of a vocabulary's content: its tokens, UTF-8, each ended by a newline (the
+  bytes of the vocab.txt `twotower vocab` writes), so equal for equal tokens in equal order
+  whatever the file is called. An export records it in each tower.json; the ONNX tower checks
+  its tokenizer.json against it (model/onnx_encoder.py)."""
+  return hashlib.sha256("".join(t + "\n" for t in vocab).encode("utf-8")).hexdigest()
 
 
 def normalizer_differences() -> dict[str, str]:

@@ -5,7 +5,8 @@ onnxruntime and `tokenizers` alone: no TensorFlow, no PyTorch.
                            float32 [batch, d] (BertModel, the [CLS] state, the projection)
     FOLDER/tokenizer.json  the in-graph tokenizer's normalisation and WordPiece, with
                            `[CLS] ... [SEP]` and the cut to the tower's length built in
-    FOLDER/tower.json      layout ("query" or "document"), max_length, embedding_dim
+    FOLDER/tower.json      layout ("query" or "document"), max_length, embedding_dim, and
+                           vocab_sha256: tokenizer.json's vocabulary is checked against it
 
     tower = OnnxTower("DIR/onnx_towers/query")
     tower.encode(["who wrote hamlet?"])                       # float32 [1, d]
@@ -41,6 +42,25 @@ def document_string(title: str, text: str) -> str:
   return f"{title or ''}{DOC_JOIN}{text or ''}"
 
 
+def _check_vocabulary(folder: str, tokenizer, want: str | None) -> None:
+  """Refuses a tokenizer.json whose vocabulary is not the one tower.json records (a tokenizer
+  of another model, or two tokens' ids swapped, tokenizes without an error and embeds
+  wrongly). Towers exported before tower.json recorded it are not checked."""
+  if not want:
+    return
+  from twotower.model import hf_tokenizer  # pylint: disable=import-outside-toplevel
+  vocab = tokenizer.get_vocab(with_added_tokens=True)
+  tokens = sorted(vocab, key=vocab.__getitem__)
+  if sorted(vocab.values()) != list(range(len(tokens))):
+    raise ValueError(f"{folder}/{TOKENIZER_FILE}: its vocabulary's ids are not "
+                     f"0..{len(tokens) - 1} (a damaged tokenizer)")
+  got = hf_tokenizer.vocab_digest(tokens)
+  if got != want:
+    raise ValueError(f"{folder}/{TOKENIZER_FILE}: its vocabulary (sha256 {got[:12]}) is not the "
+                     f"one {TOWER_FILE} records ({want[:12]}): a tokenizer of another model, or "
+                     "a changed one; export the tower again")
+
+
 class OnnxTower:
   """One tower: strings -> embeddings float32 [n, d], with onnxruntime on the CPU."""
 
@@ -60,6 +80,7 @@ class OnnxTower:
     self.embedding_dim = int(self.spec["embedding_dim"])
     self.pad_id = int(self.spec.get("pad_id", 0))
     self.tokenizer = Tokenizer.from_file(os.path.join(folder, TOKENIZER_FILE))
+    _check_vocabulary(folder, self.tokenizer, self.spec.get("vocab_sha256"))
     self.tokenizer.enable_truncation(max_length=self.max_length)
     options = onnxruntime.SessionOptions()
     if threads:

@@ -7,6 +7,7 @@ from __future__ import annotations
 # pylint: disable=redefined-outer-name  (pytest fixtures: `runs`, `model`, `vocab`)
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from test_export_hf import runs  # noqa: F401  pylint: disable=unused-import
 from twotower import cli, contracts
 from twotower.model import hf_run
+from twotower.model import hf_tokenizer
 from twotower.model import run_checks
 from twotower.model import two_tower  # noqa: F401  pylint: disable=unused-import  (.keras classes)
 
@@ -90,6 +92,26 @@ def test_an_intact_export_passes_and_its_card_carries_the_vocabulary_digest(runs
     digest = hashlib.sha256(f.read()).hexdigest()  # the digest of the content, as written
   with open(tmp_path / "hf" / "README.md", encoding="utf-8") as f:
     assert f"`{digest}`" in f.read()
+
+
+@pytest.mark.slow
+def test_an_onnx_tower_refuses_a_tokenizer_of_another_vocabulary(runs, tmp_path):
+  """The ONNX tower checks its tokenizer.json against the digest its tower.json records: two
+  tokens' ids swapped load and tokenize without an error, and embed wrongly."""
+  from twotower.model import export_hf, onnx_encoder
+  tower = str(tmp_path / "query")
+  export_hf.write_query_tower(runs["separate"], tower)
+  assert onnx_encoder.OnnxTower(tower).encode(["w1 w2"]).shape[0] == 1
+  tokenizer_json = os.path.join(tower, onnx_encoder.TOKENIZER_FILE)
+  with open(tokenizer_json, encoding="utf-8") as f:
+    spec = json.load(f)
+  vocab = spec["model"]["vocab"]
+  vocab["w1"], vocab["w2"] = vocab["w2"], vocab["w1"]
+  with open(tokenizer_json, "w", encoding="utf-8") as f:
+    json.dump(spec, f)
+  with pytest.raises(ValueError, match=r"tokenizer.json: its vocabulary \(sha256 \w+\) is not "
+                                       r"the one tower.json records"):
+    onnx_encoder.OnnxTower(tower)
 
 
 @pytest.mark.slow
@@ -163,10 +185,11 @@ def test_the_models_own_vocabulary_passes_with_its_content_digest(model, vocab, 
   path = os.path.join(contracts.export_dir(runs["separate"]), contracts.VOCAB_FILE)
   assert run_checks.check_vocab(path, model) == vocab
   with open(path, "rb") as f:
-    assert hf_run.vocab_digest(vocab) == hashlib.sha256(f.read()).hexdigest()
+    assert hf_tokenizer.vocab_digest(vocab) == hashlib.sha256(f.read()).hexdigest()
   moved = str(tmp_path / "any-name.txt")  # a digest of the content, not of the name
   shutil.copy(path, moved)
-  assert hf_run.vocab_digest(run_checks.check_vocab(moved, model)) == hf_run.vocab_digest(vocab)
+  assert (hf_tokenizer.vocab_digest(run_checks.check_vocab(moved, model))
+          == hf_tokenizer.vocab_digest(vocab))
 
 
 @st.composite

@@ -105,7 +105,8 @@ def corruptible(serving_bundle, tmp_path_factory):
   return path, sorted(bundle_manifest.read(path).files)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_same_size_corruption_of_any_bundle_file_is_refused(corruptible, data):
   """Every loader goes through Retriever.load's check (query, serve's start-up, a swap):
