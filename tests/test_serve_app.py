@@ -498,26 +498,13 @@ def _raw(base: str) -> socket.socket:
   return sock
 
 
-def _read_all(sock: socket.socket) -> bytes:
-  chunks = []
-  while True:
-    try:
-      chunk = sock.recv(65536)
-    except ConnectionResetError:
-      break
-    if not chunk:
-      break
-    chunks.append(chunk)
-  return b"".join(chunks)
-
-
 def test_a_content_length_over_the_cap_is_refused_before_the_body_is_read(live):
   sock = _raw(live["base"])
   # 100 MB announced, none sent: the answer comes at once, and the connection is closed
   # rather than drained.
   sock.sendall(b"POST /v1/search HTTP/1.1\r\nhost: 127.0.0.1\r\n"
                b"content-type: application/json\r\ncontent-length: 104857600\r\n\r\n")
-  head, _, body = _read_all(sock).partition(b"\r\n\r\n")
+  head, _, body = server_lib.read_until_closed(sock).partition(b"\r\n\r\n")
   sock.close()
   assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
   assert json.loads(body)["error"] == ("the body has 104857600 bytes; the limit is "
@@ -537,7 +524,7 @@ def test_a_streamed_body_over_the_cap_is_cut_while_read(live):
       sent += len(chunk)
   except (BrokenPipeError, ConnectionResetError):
     pass  # the server stopped reading
-  head, _, body = _read_all(sock).partition(b"\r\n\r\n")
+  head, _, body = server_lib.read_until_closed(sock).partition(b"\r\n\r\n")
   sock.close()
   assert head.startswith(b"HTTP/1.1 413 ") and b"connection: close" in head.lower()
   assert json.loads(body)["error"] == f"the body is over the limit of {2 * 1024 * 1024} bytes"
@@ -556,7 +543,7 @@ def test_a_request_that_does_not_arrive_in_time_is_closed(live, case, sent, answ
   sock = _raw(live["base"])
   t0 = time.monotonic()
   sock.sendall(sent)
-  got = _read_all(sock)  # returns when the server closes the connection
+  got = server_lib.read_until_closed(sock)  # returns when the server closes the connection
   waited = time.monotonic() - t0
   sock.close()
   assert got.startswith(answer) and waited < 20  # the fixture's read timeout is 2 s

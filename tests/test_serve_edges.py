@@ -166,16 +166,8 @@ def _raw_request(base: str, head: bytes) -> tuple[bytes, dict, bytes]:
   url = urllib.parse.urlsplit(base)
   with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
     sock.sendall(head)
-    chunks = []
-    while True:
-      try:
-        chunk = sock.recv(65536)
-      except ConnectionResetError:
-        break
-      if not chunk:
-        break
-      chunks.append(chunk)
-  header_block, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    answer = server_lib.read_until_closed(sock)
+  header_block, _, body = answer.partition(b"\r\n\r\n")
   status, *lines = header_block.split(b"\r\n")
   headers = {k.strip().lower(): v.strip() for k, _, v in (l.partition(b":") for l in lines)}
   return status, headers, body

@@ -27,6 +27,21 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+def read_until_closed(sock: socket.socket) -> bytes:
+  """Every byte a raw-socket test's server sends until it closes the connection (a reset
+  counts as closed)."""
+  chunks = []
+  while True:
+    try:
+      chunk = sock.recv(65536)
+    except ConnectionResetError:
+      break
+    if not chunk:
+      break
+    chunks.append(chunk)
+  return b"".join(chunks)
+
+
 def wait_ready(base: str, timeout: float = 180.0, process: subprocess.Popen | None = None
                ) -> float:
   """Polls /v1/ready until 200; returns the seconds waited. Raises TimeoutError (or
