@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Optional
 
 import pytest
@@ -73,6 +74,66 @@ def test_a_field_without_help_or_an_unknown_name_is_refused():
   dataclass_flags.add_fields(p, Toy, TOY_HELP, names=("name", "ks"))
   with pytest.raises(TypeError, match="--ks is still a string"):
     dataclass_flags.config_from(p.parse_args(["--name", "x"]), Toy)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelt:
+  bundle: str
+  runs: tuple[str, ...]
+  question: str | None = None
+  limit: int | None = None
+  splits: tuple[str, ...] = ("all",)
+  timeout_s: float = 60.0
+  onnx: bool = True
+  seeds: Optional[tuple[int, ...]] = None
+
+
+SPELT_HELP = {"bundle": "a bundle", "runs": "run files", "question": "a question",
+              "limit": "a limit", "splits": "splits", "timeout_s": "seconds",
+              "onnx": "skip ONNX", "seeds": "seeds"}
+
+
+def spelt_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="spelt", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  dataclass_flags.add_fields(
+      p, Spelt, SPELT_HELP, positional=("bundle", "question"),
+      flag_names={"runs": ("--run",), "splits": ("--split",),
+                  "timeout_s": ("--timeout", "--time-out")},
+      kwargs={"question": {"nargs": "?"}, "runs": {"nargs": "+"},
+              "onnx": dataclass_flags.SWITCH_OFF})
+  return p
+
+
+def test_positional_renamed_and_switch_off_flags_land_in_their_fields():
+  p = spelt_parser()
+  args = p.parse_args(["b", "--run", "a", "c"])
+  assert dataclass_flags.config_from(args, Spelt, splits=("all",), seeds=None) == Spelt(
+      "b", ("a", "c"))
+  args = p.parse_args(["b", "who?", "--run", "a", "--limit", "3", "--split", "x,y",
+                       "--time-out", "2.5", "--no_onnx", "--seeds", "1,2"])
+  assert (args.limit, args.timeout_s, args.no_onnx) == (3, 2.5, True)  # `int | None` -> int
+  assert dataclass_flags.config_from(args, Spelt, splits=("x", "y"), seeds=(1, 2)) == Spelt(
+      "b", ("a",), "who?", 3, ("x", "y"), 2.5, False, (1, 2))
+  text = " ".join(p.format_help().split())
+  # The flags' own names and metavars, the switch's default False (not given), None as empty.
+  for shown in ("--run RUN [RUN ...]",
+                "--split SPLIT", "--timeout TIMEOUT, --time-out TIMEOUT",
+                "--no_onnx skip ONNX (default: False)", "--seeds SEEDS seeds (default: )",
+                "[question]", "bundle a bundle"):
+    assert shown in text, shown
+  assert "--onnx" not in text and "--bundle" not in text
+
+
+def test_a_positional_with_flag_names_or_unknown_names_is_refused():
+  with pytest.raises(TypeError, match="positional or flag_names, not both"):
+    dataclass_flags.add_fields(argparse.ArgumentParser(), Spelt, SPELT_HELP,
+                               positional=("bundle",), flag_names={"bundle": ("--b",)})
+  with pytest.raises(TypeError, match="Spelt has no field 'bundel'"):
+    dataclass_flags.add_fields(argparse.ArgumentParser(), Spelt, SPELT_HELP,
+                               positional=("bundel",))
+  with pytest.raises(TypeError, match="Spelt has no field 'split'"):
+    dataclass_flags.add_fields(argparse.ArgumentParser(), Spelt, SPELT_HELP,
+                               flag_names={"split": ("--split",)})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,3 +284,114 @@ def test_converted_commands_keep_their_usage_errors(argv, error, capsys):
   assert cli.main(argv) == 2
   err = capsys.readouterr().err
   assert error in err and err.strip().splitlines()[-1].startswith(f"twotower {argv[0]}: error:")
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands converted with positional, renamed and switch-off flags
+# ---------------------------------------------------------------------------------------------
+
+GRID_FLAGS = ["--corpus", "c", "--squad", "s", "--nq", "n", "--results_dir", "rd", "--ratios",
+              "5,80", "--tables", "3", "--systems", "bm25,ict", "--beam_flags",
+              "--runner=DirectRunner --x=1", "--keep_embeddings", "--dry_run", "--progress",
+              "none", "--recheck", "3", "--recheck_seed", "4", "--recheck_dir", "rc"]
+
+
+def _spelt_command_cases(tmp: str):
+  from twotower.deploy.portable import launcher
+  from twotower.deploy.serving import app, bundle, query
+  from twotower.eval import evaluate, faiss_index
+  from twotower.experiment import demo
+  from twotower import experiment
+  from twotower.model import curves, export_hf
+  out, token, dump = os.path.join(tmp, "out"), "t" * 20, os.path.join(tmp, "d.xml.bz2")
+  open(dump, "w").close()
+  return [
+      ("serve", ["b"], app.ServeConfig("b"),
+       ["--host", "0.0.0.0", "--port", "9", "--threads", "2", "--faiss_threads", "3",
+        "--max_batch", "8", "--max_wait_ms", "1.5", "--max_k", "50", "--max_queries", "4",
+        "--max_query_chars", "99", "--max_body_bytes", "999", "--read_timeout", "3",
+        "--allow_swap", "--admin_token", token, "--swap_root", tmp, "--show_paths", "--verify",
+        "size", "--encoder", "onnx", "--modes", "dense, bm25", "--allowed_hosts", "a,b"],
+       app.ServeConfig("b", "0.0.0.0", 9, 2, 3, 8, 1.5, 50, 4, 99, 999, 3.0, True, token, tmp,
+                       True, "size", "onnx", ("dense", "bm25"), ("a", "b"))),
+      ("query", ["b", "q"], query.QueryConfig("b", "q"),
+       ["--k", "3", "--mode", "hybrid", "--nprobe", "2", "--ef_search", "5", "--verify", "none",
+        "--overwrite"],
+       query.QueryConfig("b", "q", k=3, mode="hybrid", nprobe=2, ef_search=5, verify="none",
+                         overwrite=True)),
+      ("runner", ["start"], ("start", launcher.RunnerConfig()),
+       ["--state_dir", tmp, "--job_port", "0", "--worker_port", "1", "--workers", "3",
+        "--start_timeout", "5"],
+       ("start", launcher.RunnerConfig(tmp, 0, 1, 3, start_timeout_s=5.0))),
+      ("export_hf", ["r", "--out", "o"], export_hf.ExportHfConfig("r", "o"),
+       ["--no_onnx", "--overwrite"], export_hf.ExportHfConfig("r", "o", False, True)),
+      ("bundle", ["--model", "m", "--out", out, "--reqa", "r"],
+       bundle.BundleConfig("m", out, reqa="r"),
+       ["--embeddings", "e", "--doc_text", "sentence", "--type", "ivf", "--nlist", "4", "--k1",
+        "1.1", "--b", "0.6", "--weight", "0.3", "--tune_metric", "MRR", "--hybrid_depth", "50",
+        "--onnx", "--overwrite", "--direct_num_workers=2"],
+       bundle.BundleConfig("m", out, reqa="r", embeddings="e", doc_text="sentence",
+                           index=faiss_index.IndexSpec("ivf", nlist=4), k1=1.1, b=0.6,
+                           weight=0.3, tune_metric="MRR", hybrid_depth=50, onnx=True,
+                           overwrite=True, beam_args=("--direct_num_workers=2",))),
+      ("curves", ["--run", "a=x", "--out", "p.png"], curves.CurvesConfig((("a", "x"),), "p.png"),
+       ["--run", "b=y=z", "--title", "T", "--table", "t.md", "--every", "9"],
+       curves.CurvesConfig((("a", "x"), ("b", "y=z")), "p.png", "T", "t.md", 9)),
+      ("demo", ["--dump", dump], demo.DemoConfig(dump),
+       ["--out", "o", "--squad", "s", "--preset", "tiny", "--pretrain_steps", "3",
+        "--heldout_percent", "5", "--vocab_size", "100"],
+       demo.DemoConfig(dump, "o", "s", "tiny", 3, 5.0, 100)),
+      ("evaluate", ["--reqa", "r", "--run", "a", "--out", out],
+       evaluate.EvaluateConfig("r", ("a",), out),
+       ["--run", "a", "b", "--names", "A", "B", "--split", "all, test-5", "--gold", "sentence",
+        "--ks", "1,3", "--stem", "m", "--overwrite"],
+       evaluate.EvaluateConfig("r", ("a", "b"), out, ("A", "B"), ("all", "test-5"),
+                               ("sentence",), (1, 3), "m", True)),
+      ("experiment", ["--grid", "g", "--out", "w", "--dump", "d"],
+       experiment.ExperimentConfig("g", "w", "d", command=("--grid", "g", "--out", "w",
+                                                           "--dump", "d")),
+       # Flags that define the grid's cells, then those left out of its recorded command.
+       GRID_FLAGS + ["--seeds", "0", "--render_only", "--readme", "R.md"],
+       experiment.ExperimentConfig(
+           "g", "w", "d", "c", "s", "n", "rd", (5, 80), ("3",), ("bm25", "ict"), (0,),
+           ("--runner=DirectRunner", "--x=1"), True, True, True, "R.md", "none",
+           ("--grid", "g", "--out", "w", "--dump", "d", *GRID_FLAGS), 3, 4, "rc")),
+  ]
+
+
+@pytest.mark.parametrize("stage", ["serve", "query", "runner", "export_hf", "bundle", "curves",
+                                   "demo", "evaluate", "experiment"])
+def test_spelt_commands_default_to_their_config_and_read_every_flag(stage, tmp_path,
+                                                                    monkeypatch):
+  import importlib
+  monkeypatch.delenv("TWOTOWER_ADMIN_TOKEN", raising=False)
+  command = importlib.import_module(f"twotower.commands.{stage}")
+  case = {c[0]: c for c in _spelt_command_cases(str(tmp_path))}[stage]
+  _, required, defaults, changed, expected = case
+  assert command.parse(required) == defaults
+  assert command.parse(required + changed) == expected
+
+
+def test_training_commands_read_every_run_flag(tmp_path):
+  from twotower.commands import finetune as finetune_cmd
+  from twotower.commands import pretrain as pretrain_cmd
+  from twotower.model import config as config_lib
+  from twotower.model import finetune, pretrain
+  tiny, out = config_lib.load("tiny", []), str(tmp_path / "run")
+  base = ["--config", "tiny", "--out", out, "--vocab", "v"]
+  assert pretrain_cmd.parse(base) == pretrain.PretrainConfig(training=tiny, out=out, vocab="v")
+  assert pretrain_cmd.parse(base + ["--no-export", "--progress", "none", "--overwrite",
+                                    "--init", "ck", "--pairs", "p", "--passages", "pp",
+                                    "--eval-split", "x"]) == pretrain.PretrainConfig(
+      training=tiny, out=out, vocab="v", init="ck", export=False, progress="none",
+      overwrite=True, pairs="p", passages="pp", eval_split="x")
+  ft = base + ["--init", "none", "--reqa", "r"]
+  assert finetune_cmd.parse(ft) == finetune.FinetuneConfig(training=tiny, out=out, vocab="v",
+                                                           init="none", reqa="r")
+  assert finetune_cmd.parse(ft + ["--no_export", "--split", "80", "--no-recall", "--select",
+                                  "MRR", "--select_window", "3", "--patience", "2",
+                                  "--stop_at", "7", "--hard_negatives", "2", "--doc_text",
+                                  "sentence"]) == finetune.FinetuneConfig(
+      training=tiny, out=out, vocab="v", init="none", reqa="r", export=False, split="80",
+      validation_recall=False, select="MRR", select_window=3, patience=2, stop_at=7,
+      hard_negatives=2, doc_text="sentence")

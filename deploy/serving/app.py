@@ -90,8 +90,7 @@ class ServeConfig:
                                              # one default of query, serve and Retriever.load
   encoder: str = "auto"              # query tower: auto (ONNX when the bundle carries it),
                                      # onnx or tensorflow (deploy.serving.query_encoders)
-  modes: tuple[str, ...] = ("dense", "bm25", "hybrid")  # served; Lucene (JVM) only for
-                                                        # bm25 / hybrid
+  modes: tuple[str, ...] = retriever_lib.MODES  # served; Lucene (JVM) only for bm25 / hybrid
   allowed_hosts: tuple[str, ...] = ()  # Host names answered besides --host and loopback
                                        # ones ("*": any); guard.HostCheck
 

@@ -167,7 +167,7 @@ class SearchParams(pydantic.BaseModel):
   query: Optional[str] = pydantic.Field(None, description="one query")
   queries: Optional[list[str]] = pydantic.Field(None, description="a batch of queries")
   k: int = pydantic.Field(10, ge=1, description="hits per query (1..--max_k)")
-  mode: Literal["dense", "bm25", "hybrid"] = "dense"
+  mode: Literal[MODES] = "dense"  # the retriever's modes (Literal takes the tuple's items)
   nprobe: Optional[int] = pydantic.Field(None, ge=1, le=MAX_SEARCH_PARAM,
                                          description="IVF lists to visit (IVF bundles)")
   ef_search: Optional[int] = pydantic.Field(None, ge=1, le=MAX_SEARCH_PARAM,

@@ -18,6 +18,8 @@ HELP = {
     "doc_text": "what a candidate's Lucene document holds",
     "k1": "BM25 k1 (Pyserini's default)",
     "b": "BM25 b (Pyserini's default)",
+    "splits": "split(s) to search and evaluate",
+    "golds": "gold convention(s): pair, sentence",
     "threads": "indexing and search threads (1: one query at a time)",
     "hits": "candidates retrieved per question",
     "batch_size": "questions per batch_search call",
@@ -31,14 +33,12 @@ HELP = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-  d = bm25.Bm25Config(reqa="", out="")
   p = flags.parser("bm25", bm25.__doc__)
   add = functools.partial(dataclass_flags.add_fields, p, bm25.Bm25Config, HELP)
   add(names=("reqa", "out", "doc_text", "k1", "b"),
       kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
   # Singular flag names for the splits / golds fields (comma lists).
-  p.add_argument("--split", default=",".join(d.splits), help="split(s) to search and evaluate")
-  p.add_argument("--gold", default=",".join(d.golds), help="gold convention(s): pair, sentence")
+  add(names=("splits", "golds"), flag_names={"splits": ("--split",), "golds": ("--gold",)})
   add(names=("threads", "hits", "batch_size", "system"),
       kwargs={name: {"type": flags.positive_int} for name in ("threads", "hits", "batch_size")})
   add(names=("vocab", "doc_pieces", "query_pieces"))
@@ -55,7 +55,7 @@ def parse(argv: Iterable[str] | None) -> bm25.Bm25Config:
     p.error("--doc_pieces / --query_pieces cut the text into the towers' word pieces: give "
             "their --vocab")
   return dataclass_flags.config_from(args, bm25.Bm25Config, out=flags.out_folder(p, args.out),
-                                    splits=flags.csv(args.split), golds=flags.csv(args.gold))
+                                    splits=flags.csv(args.splits), golds=flags.csv(args.golds))
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -5,48 +5,55 @@ the embedding job)."""
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Iterable
 
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.commands.index import add_index_flags, index_config
 from twotower.deploy.serving import bundle
 
+#: Each flag's help; name, type and default come from BundleConfig (commands.dataclass_flags;
+#: the index flags are `twotower index`'s).
+HELP = {
+    "model": "a training run directory (its export/saved_model) or a SavedModel",
+    "out": "the bundle directory to write",
+    "reqa": "documents = this `twotower reqa` dir's candidates",
+    "passages": "documents = this `twotower pairs` output's passages",
+    "embeddings": "the documents' embeddings (`twotower embed` of the same model and "
+                  "documents: their vectors.json must name the model and digest the "
+                  "documents' ids and text; folders, files or globs, comma-separated, as "
+                  "index --embeddings, input shards of one input included); default: "
+                  "embed them here",
+    "doc_text": "a candidate's document text, as fine-tuning, embed and BM25 read it",
+    "k1": "BM25 k1",
+    "b": "BM25 b",
+    "weight": "BM25's weight in the hybrid, in [0, 1] (as `twotower fuse --run BM25 DENSE "
+              "--weight W`); default: tuned or 0.5",
+    "tune_split": "tune the weight on this validation split of --reqa (e.g. validation-5)",
+    "tune_metric": "what the tuning maximises",
+    "hybrid_depth": "hits each side gives the hybrid (twotower fuse fuses 100-deep runs)",
+    "onnx": "also write the query tower as ONNX (query_onnx/): `twotower serve` and "
+            "Retriever then embed queries with onnxruntime, without TensorFlow",
+    "overwrite": "replace an existing bundle",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
-  d = bundle.BundleConfig(model="", out="", reqa="-")
   p = flags.parser("bundle", bundle.__doc__)
-  p.add_argument("--model", required=True,
-                 help="a training run directory (its export/saved_model) or a SavedModel")
-  p.add_argument("--out", required=True, help="the bundle directory to write")
-  docs = p.add_mutually_exclusive_group(required=True)
-  docs.add_argument("--reqa", help="documents = this `twotower reqa` dir's candidates")
-  docs.add_argument("--passages", help="documents = this `twotower pairs` output's passages")
-  p.add_argument("--embeddings", default="",
-                 help="the documents' embeddings (`twotower embed` of the same model and "
-                      "documents: their vectors.json must name the model and digest the "
-                      "documents' ids and text; folders, files or globs, comma-separated, as "
-                      "index --embeddings, input shards of one input included); default: "
-                      "embed them here")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
-                 help="a candidate's document text, as fine-tuning, embed and BM25 read it")
+  add = functools.partial(dataclass_flags.add_fields, p, bundle.BundleConfig, HELP)
+  add(names=("model", "out"))
+  # One source of documents; None: the other flag of the group was given (parse makes it "").
+  dataclass_flags.add_fields(p.add_mutually_exclusive_group(required=True), bundle.BundleConfig,
+                             HELP, names=("reqa", "passages"),
+                             kwargs={"reqa": {"default": None}, "passages": {"default": None}})
+  add(names=("embeddings", "doc_text"), kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
   add_index_flags(p)
-  p.add_argument("--k1", type=float, default=d.k1, help="BM25 k1")
-  p.add_argument("--b", type=float, default=d.b, help="BM25 b")
-  hybrid = p.add_mutually_exclusive_group()
-  hybrid.add_argument("--weight", type=float, default=None,
-                      help="BM25's weight in the hybrid, in [0, 1] (as `twotower fuse "
-                           "--run BM25 DENSE --weight W`); default: tuned or 0.5")
-  hybrid.add_argument("--tune_split", default="",
-                      help="tune the weight on this validation split of --reqa "
-                           "(e.g. validation-5)")
-  p.add_argument("--tune_metric", default=d.tune_metric, help="what the tuning maximises")
-  p.add_argument("--hybrid_depth", type=int, default=d.hybrid_depth,
-                 help="hits each side gives the hybrid (twotower fuse fuses 100-deep runs)")
-  p.add_argument("--onnx", action="store_true",
-                 help="also write the query tower as ONNX (query_onnx/): `twotower serve` "
-                      "and Retriever then embed queries with onnxruntime, without TensorFlow")
-  p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+  add(names=("k1", "b"))
+  # A weight given, or one tuned on a split: not both.
+  dataclass_flags.add_fields(p.add_mutually_exclusive_group(), bundle.BundleConfig, HELP,
+                             names=("weight", "tune_split"))
+  add(names=("tune_metric", "hybrid_depth", "onnx", "overwrite"))
   return p
 
 
@@ -55,13 +62,9 @@ def parse(argv: Iterable[str] | None) -> bundle.BundleConfig:
   args, beam_args = flags.parse_with_beam(p, argv)
   flags.hybrid_tuning(p, args.weight, args.tune_split, args.tune_metric)
   try:  # IndexSpec's and BundleConfig's own checks (flag combinations) are usage errors
-    index = index_config(args)
-    return bundle.BundleConfig(
-        model=args.model, out=args.out, reqa=args.reqa or "", passages=args.passages or "",
-        embeddings=args.embeddings, doc_text=args.doc_text, index=index,
-        k1=args.k1, b=args.b, weight=args.weight, tune_split=args.tune_split,
-        tune_metric=args.tune_metric, hybrid_depth=args.hybrid_depth, onnx=args.onnx,
-        overwrite=args.overwrite, beam_args=beam_args)
+    return dataclass_flags.config_from(
+        args, bundle.BundleConfig, reqa=args.reqa or "", passages=args.passages or "",
+        index=index_config(args), beam_args=beam_args)
   except ValueError as e:
     p.error(str(e))
 

@@ -6,20 +6,23 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.model import curves
+
+#: Each flag's help; name, type and default come from CurvesConfig (commands.dataclass_flags).
+HELP = {
+    "runs": "a run dir with history.csv and config.yaml (repeatable)",
+    "out": "PNG path",
+    "title": "figure title",
+    "table": "also write the plotted metric as a Markdown table to this file",
+    "every": "the table's steps: every N steps (default: every checkpoint)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("curves", curves.__doc__)
-  p.add_argument("--run", action="append", required=True, metavar="LABEL=DIR",
-                 help="a run dir with history.csv and config.yaml (repeatable)")
-  p.add_argument("--out", required=True, help="PNG path")
-  p.add_argument("--title", default="", help="figure title")
-  p.add_argument("--table", default="",
-                 help="also write the plotted metric as a Markdown table to this file")
-  p.add_argument("--every", type=int, default=0,
-                 help="the table's steps: every N steps (default: every checkpoint)")
+  dataclass_flags.add_fields(p, curves.CurvesConfig, HELP, flag_names={"runs": ("--run",)},
+                             kwargs={"runs": {"action": "append", "metavar": "LABEL=DIR"}})
   return p
 
 
@@ -27,13 +30,12 @@ def parse(argv: Iterable[str] | None) -> curves.CurvesConfig:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
   runs = []
-  for item in args.run:
+  for item in args.runs:
     label, sep, run_dir = item.partition("=")
     if not sep or not label or not run_dir:
       p.error(f"--run {item!r}: expected LABEL=DIR")
     runs.append((label, run_dir))
-  return curves.CurvesConfig(runs=tuple(runs), out=args.out, title=args.title,
-                            table=args.table, every=args.every)
+  return dataclass_flags.config_from(args, curves.CurvesConfig, runs=tuple(runs))
 
 
 def main(argv: Iterable[str] | None = None) -> None:

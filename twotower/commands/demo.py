@@ -6,26 +6,26 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.eval import report
 from twotower.experiment import demo
 from twotower.io import match_files
 
+#: Each flag's help; name, type and default come from DemoConfig (commands.dataclass_flags).
+HELP = {
+    "dump": "Wikipedia pages-articles dump (glob); `make data` fetches the default",
+    "out": "work and report directory",
+    "squad": "SQuAD JSON: also evaluate on ReQA",
+    "preset": "model preset for the towers",
+    "pretrain_steps": "pre-training steps (cpu-small: ~2 steps/s on 2 cores)",
+    "heldout_percent": "share of pages held out as the benchmark",
+    "vocab_size": "WordPiece vocabulary size",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
-  d = demo.DemoConfig()
   p = flags.parser("demo", demo.__doc__)
-  p.add_argument("--dump", default=d.dump,
-                 help="Wikipedia pages-articles dump (glob); `make data` fetches the default")
-  p.add_argument("--out", default=d.out, help="work and report directory")
-  p.add_argument("--squad", default="", help="SQuAD JSON: also evaluate on ReQA")
-  p.add_argument("--preset", default=d.preset, help="model preset for the towers")
-  p.add_argument("--pretrain_steps", type=int, default=d.pretrain_steps,
-                 help="pre-training steps (cpu-small: ~2 steps/s on 2 cores)")
-  p.add_argument("--heldout_percent", type=float, default=d.heldout_percent,
-                 help="share of pages held out as the benchmark")
-  p.add_argument("--vocab_size", type=int, default=d.vocab_size,
-                 help="WordPiece vocabulary size")
+  dataclass_flags.add_fields(p, demo.DemoConfig, HELP)
   return p
 
 
@@ -35,7 +35,7 @@ def parse(argv: Iterable[str] | None) -> demo.DemoConfig:
     match_files(args.dump)
   except FileNotFoundError as e:
     raise FileNotFoundError(f"{e} (`make data` fetches the default slice)") from None
-  return demo.DemoConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+  return dataclass_flags.config_from(args, demo.DemoConfig)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -4,45 +4,45 @@ Beam RunInference (the flags of pipelines.embed; any other flag is a Beam pipeli
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Iterable
 
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import embed
+
+#: Each flag's help; name, type and default come from EmbedConfig (commands.dataclass_flags).
+HELP = {
+    "model": "a training run directory (its export/saved_model) or a SavedModel",
+    "out": "embeddings directory: writes embeddings-*.parquet and stats.json",
+    "doc_text": "layout of a candidate's document text (twotower.texts)",
+    "batch_size": "largest batch per SavedModel call (BatchElements max_batch_size)",
+    "min_batch_size": "smallest batch BatchElements forms (0: --batch_size, fixed batches)",
+    "num_shards": "output shards (0: the runner decides)",
+    "large_model": "share one model across worker processes (RunInference large_model)",
+    "model_copies": "exact number of model copies per machine (RunInference model_copies)",
+    "num_input_shards": "split the input rows into N parts (by a hash of each row's id) and "
+                        "embed only --input_shard's; run each part (on its own machine) into "
+                        "its own --out, and give `index`/`bundle` all of them: --embeddings "
+                        "out0,out1 or a glob of the folders (each records a digest of the "
+                        "whole input's rows: shards of two inputs are refused)",
+    "input_shard": "which part to embed, 0..N-1 (with --num_input_shards N)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("embed", embed.__doc__)
-  d = embed.EmbedConfig(model="", out="", kind="candidates", path="")
-  p.add_argument("--model", required=True,
-                 help="a training run directory (its export/saved_model) or a SavedModel")
-  p.add_argument("--out", required=True,
-                 help="embeddings directory: writes embeddings-*.parquet and stats.json")
+  add = functools.partial(dataclass_flags.add_fields, p, embed.EmbedConfig, HELP)
+  add(names=("model", "out"))
+  # One input flag per kind: the flag given names EmbedConfig.kind, its value is .path.
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument("--candidates", help="ReQA candidates.parquet (document signature)")
   src.add_argument("--passages", help="a `twotower pairs` output dir, its passages/ dir or a "
                    "glob (document signature)")
   src.add_argument("--questions", help="questions-<split>.parquet (query signature)")
-  p.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=d.doc_text,
-                 help="layout of a candidate's document text (twotower.texts)")
-  p.add_argument("--batch_size", type=int, default=d.batch_size,
-                 help="largest batch per SavedModel call (BatchElements max_batch_size)")
-  p.add_argument("--min_batch_size", type=int, default=d.min_batch_size,
-                 help="smallest batch BatchElements forms (0: --batch_size, fixed batches)")
-  p.add_argument("--num_shards", type=int, default=d.num_shards,
-                 help="output shards (0: the runner decides)")
-  p.add_argument("--large_model", action="store_true",
-                 help="share one model across worker processes (RunInference large_model)")
-  p.add_argument("--model_copies", type=int, default=d.model_copies,
-                 help="exact number of model copies per machine (RunInference model_copies)")
-  p.add_argument("--num_input_shards", type=int, default=d.num_input_shards,
-                 help="split the input rows into N parts (by a hash of each row's id) and "
-                 "embed only --input_shard's; run each part (on its own machine) into its own "
-                 "--out, and give `index`/`bundle` all of them: --embeddings out0,out1 or a "
-                 "glob of the folders (each records a digest of the whole input's rows: "
-                 "shards of two inputs are refused)")
-  p.add_argument("--input_shard", type=int, default=d.input_shard,
-                 help="which part to embed, 0..N-1 (with --num_input_shards N)")
+  add(names=("doc_text", "batch_size", "min_batch_size", "num_shards", "large_model",
+             "model_copies", "num_input_shards", "input_shard"),
+      kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
   flags.add_overwrite(p)
   return p
 
@@ -76,13 +76,9 @@ def parse(argv: Iterable[str] | None) -> embed.EmbedConfig:
     p.error(f"--input_shard must be in 0..{args.num_input_shards - 1} (--num_input_shards "
             f"{args.num_input_shards}), got {args.input_shard}")
   kind = next(k for k in embed.KINDS if getattr(args, k))
-  return embed.EmbedConfig(
-      model=saved_model(args.model), out=flags.out_folder(p, args.out), kind=kind,
-      path=getattr(args, kind),
-      doc_text=args.doc_text, batch_size=args.batch_size, min_batch_size=args.min_batch_size,
-      num_shards=args.num_shards, large_model=args.large_model,
-      model_copies=args.model_copies, overwrite=args.overwrite, beam_args=beam_args,
-      num_input_shards=args.num_input_shards, input_shard=args.input_shard)
+  return dataclass_flags.config_from(
+      args, embed.EmbedConfig, model=saved_model(args.model), out=flags.out_folder(p, args.out),
+      kind=kind, path=getattr(args, kind), beam_args=beam_args)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

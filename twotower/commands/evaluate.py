@@ -6,26 +6,34 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower import contracts
 from twotower import metrics
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.eval import evaluate, report
+
+#: Each flag's help; name, type and default come from EvaluateConfig
+#: (commands.dataclass_flags).
+HELP = {
+    "reqa": "a `twotower reqa` output directory",
+    "runs": "run files (TREC or .parquet)",
+    "out": "output directory",
+    "names": "system names, one per run (default: file names)",
+    "splits": "split(s), comma-separated, e.g. all,test-5",
+    "golds": f"gold convention(s), comma-separated: {', '.join(metrics.GOLD_CONVENTIONS)} "
+             "(pair: the paper's exact (sentence, passage); sentence: ReQA's sentence text)",
+    "ks": "recall cut-offs, comma-separated",
+    "stem": "output file stem",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("evaluate", evaluate.__doc__)
-  p.add_argument("--reqa", required=True, help="a `twotower reqa` output directory")
-  p.add_argument("--run", required=True, nargs="+", help="run files (TREC or .parquet)")
-  p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--names", nargs="+", help="system names, one per run (default: file names)")
-  p.add_argument("--split", default=contracts.ALL_QUESTIONS, help="split(s), comma-separated, e.g. all,test-5")
-  p.add_argument("--gold", default="pair", help="gold convention(s), comma-separated: "
-                 f"{', '.join(metrics.GOLD_CONVENTIONS)} (pair: the paper's exact "
-                 "(sentence, passage); sentence: ReQA's sentence text)")
-  p.add_argument("--ks", type=flags.positive_ints,
-                 default=",".join(map(str, contracts.DEFAULT_KS)),
-                 help="recall cut-offs, comma-separated")
-  p.add_argument("--stem", default="metrics", help="output file stem")
+  dataclass_flags.add_fields(
+      p, evaluate.EvaluateConfig, HELP, exclude=("overwrite",),
+      # Singular flag names for the runs / splits / golds fields.
+      flag_names={"runs": ("--run",), "splits": ("--split",), "golds": ("--gold",)},
+      kwargs={"runs": {"nargs": "+"}, "ks": {"type": flags.positive_ints},
+              # None: not given (the run files' names), as --help has always shown it.
+              "names": {"nargs": "+", "default": None}})
   flags.add_overwrite(p)
   return p
 
@@ -34,11 +42,10 @@ def parse(argv: Iterable[str] | None) -> evaluate.EvaluateConfig:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
   try:
-    return evaluate.EvaluateConfig(
-        reqa=args.reqa, runs=tuple(args.run), out=flags.out_folder(p, args.out),
-        names=tuple(args.names or ()),
-        splits=flags.csv(args.split), golds=flags.csv(args.gold), ks=args.ks,
-        stem=args.stem, overwrite=args.overwrite)
+    return dataclass_flags.config_from(
+        args, evaluate.EvaluateConfig, out=flags.out_folder(p, args.out),
+        names=tuple(args.names or ()), splits=flags.csv(args.splits),
+        golds=flags.csv(args.golds))
   except ValueError as e:
     p.error(str(e))
 

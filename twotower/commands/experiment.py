@@ -7,64 +7,65 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import subprocess
 import sys
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower import experiment
 from twotower import logs
 from twotower.experiment import execute, grid
 
+#: Each flag's help; name, type and default come from ExperimentConfig
+#: (commands.dataclass_flags).
+HELP = {
+    "grid": f"grid definition: one of {', '.join(grid.grid_names())}, or a YAML file",
+    "out": "work dir: data, checkpoints, embeddings, runs",
+    "dump": "Wikipedia pages-articles dump glob",
+    "corpus": "extracted text pre-trained on beside --dump: WikiExtractor output (text or "
+              "--json) or JSONL documents, glob(s) (docs/guide/pairs.md); e.g. "
+              "../shared/data/wiki/enwiki-2018-wikiextractor.txt.bz2",
+    "squad": "SQuAD v1.1/v2.0 JSON (ReQA SQuAD)",
+    "nq": "Natural Questions simplified jsonl[.gz]",
+    "results_dir": "tables and README (default docs/results/<grid>)",
+    "ratios": "only these train ratios (%%), e.g. 5,80",
+    "tables": "only these tables, e.g. 3,5",
+    "systems": "only these rows, e.g. bm25,ict",
+    "seeds": "run only these seeds' cells (and the cells they read), e.g. 0 to see every row "
+             "once before the others; the tables stay the whole grid's",
+    "beam_args": "Beam pipeline flags of the pairs / reqa / embed stages, one string",
+    "keep_embeddings": "keep candidate embeddings and FAISS indexes of eval cells",
+    "dry_run": "print the cell plan with a rough time estimate; run nothing",
+    "render_only": "write the tables and README from the cells already done; run nothing "
+                   "(the whole grid's tables after a narrowed or interrupted run)",
+    "readme": "also write the R@10 / R@100 summary into this file, between "
+              "<!-- results:GRID --> and <!-- /results:GRID --> (the project README)",
+    "progress": "training progress: a bar per training cell, a line per checkpoint, or nothing",
+    "recheck": "run no grid: re-make N finished evaluation cells (seeded, across ratios) with "
+               "their fine-tuning in a scratch dir and compare their numbers with the records "
+               "(RESULTS_DIR/recheck.md)",
+    "recheck_seed": "the sample's seed",
+    "recheck_dir": "the re-made cells' scratch work dir (default OUT/recheck)",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("experiment", experiment.__doc__)
-  p.add_argument("--grid", "--preset", required=True,
-                 help=f"grid definition: one of {', '.join(grid.grid_names())}, or a YAML file")
-  p.add_argument("--out", required=True, help="work dir: data, checkpoints, embeddings, runs")
-  p.add_argument("--dump", required=True, help="Wikipedia pages-articles dump glob")
-  p.add_argument("--corpus", default="",
-                 help="extracted text pre-trained on beside --dump: WikiExtractor output "
-                      "(text or --json) or JSONL documents, glob(s) (docs/guide/pairs.md); "
-                      "e.g. ../shared/data/wiki/enwiki-2018-wikiextractor.txt.bz2")
-  p.add_argument("--squad", default="", help="SQuAD v1.1/v2.0 JSON (ReQA SQuAD)")
-  p.add_argument("--nq", default="", help="Natural Questions simplified jsonl[.gz]")
-  p.add_argument("--results_dir", default="",
-                 help="tables and README (default docs/results/<grid>)")
-  p.add_argument("--ratios", default="", help="only these train ratios (%%), e.g. 5,80")
-  p.add_argument("--tables", default="", help="only these tables, e.g. 3,5")
-  p.add_argument("--systems", default="", help="only these rows, e.g. bm25,ict")
-  p.add_argument("--seeds", default="",
-                 help="run only these seeds' cells (and the cells they read), e.g. 0 to see "
-                      "every row once before the others; the tables stay the whole grid's")
-  p.add_argument("--beam_flags", default="",
-                 help="Beam pipeline flags of the pairs / reqa / embed stages, one string")
-  p.add_argument("--keep_embeddings", action="store_true",
-                 help="keep candidate embeddings and FAISS indexes of eval cells")
-  p.add_argument("--dry_run", action="store_true",
-                 help="print the cell plan with a rough time estimate; run nothing")
-  p.add_argument("--render_only", action="store_true",
-                 help="write the tables and README from the cells already done; run nothing "
-                      "(the whole grid's tables after a narrowed or interrupted run)")
-  p.add_argument("--readme", default="",
-                 help="also write the R@10 / R@100 summary into this file, between "
-                      "<!-- results:GRID --> and <!-- /results:GRID --> (the project README)")
-  p.add_argument("--progress", choices=("bar", "epoch", "none"), default="bar",
-                 help="training progress: a bar per training cell, a line per checkpoint, "
-                      "or nothing")
+  add = functools.partial(dataclass_flags.add_fields, p, experiment.ExperimentConfig, HELP)
+  add(names=("grid", "out", "dump", "corpus", "squad", "nq", "results_dir", "ratios", "tables",
+             "systems", "seeds", "beam_args", "keep_embeddings", "dry_run", "render_only",
+             "readme", "progress"),
+      flag_names={"grid": ("--grid", "--preset"), "beam_args": ("--beam_flags",)},
+      kwargs={"progress": {"choices": ("bar", "epoch", "none")}})
+  # How many processes run the grid (main) is no setting of the grid's: no config field.
   p.add_argument("--jobs", type=int, default=1, metavar="N",
                  help="run the grid in N processes that share the work dir (a lock per "
                       "cell), each with cores/N TensorFlow threads, their logs in "
                       "OUT/job-<k>.log; on 2 cores, 2 jobs train 1.44x the steps of 1 "
                       "(docs/guide/experiment.md)")
-  p.add_argument("--recheck", type=int, default=0, metavar="N",
-                 help="run no grid: re-make N finished evaluation cells (seeded, across "
-                      "ratios) with their fine-tuning in a scratch dir and compare their "
-                      "numbers with the records (RESULTS_DIR/recheck.md)")
-  p.add_argument("--recheck_seed", type=int, default=0, help="the sample's seed")
-  p.add_argument("--recheck_dir", default="",
-                 help="the re-made cells' scratch work dir (default OUT/recheck)")
+  add(names=("recheck", "recheck_seed", "recheck_dir"), kwargs={"recheck": {"metavar": "N"}})
   return p
 
 
@@ -75,15 +76,10 @@ def parse(argv: Iterable[str] | None) -> experiment.ExperimentConfig:
 
 def _config(args: argparse.Namespace, argv: list[str]) -> experiment.ExperimentConfig:
   import shlex  # pylint: disable=import-outside-toplevel
-  return experiment.ExperimentConfig(
-      grid=args.grid, out=args.out, dump=args.dump, corpus=args.corpus, squad=args.squad,
-      nq=args.nq,
-      results_dir=args.results_dir, ratios=flags.ints(args.ratios) or None,
+  return dataclass_flags.config_from(
+      args, experiment.ExperimentConfig, ratios=flags.ints(args.ratios) or None,
       tables=flags.csv(args.tables) or None, systems=flags.csv(args.systems) or None,
-      seeds=flags.ints(args.seeds) or None,
-      beam_args=tuple(shlex.split(args.beam_flags)), keep_embeddings=args.keep_embeddings,
-      dry_run=args.dry_run, render_only=args.render_only, readme=args.readme, progress=args.progress,
-      recheck=args.recheck, recheck_seed=args.recheck_seed, recheck_dir=args.recheck_dir,
+      seeds=flags.ints(args.seeds) or None, beam_args=tuple(shlex.split(args.beam_args)),
       command=_grid_command(argv))
 
 

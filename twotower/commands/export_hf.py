@@ -6,24 +6,30 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.model import export_hf
+
+#: Each flag's help; name, type and default come from ExportHfConfig
+#: (commands.dataclass_flags).
+HELP = {
+    "run": "a trained run dir (or its export/ dir, or the export's SavedModel)",
+    "out": "the model directory to write",
+    "onnx": "skip the ONNX files (onnx/model.onnx, onnx_towers/)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser(export_hf.STAGE, export_hf.__doc__)
-  p.add_argument("run", help="a trained run dir (or its export/ dir, or the export's SavedModel)")
-  p.add_argument("--out", required=True, help="the model directory to write")
-  p.add_argument("--no_onnx", action="store_true",
-                 help="skip the ONNX files (onnx/model.onnx, onnx_towers/)")
+  dataclass_flags.add_fields(p, export_hf.ExportHfConfig, HELP, exclude=("overwrite",),
+                             positional=("run",),
+                             kwargs={"onnx": dataclass_flags.SWITCH_OFF})
   flags.add_overwrite(p)
   return p
 
 
 def parse(argv: Iterable[str] | None) -> export_hf.ExportHfConfig:
   args = build_parser().parse_args(None if argv is None else list(argv))
-  return export_hf.ExportHfConfig(run=args.run, out=args.out, onnx=not args.no_onnx,
-                                  overwrite=args.overwrite)
+  return dataclass_flags.config_from(args, export_hf.ExportHfConfig)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

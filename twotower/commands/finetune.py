@@ -5,45 +5,52 @@ FILE`: the flags of model.finetune parsed into a `FinetuneConfig` (training flag
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Iterable
 
 from twotower import texts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.commands import pretrain as pretrain_cmd
 from twotower.model import finetune, train
 
 _STEPS, _BATCH = "trainer.finetune_steps", "trainer.finetune_batch_size"
 
+#: Each flag's help beyond the training flags; name, type and default come from
+#: FinetuneConfig (commands.dataclass_flags).
+HELP = {
+    "init": "checkpoint (prefix or run dir) of a pre-training or MLM run; 'none' for random "
+            "initialisation (the No-SSL baseline)",
+    "reqa": "ReQA dir (twotower reqa --out)",
+    "split": "train ratio: reads finetune/train-<ratio>-* and questions-validation-<ratio>",
+    "validation_recall": "skip validation Recall@k (and so export the last checkpoint)",
+    "select": "validation metric (R@k or MRR) whose best checkpoint is exported; '' for the "
+              "last checkpoint",
+    "select_window": "judge each checkpoint by the trailing average of --select over N "
+                     "checkpoints, from the first with N behind it (the earliest best wins)",
+    "patience": "stop after N checkpoints without a new best (0: train every step)",
+    "stop_at": "stop at this step of the --steps schedule (a length chosen by another run on "
+               "the same schedule)",
+    "hard_negatives": "K BM25 hard negatives per question in the softmax (the pairs "
+                      "`twotower hardneg --k K` wrote); 0: in-batch negatives only",
+    "doc_text": "candidate text layout; must match the one `twotower reqa` used",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("finetune", finetune.__doc__)
   pretrain_cmd.add_training_flags(p, steps=_STEPS, batch=_BATCH)
-  p.add_argument("--init", required=True,
-                 help="checkpoint (prefix or run dir) of a pre-training or MLM run; 'none' "
-                      "for random initialisation (the No-SSL baseline)")
+  add = functools.partial(dataclass_flags.add_fields, config_class=finetune.FinetuneConfig,
+                          help=HELP)
+  # Required here: fine-tuning from random weights is asked for by name ('none').
+  add(p, names=("init",), kwargs={"init": {"required": True}})
   g = p.add_argument_group("data")
-  g.add_argument("--reqa", required=True, help="ReQA dir (twotower reqa --out)")
-  g.add_argument("--split", default="5",
-                 help="train ratio: reads finetune/train-<ratio>-* and "
-                      "questions-validation-<ratio>")
-  g.add_argument("--no_recall", "--no-recall", action="store_true",
-                 help="skip validation Recall@k (and so export the last checkpoint)")
-  g.add_argument("--select", default=finetune.DEFAULT_SELECT,
-                 help="validation metric (R@k or MRR) whose best checkpoint is exported; '' "
-                      "for the last checkpoint")
-  g.add_argument("--select_window", type=int, default=1, metavar="N",
-                 help="judge each checkpoint by the trailing average of --select over N "
-                      "checkpoints, from the first with N behind it (the earliest best wins)")
-  g.add_argument("--patience", type=int, default=0, metavar="N",
-                 help="stop after N checkpoints without a new best (0: train every step)")
-  g.add_argument("--stop_at", type=int, default=0, metavar="STEP",
-                 help="stop at this step of the --steps schedule (a length chosen by another "
-                      "run on the same schedule)")
-  g.add_argument("--hard_negatives", type=int, default=0, metavar="K",
-                 help="K BM25 hard negatives per question in the softmax (the pairs "
-                      "`twotower hardneg --k K` wrote); 0: in-batch negatives only")
-  g.add_argument("--doc_text", choices=texts.DOC_TEXT_MODES, default=texts.DEFAULT_DOC_TEXT,
-                 help="candidate text layout; must match the one `twotower reqa` used")
+  add(g, names=("reqa", "split", "validation_recall", "select", "select_window", "patience",
+                "stop_at", "hard_negatives", "doc_text"),
+      flag_names={"validation_recall": ("--no_recall", "--no-recall")},
+      kwargs={"validation_recall": dataclass_flags.SWITCH_OFF,
+              "select_window": {"metavar": "N"}, "patience": {"metavar": "N"},
+              "stop_at": {"metavar": "STEP"}, "hard_negatives": {"metavar": "K"},
+              "doc_text": {"choices": texts.DOC_TEXT_MODES}})
   return p
 
 
@@ -51,14 +58,7 @@ def parse(argv: Iterable[str] | None) -> finetune.FinetuneConfig:
   p = build_parser()
   args = p.parse_args(None if argv is None else list(argv))
   cfg = pretrain_cmd.training_config(p, args, steps=_STEPS, batch=_BATCH)
-  return finetune.FinetuneConfig(training=cfg, out=args.out, vocab=args.vocab, init=args.init,
-                              export=not args.no_export, progress=args.progress,
-                              overwrite=args.overwrite,
-                              reqa=args.reqa, split=args.split, doc_text=args.doc_text,
-                              validation_recall=not args.no_recall, select=args.select,
-                              hard_negatives=args.hard_negatives,
-                              select_window=args.select_window, patience=args.patience,
-                              stop_at=args.stop_at)
+  return dataclass_flags.config_from(args, finetune.FinetuneConfig, training=cfg)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

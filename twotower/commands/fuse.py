@@ -12,6 +12,7 @@ from twotower.eval import fusion
 
 #: Each flag's help; name, type and default come from FuseConfig (commands.dataclass_flags).
 HELP = {
+    "runs": "the two run files (TREC or .parquet), e.g. BM25 then dense",
     "out": "fused run file (TREC, or .parquet)",
     "method": "interpolate: min-max normalised scores, weight*A + (1-weight)*B; rrf: "
               "reciprocal-rank fusion",
@@ -31,10 +32,10 @@ HELP = {
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("fuse", fusion.__doc__)
   add = functools.partial(dataclass_flags.add_fields, p, fusion.FuseConfig, HELP)
-  # --run (two files, FuseConfig.runs) and --weight ('auto' = None) are spelt apart.
-  p.add_argument("--run", required=True, nargs=2, metavar=("RUN_A", "RUN_B"),
-                 help="the two run files (TREC or .parquet), e.g. BM25 then dense")
-  add(names=("out", "method"), kwargs={"method": {"choices": fusion.METHODS}})
+  add(names=("runs", "out", "method"), flag_names={"runs": ("--run",)},
+      kwargs={"runs": {"nargs": 2, "metavar": ("RUN_A", "RUN_B")},
+              "method": {"choices": fusion.METHODS}})
+  # --weight is spelt apart: 'auto' (FuseConfig.weight None) is no float; parse converts it.
   p.add_argument("--weight", default="auto",
                  help="weight of RUN_A in [0, 1], or 'auto' to tune it on --tune_split")
   add(names=("reqa", "tune_split", "tune_metric", "min_tune_questions", "depth", "rrf_k", "tag"),
@@ -52,8 +53,7 @@ def parse(argv: Iterable[str] | None) -> fusion.FuseConfig:
     p.error(f"--weight {args.weight!r}: expected a number in [0, 1] or 'auto'")
   flags.hybrid_tuning(p, weight, args.tune_split, args.tune_metric)
   try:
-    return dataclass_flags.config_from(args, fusion.FuseConfig, runs=tuple(args.run),
-                                      weight=weight)
+    return dataclass_flags.config_from(args, fusion.FuseConfig, weight=weight)
   except ValueError as e:
     p.error(str(e))
 

@@ -6,24 +6,47 @@ shares (`add_training_flags`, `training_config`).
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any, Iterable
 
 from twotower import contracts
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.model import config as config_lib
 from twotower.model import pretrain, train
 
+#: The help of the training flags that are train.TrainRunConfig fields (name, type and
+#: default from the dataclass, commands.dataclass_flags), shared with `twotower finetune`.
+TRAINING_HELP = {
+    "out": "run dir: config.yaml, checkpoints/, logs/, history.csv, export/",
+    "vocab": "WordPiece vocabulary file (twotower vocab)",
+    "export": "skip the SavedModel export",
+    "progress": "bar: one progress bar over all steps; epoch: one line per checkpoint; none",
+}
+
+#: Each flag's help of `twotower pretrain` beyond the training flags (PretrainConfig).
+HELP = {
+    "init": "checkpoint (prefix or run dir) of a two-tower run to continue from",
+    "pairs": "pair pipeline output dir (pairs/<task>/, stats.json, config.json)",
+    "passages": "passages/ dir (MLM text; held-out pages are skipped)",
+    "eval_split": "pair split of the held-out metrics",
+}
+
+
 def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) -> None:
   """The flags of every training command; `steps` and `batch` name the config fields that
-  --steps and --batch_size override."""
+  --steps and --batch_size override.
+
+  Those of the run's own fields come from train.TrainRunConfig; the others are written out
+  here: --config and --set choose the TrainingConfig, and the rest override one of its nested
+  fields only when given (default None or SUPPRESS: the preset's value, which no dataclass
+  default can say), --steps / --batch_size a different field per command."""
   g = p.add_argument_group("config")
+  add = functools.partial(dataclass_flags.add_fields, g, train.TrainRunConfig, TRAINING_HELP)
   g.add_argument("--config", required=True,
                  help=f"preset name ({', '.join(config_lib.preset_names())}) or a YAML file")
   g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                  help="override one config field, e.g. --set trainer.seed=1 (repeatable)")
-  g.add_argument("--out", required=True,
-                 help="run dir: config.yaml, checkpoints/, logs/, history.csv, export/")
-  g.add_argument("--vocab", required=True, help="WordPiece vocabulary file (twotower vocab)")
+  add(names=("out", "vocab"))
   g.add_argument("--steps", type=int, default=None, help=f"optimizer steps (overrides {steps})")
   g.add_argument("--batch_size", "--batch-size", type=int, default=None,
                  help=f"global batch (overrides {batch})")
@@ -45,15 +68,14 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   g.add_argument("--grad_cache_chunk", type=int, default=None, metavar="N",
                  help="gradient cache: the global batch embedded N pairs at a time, memory "
                       "bounded by N, the same gradients (trainer.grad_cache_chunk; 0: off)")
-  g.add_argument("--no_export", "--no-export", action="store_true",
-                 help="skip the SavedModel export")
+  add(names=("export",), flag_names={"export": ("--no_export", "--no-export")},
+      kwargs={"export": dataclass_flags.SWITCH_OFF})
   flags.add_overwrite(g)
+  # A guard on the steps count, not a setting: no config field.
   g.add_argument("--allow_untrained", "--allow-untrained", action="store_true",
                  help=f"let {steps}=0 export the initial towers untrained (random, or "
                       "--init's: the No-SSL baseline); without it 0 steps is refused")
-  g.add_argument("--progress", choices=train.PROGRESS_MODES, default="bar",
-                 help="bar: one progress bar over all steps; epoch: one line per checkpoint; "
-                      "none")
+  add(names=("progress",), kwargs={"progress": {"choices": train.PROGRESS_MODES}})
 
 
 def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, steps: str,
@@ -85,21 +107,19 @@ def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, ste
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("pretrain", pretrain.__doc__)
   add_training_flags(p, steps="trainer.steps", batch="data.batch_size")
-  p.add_argument("--init", default=None,
-                 help="checkpoint (prefix or run dir) of a two-tower run to continue from")
+  add = functools.partial(dataclass_flags.add_fields, config_class=pretrain.PretrainConfig,
+                          help=HELP)
+  add(p, names=("init",))
   g = p.add_argument_group("data")
-  g.add_argument("--pairs", default=None,
-                 help="pair pipeline output dir (pairs/<task>/, stats.json, config.json)")
-  g.add_argument("--passages", default=None,
-                 help="passages/ dir (MLM text; held-out pages are skipped)")
+  add(g, names=("pairs", "passages"))
+  # Overrides of the config's data.tasks / data.mixture (None: the config's), as above.
   g.add_argument("--tasks", default=None,
                  help=f"comma list of {','.join(contracts.PAIR_TASKS)}, or mlm "
                       "(default: data.tasks of the config)")
   g.add_argument("--mixture", choices=config_lib.MIXTURES, default=None,
                  help="several tasks: equal shares, or pooled (uniform over all training "
                       "pairs; default: data.mixture of the config)")
-  g.add_argument("--eval_split", "--eval-split", default=contracts.HELDOUT,
-                 help="pair split of the held-out metrics")
+  add(g, names=("eval_split",), flag_names={"eval_split": ("--eval_split", "--eval-split")})
   return p
 
 
@@ -108,11 +128,7 @@ def parse(argv: Iterable[str] | None) -> pretrain.PretrainConfig:
   args = p.parse_args(None if argv is None else list(argv))
   cfg = training_config(p, args, steps="trainer.steps", batch="data.batch_size",
                         data={"tasks": flags.csv(args.tasks) or None, "mixture": args.mixture})
-  return pretrain.PretrainConfig(training=cfg, out=args.out, vocab=args.vocab, init=args.init,
-                              export=not args.no_export, progress=args.progress,
-                              overwrite=args.overwrite,
-                              pairs=args.pairs, passages=args.passages,
-                              eval_split=args.eval_split)
+  return dataclass_flags.config_from(args, pretrain.PretrainConfig, training=cfg)
 
 
 def main(argv: Iterable[str] | None = None) -> None:

@@ -15,25 +15,31 @@ import argparse
 import shutil
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
 from twotower.deploy.serving import query
-from twotower.deploy.serving.retriever import DEFAULT_VERIFY, MODES, VERIFY
+from twotower.deploy.serving.retriever import MODES, VERIFY
+
+#: Each flag's help; name, type and default come from QueryConfig (commands.dataclass_flags).
+HELP = {
+    "bundle": "a retriever bundle directory (`twotower bundle --out`)",
+    "question": "the question to search for",
+    "jsonl": "a file of queries, one per line ('-': standard input)",
+    "out": "with --jsonl: where the hit lists go",
+    "k": "hits per query",
+    "mode": "dense, bm25 or hybrid",
+    "nprobe": "IVF lists visited (IVF bundles)",
+    "ef_search": "HNSW beam width (HNSW bundles)",
+    "verify": "how the bundle's files are checked at load: sha256 (contents), size "
+              "(cheaper, blind to a same-size file of another bundle) or none",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   p = flags.parser("query", __doc__)
-  p.add_argument("bundle", help="a retriever bundle directory (`twotower bundle --out`)")
-  p.add_argument("question", nargs="?", default=None, help="the question to search for")
-  p.add_argument("--jsonl", default=None,
-                 help="a file of queries, one per line ('-': standard input)")
-  p.add_argument("--out", default="-", help="with --jsonl: where the hit lists go")
-  p.add_argument("--k", type=int, default=10, help="hits per query")
-  p.add_argument("--mode", choices=MODES, default="dense", help="dense, bm25 or hybrid")
-  p.add_argument("--nprobe", type=int, default=None, help="IVF lists visited (IVF bundles)")
-  p.add_argument("--ef_search", type=int, default=None, help="HNSW beam width (HNSW bundles)")
-  p.add_argument("--verify", choices=VERIFY, default=DEFAULT_VERIFY,
-                 help="how the bundle's files are checked at load: sha256 (contents), size "
-                      "(cheaper, blind to a same-size file of another bundle) or none")
+  dataclass_flags.add_fields(p, query.QueryConfig, HELP, exclude=("overwrite",),
+                             positional=("bundle", "question"),
+                             kwargs={"question": {"nargs": "?"}, "mode": {"choices": MODES},
+                                     "verify": {"choices": VERIFY}})
   flags.add_overwrite(p)
   return p
 
@@ -47,7 +53,7 @@ def parse(argv: Iterable[str] | None) -> query.QueryConfig:
     p.error("the question is empty")
   if args.k < 1:
     p.error(f"--k must be >= 1, got {args.k}")
-  return query.QueryConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+  return dataclass_flags.config_from(args, query.QueryConfig)
 
 
 def table(question: str, hits: list, mode: str, width: int) -> str:

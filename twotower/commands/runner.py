@@ -8,28 +8,31 @@ import argparse
 import sys
 from typing import Iterable
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
+
+#: Each flag's help; name, type and default come from launcher.RunnerConfig
+#: (commands.dataclass_flags).
+HELP = {
+    "state_dir": "folder of the state file (pids, ports) and the services' logs",
+    "job_port": "the job service's port on 127.0.0.1 (a Flink/Spark job server's default; "
+                "0 = a free port)",
+    "worker_port": "the worker pool's port on 127.0.0.1 (0 = a free port)",
+    "workers": "SDK worker processes a job asks the pool for (the printed "
+               "--direct_num_workers)",
+    "start_timeout_s": "seconds both services have to accept connections",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
   from twotower.deploy.portable import launcher  # pylint: disable=import-outside-toplevel
-  d = launcher.RunnerConfig()
   p = flags.parser("runner", __doc__)
+  # What to do is no RunnerConfig field: launcher.run takes it beside the config.
   p.add_argument("action", choices=launcher.ACTIONS,
                  help="start: both services, then print the flags to add to a Beam stage; "
                       "stop: what start started; status: what runs")
-  p.add_argument("--state_dir", default=d.state_dir,
-                 help="folder of the state file (pids, ports) and the services' logs")
-  p.add_argument("--job_port", type=int, default=d.job_port,
-                 help="the job service's port on 127.0.0.1 (a Flink/Spark job server's "
-                      "default; 0 = a free port)")
-  p.add_argument("--worker_port", type=int, default=d.worker_port,
-                 help="the worker pool's port on 127.0.0.1 (0 = a free port)")
-  p.add_argument("--workers", type=int, default=d.workers,
-                 help="SDK worker processes a job asks the pool for (the printed "
-                      "--direct_num_workers)")
-  p.add_argument("--start_timeout", type=float, default=d.start_timeout_s,
-                 help="seconds both services have to accept connections")
+  dataclass_flags.add_fields(p, launcher.RunnerConfig, HELP,
+                             exclude=("python",),  # python: no flag (this interpreter)
+                             flag_names={"start_timeout_s": ("--start_timeout",)})
   return p
 
 
@@ -44,11 +47,9 @@ def parse(argv: Iterable[str] | None):
       p.error(f"--{flag} must be <= 65535, got {getattr(args, flag)}")
   if args.workers < 1:
     p.error(f"--workers must be >= 1, got {args.workers}")
-  if args.start_timeout <= 0:
-    p.error(f"--start_timeout must be > 0, got {args.start_timeout}")
-  return args.action, launcher.RunnerConfig(
-      state_dir=args.state_dir, job_port=args.job_port, worker_port=args.worker_port,
-      workers=args.workers, start_timeout_s=args.start_timeout)
+  if args.start_timeout_s <= 0:
+    p.error(f"--start_timeout must be > 0, got {args.start_timeout_s}")
+  return args.action, dataclass_flags.config_from(args, launcher.RunnerConfig)
 
 
 def _stopped_line(s) -> str:

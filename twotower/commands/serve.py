@@ -9,69 +9,66 @@ import os
 import sys
 from typing import Iterable, NoReturn
 
-from twotower.commands import flags
+from twotower.commands import dataclass_flags, flags
+
+
+def _help(app) -> dict[str, str]:
+  """Each flag's help; name, type and default come from app.ServeConfig
+  (commands.dataclass_flags). A function: the app module is imported only when serve runs."""
+  return {
+      "bundle": "a retriever bundle directory (`twotower bundle --out`)",
+      "host": "address to bind (loopback by default: 0.0.0.0 exposes the service)",
+      "port": "port to listen on",
+      "threads": "TensorFlow and Lucene threads (0: the machine's cores)",
+      "faiss_threads": "FAISS OpenMP threads (1: a micro-batch is small; more threads wait on "
+                       "each other on a busy machine)",
+      "max_batch": "queries coalesced into one query-tower call",
+      "max_wait_ms": "how long a batch waits for more requests (0: take what is queued)",
+      "max_k": "largest k a request may ask",
+      "max_queries": "largest batch of queries one request may send",
+      "max_query_chars": "longest query accepted",
+      "max_body_bytes": "largest request body read (a longer one is refused with 413 before "
+                        "it is read whole)",
+      "read_timeout": "seconds a request's headers and body may take to arrive; a slower "
+                      "or half-sent request has its connection closed",
+      "allow_swap": "enable POST /v1/admin/swap (load another bundle while serving); needs "
+                    f"an admin token (--admin_token or ${app.TOKEN_ENV})",
+      "admin_token": f"the Bearer token admin requests must send (at least "
+                     f"{app.MIN_TOKEN_CHARS} characters). Default: ${app.TOKEN_ENV}, which "
+                     "other users cannot read from the process list as they can a flag",
+      "swap_root": "the folder a swap may load bundles from (relative paths are under it; "
+                   "anything resolving outside is refused). Default: the bundle's parent "
+                   "folder",
+      "show_paths": "show absolute paths in /v1/info, swap answers and error messages "
+                    "(default: only names under the swap root)",
+      "verify": "how the bundle's files are checked at load and at each swap: sha256 "
+                "(default: every file's content, as `twotower query` does), size "
+                "(sizes only: a same-size file of another bundle is served) or none; "
+                "an opt-out is logged at start-up",
+      "encoder": "the query tower's runtime: auto = ONNX when the bundle carries "
+                 "query_onnx/ (`twotower bundle --onnx`), else the SavedModel",
+      "modes": "modes served (comma list of dense, bm25, hybrid); Lucene and its JVM "
+               "load only for bm25 / hybrid: `--modes dense` with an ONNX tower needs "
+               "neither TensorFlow nor Java",
+      "allowed_hosts": "Host names (comma list) the service answers besides --host and the "
+                       "loopback names, e.g. the name clients use for a --host 0.0.0.0 "
+                       "server; a request for another Host is a 400, a browser's request from "
+                       "another Origin a 403 (what stops DNS rebinding). '*' answers any",
+  }
 
 
 def build_parser() -> argparse.ArgumentParser:
   from twotower.deploy.serving import app  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
   from twotower.deploy.serving import retriever  # pylint: disable=import-outside-toplevel
-  d = app.ServeConfig(bundle="")
   p = flags.parser("serve", app.__doc__)
-  p.add_argument("bundle", help="a retriever bundle directory (`twotower bundle --out`)")
-  p.add_argument("--host", default=d.host,
-                 help="address to bind (loopback by default: 0.0.0.0 exposes the service)")
-  p.add_argument("--port", type=int, default=d.port, help="port to listen on")
-  p.add_argument("--threads", type=int, default=d.threads,
-                 help="TensorFlow and Lucene threads (0: the machine's cores)")
-  p.add_argument("--faiss_threads", type=int, default=d.faiss_threads,
-                 help="FAISS OpenMP threads (1: a micro-batch is small; more threads wait on "
-                      "each other on a busy machine)")
-  p.add_argument("--max_batch", type=int, default=d.max_batch,
-                 help="queries coalesced into one query-tower call")
-  p.add_argument("--max_wait_ms", type=float, default=d.max_wait_ms,
-                 help="how long a batch waits for more requests (0: take what is queued)")
-  p.add_argument("--max_k", type=int, default=d.max_k, help="largest k a request may ask")
-  p.add_argument("--max_queries", type=int, default=d.max_queries,
-                 help="largest batch of queries one request may send")
-  p.add_argument("--max_query_chars", type=int, default=d.max_query_chars,
-                 help="longest query accepted")
-  p.add_argument("--max_body_bytes", type=int, default=d.max_body_bytes,
-                 help="largest request body read (a longer one is refused with 413 before "
-                      "it is read whole)")
-  p.add_argument("--read_timeout", type=float, default=d.read_timeout,
-                 help="seconds a request's headers and body may take to arrive; a slower "
-                      "or half-sent request has its connection closed")
-  p.add_argument("--allow_swap", action="store_true",
-                 help="enable POST /v1/admin/swap (load another bundle while serving); needs "
-                      f"an admin token (--admin_token or ${app.TOKEN_ENV})")
-  p.add_argument("--admin_token", default=None,
-                 help=f"the Bearer token admin requests must send (at least "
-                      f"{app.MIN_TOKEN_CHARS} characters). Default: ${app.TOKEN_ENV}, which "
-                      "other users cannot read from the process list as they can a flag")
-  p.add_argument("--swap_root", default="",
-                 help="the folder a swap may load bundles from (relative paths are under it; "
-                      "anything resolving outside is refused). Default: the bundle's parent "
-                      "folder")
-  p.add_argument("--show_paths", action="store_true",
-                 help="show absolute paths in /v1/info, swap answers and error messages "
-                      "(default: only names under the swap root)")
-  p.add_argument("--verify", choices=retriever.VERIFY, default=d.verify,
-                 help="how the bundle's files are checked at load and at each swap: sha256 "
-                      "(default: every file's content, as `twotower query` does), size "
-                      "(sizes only: a same-size file of another bundle is served) or none; "
-                      "an opt-out is logged at start-up")
-  p.add_argument("--encoder", choices=("auto", "onnx", "tensorflow"), default=d.encoder,
-                 help="the query tower's runtime: auto = ONNX when the bundle carries "
-                      "query_onnx/ (`twotower bundle --onnx`), else the SavedModel")
-  p.add_argument("--modes", type=flags.csv, default=",".join(d.modes),
-                 help="modes served (comma list of dense, bm25, hybrid); Lucene and its JVM "
-                      "load only for bm25 / hybrid: `--modes dense` with an ONNX tower needs "
-                      "neither TensorFlow nor Java")
-  p.add_argument("--allowed_hosts", type=flags.csv, default=",".join(d.allowed_hosts),
-                 help="Host names (comma list) the service answers besides --host and the "
-                      "loopback names, e.g. the name clients use for a --host 0.0.0.0 server; "
-                      "a request for another Host is a 400, a browser's request from another "
-                      "Origin a 403 (what stops DNS rebinding). '*' answers any")
+  dataclass_flags.add_fields(
+      p, app.ServeConfig, _help(app), positional=("bundle",),
+      kwargs={"verify": {"choices": retriever.VERIFY},
+              "encoder": {"choices": query_encoders.ENCODERS},
+              # None: not given, so parse reads the token from the environment instead.
+              "admin_token": {"default": None},
+              "modes": {"type": flags.csv}, "allowed_hosts": {"type": flags.csv}})
   return p
 
 
@@ -104,7 +101,7 @@ def parse(argv: Iterable[str] | None):
     _usage_error(f"--modes: expected some of {', '.join(app.ServeConfig.modes)}, got "
                  f"{','.join(args.modes) or 'none'}")
   try:
-    return app.ServeConfig(**{k: v for k, v in vars(args).items() if k != "verbose"})
+    return dataclass_flags.config_from(args, app.ServeConfig)
   except ValueError as e:  # a flag combination (--allow_swap without a token)
     _usage_error(str(e))
 
