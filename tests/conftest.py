@@ -39,6 +39,12 @@ def wikiextractor_corpus() -> pathlib.Path:
   return _shared("wiki/enwiki-2018-wikiextractor.txt.bz2")
 
 
+@pytest.fixture
+def scifact_train() -> pathlib.Path:
+  """BEIR SciFact: the corpus, the train queries and qrels/train.tsv (see the data README)."""
+  return _shared("beir/scifact-train")
+
+
 @pytest.fixture(scope="session")
 def serving_bundle(tmp_path_factory):
   """A retriever bundle the tests build: ReQA from a small SQuAD file (80 % ratio: a

@@ -46,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bm25": ("twotower.eval.bm25", "Pyserini BM25 over ReQA candidates -> run file, metrics"),
     "fuse": ("twotower.eval.fusion", "hybrid of two runs (interpolation or RRF) -> run file"),
     "evaluate": ("twotower.eval.evaluate", "Recall@k / MRR of run files -> md, csv, json, png"),
+    "beir": ("twotower.eval.beir_eval", "BM25, dense, hybrid on a BEIR folder -> nDCG@10, runs"),
     "curves": ("twotower.model.curves", "training curves of runs (history.csv) -> PNG"),
     "experiment": ("twotower.experiment", "the paper's grid of systems x splits"),
     "demo": ("twotower.experiment.demo", "end-to-end demo on the embedded Wikipedia slice"),
