@@ -131,8 +131,10 @@ class Service:
   """What the app serves from; lives on `app.state.service`."""
 
   def __init__(self, config: ServeConfig,
-               on_load_error: Optional[Callable[[str], None]] = None):
+               on_load_error: Optional[Callable[[str], None]] = None,
+               manifest: Optional[bundle_manifest.BundleManifest] = None):
     self.config = config
+    self.manifest = manifest  # the served bundle's, when `run` read it before listening
     self.on_load_error = on_load_error
     self.batcher: Optional[batcher_lib.MicroBatcher] = None
     self.error: Optional[str] = None
@@ -163,7 +165,8 @@ class Service:
       retriever = Retriever.load(self.config.bundle, verify=self.config.verify,
                                  encoder=self.config.encoder, modes=self.config.modes,
                                  threads=self.config.threads,
-                                 faiss_threads=self.config.faiss_threads)
+                                 faiss_threads=self.config.faiss_threads,
+                                 manifest=self.manifest)
       # Warmed up in the batcher's own thread: the one that will search.
       batcher = batcher_lib.MicroBatcher(retriever, self.config.max_batch,
                                          self.config.max_wait_ms, warm_up=True)
@@ -280,14 +283,16 @@ def _media_type(request: fastapi.Request) -> str:
 
 
 def create_app(config: ServeConfig, load_in_background: bool = True,
-               on_load_error: Optional[Callable[[str], None]] = None) -> fastapi.FastAPI:
+               on_load_error: Optional[Callable[[str], None]] = None,
+               manifest: Optional[bundle_manifest.BundleManifest] = None) -> fastapi.FastAPI:
   """The app over `config.bundle` (loaded at start-up: in a background thread, or before
-  the app starts serving when `load_in_background` is False). A bundle that does not load
-  leaves /v1/ready a 503 with the reason, and calls `on_load_error(reason)`."""
+  the app starts serving when `load_in_background` is False; `manifest`: its manifest, when
+  read already). A bundle that does not load leaves /v1/ready a 503 with the reason, and
+  calls `on_load_error(reason)`."""
 
   @contextlib.asynccontextmanager
   async def lifespan(app: fastapi.FastAPI):
-    service = Service(config, on_load_error)
+    service = Service(config, on_load_error, manifest)
     app.state.service = service
     if load_in_background:
       threading.Thread(target=service.load, name="bundle-loader", daemon=True).start()
@@ -477,13 +482,13 @@ def uvicorn_config(app, config: ServeConfig):
 def run(config: ServeConfig) -> None:
   """Serves until interrupted (uvicorn, one process)."""
   import uvicorn  # pylint: disable=import-outside-toplevel
-  # Fail fast on a path that is no bundle; the parts load (and are checked) in the background.
-  bundle_manifest.read(config.bundle.rstrip("/"))
+  # Fail fast on a path that is no bundle. The parts load (and are checked) in the background
+  # from this manifest, not read again; that load also sets the threads (Retriever.load).
+  manifest = bundle_manifest.read(config.bundle.rstrip("/"))
   retriever_lib.warn_if_unverified(config.verify)
   if not is_loopback(config.host):
     logger.warning("serving on %s: other machines can reach this service", config.host)
   sock = listen(config.host, config.port)
-  retriever_lib.set_threads(config.threads, config.faiss_threads)
   hosts = guard.HostCheck(config.host, config.allowed_hosts)
   logger.info("serving %s on http://%s:%d/ (docs at /docs)%s; Host %s", config.bundle,
               config.host, config.port,
@@ -495,7 +500,8 @@ def run(config: ServeConfig) -> None:
     failed.append(error)
     server.should_exit = True
 
-  server = uvicorn.Server(uvicorn_config(create_app(config, on_load_error=stop), config))
+  server = uvicorn.Server(uvicorn_config(create_app(config, on_load_error=stop,
+                                                  manifest=manifest), config))
   server.run(sockets=[sock])
   if failed:
     raise RuntimeError(f"the bundle did not load: {failed[0]}")

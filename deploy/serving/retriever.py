@@ -150,7 +150,8 @@ class Retriever:
   @classmethod
   def load(cls, path: str, verify: str = DEFAULT_VERIFY, threads: int = 0,
            faiss_threads: int = 0, encoder: str = "auto",
-           modes: Sequence[str] = MODES) -> "Retriever":
+           modes: Sequence[str] = MODES,
+           manifest: Optional[BundleManifest] = None) -> "Retriever":
     """Loads and checks a bundle (see the module docstring).
 
     Args:
@@ -167,6 +168,8 @@ class Retriever:
       modes: the modes this retriever serves; Lucene (the JVM) is loaded only for "bm25"
         or "hybrid", so a dense-only retriever with an ONNX tower imports no TensorFlow,
         PyTorch or Java.
+      manifest: the bundle's manifest when the caller has read it already (`serve` reads it
+        before it listens, to fail fast on a path that is no bundle); read here otherwise.
 
     Raises:
       BundleError: an incomplete bundle or parts that disagree, naming the part.
@@ -179,7 +182,7 @@ class Retriever:
     if not modes or any(m not in MODES for m in modes):
       raise ValueError(f"modes must be among {MODES}, got {modes!r}")
     path = path.rstrip("/")
-    manifest = bundle_manifest.read(path)
+    manifest = manifest or bundle_manifest.read(path)
     started = time.perf_counter()
     manifest.check_files(path, verify)
     logger.info("bundle %s: %d files checked (%s) in %.2f s", path, len(manifest.files),
