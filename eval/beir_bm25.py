@@ -18,25 +18,22 @@ Anserini breaks score ties by the id field, ascending as strings, and padded int
 as the dataset's ids do (eval.beir assigns them in that order), so the top `hits` at a tie
 are the ones Pyserini keeps with the dataset's own ids.
 
-The flat system is twotower.lucene's index and search as they are (one `contents` field).
-Multifield needs what twotower.lucene does not take: indexer arguments (`-fields title`) and
-a search over fields; `build_fields_index` and `search_fields` add them here, with the same
+Both index with twotower.lucene.build_index (multifield passes its `title` field, Anserini's
+`-fields title`). The flat system searches with twotower.lucene.search as it is (one
+`contents` field); multifield's search over fields is `search_fields` here, with the same
 query bound (lucene.bound_query) and batches.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import time
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
 from twotower import lucene
-from twotower import outputs
 from twotower import pyserini_env
 from twotower.contracts import Ranked, Run
 from twotower.eval import beir
@@ -46,8 +43,6 @@ logger = logging.getLogger(__name__)
 LUCENE_ID_DIGITS = 10
 #: Pyserini's --hits for BEIR.
 BEIR_HITS = 1000
-#: Lucene documents added per indexer call.
-_INDEX_BATCH = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,34 +69,6 @@ SYSTEMS: Mapping[str, Bm25System] = {s.name: s for s in (FLAT, MULTIFIELD)}
 
 def lucene_id(internal_id: int) -> str:
   return f"{internal_id:0{LUCENE_ID_DIGITS}d}"
-
-
-def build_fields_index(documents: Iterable[dict], index_dir: str, threads: int,
-                       fields: Sequence[str]) -> int:
-  """A fresh Lucene index of JsonCollection `documents` whose `fields` (besides contents)
-  are indexed too (Anserini's `-fields`); returns the number indexed."""
-  if os.path.exists(index_dir):
-    raise FileExistsError(f"{index_dir}: exists; a Lucene index is built into a new folder")
-  LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
-  indexer = LuceneIndexer(index_dir, args=["-index", index_dir, "-fields", *fields],
-                          threads=threads)
-  n = 0
-  try:
-    batch: list[str] = []
-    for doc in documents:
-      batch.append(json.dumps(doc))
-      if len(batch) == _INDEX_BATCH:
-        indexer.add_batch_raw(batch)
-        n, batch = n + len(batch), []
-    if batch:
-      indexer.add_batch_raw(batch)
-      n += len(batch)
-  except BaseException:
-    indexer.close()  # releases Lucene's write.lock; a half-built index is of no use
-    outputs.discard(index_dir)  # this call's own folder (it did not exist before)
-    raise
-  indexer.close()
-  return n
 
 
 def search_fields(index_dir: str, queries: Sequence[tuple[str, str]],
@@ -147,10 +114,8 @@ def run_system(corpus: beir.Corpus, queries: Mapping[str, str], system: Bm25Syst
   """Indexes the corpus at `index_dir` as `system` lays it out and searches `queries`
   (module docstring)."""
   started = time.perf_counter()
-  if system.fields:
-    n = build_fields_index(_indexed(corpus, system), index_dir, threads, system.extra_fields)
-  else:
-    n = lucene.build_index(_indexed(corpus, system), index_dir, threads)
+  n = lucene.build_index(_indexed(corpus, system), index_dir, threads,
+                         fields=system.extra_fields)
   logger.info("%s: indexed %d documents in %.1f s", system.name, n,
               time.perf_counter() - started)
   searched = sorted(queries.items())

@@ -62,6 +62,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from twotower import io as tio
+from twotower.eval import runs as runs_lib
 
 #: A query's ranked list: (doc id, score), best first.
 Hits = Sequence[tuple[str, float]]
@@ -239,23 +240,16 @@ def write_trec(path: str, run: IrRun, tag: str) -> None:
 
 
 def read_trec(path: str) -> dict[str, list[tuple[str, float]]]:
-  """A TREC run file as a run (ids as strings, each list in trec_order).
+  """A TREC run file as a run (ids as strings, each list in trec_order: its ranks are not
+  what is scored).
 
   Raises:
-    ValueError: a line that is not `qid Q0 docid rank score tag` (file and line named).
+    ValueError: a line that is not `qid Q0 docid rank score tag`, or a non-numeric rank or
+      score (file and line named: eval.runs.trec_rows).
   """
   run: dict[str, list[tuple[str, float]]] = {}
-  for n, line in enumerate(tio.read_text(path).splitlines(), start=1):
-    if not line.strip():
-      continue
-    parts = line.split()
-    if len(parts) != 6:
-      raise ValueError(f"{path}:{n}: expected `qid Q0 docid rank score tag`, got {line!r}")
-    try:
-      score = float(parts[4])
-    except ValueError as e:
-      raise ValueError(f"{path}:{n}: non-numeric score in {line!r}") from e
-    run.setdefault(parts[0], []).append((parts[2], score))
+  for q, d, _, score in runs_lib.trec_rows(path, int_ids=False):
+    run.setdefault(q, []).append((d, score))
   return {q: trec_order(hits) for q, hits in run.items()}
 
 

@@ -1,7 +1,8 @@
 """Run files: question id -> ranked candidate ids with scores, as TREC text or Parquet.
 
   TREC:    `qid Q0 docid rank score tag`, one line per retrieved candidate (`*.trec`, `*.txt`,
-           anything not `.parquet`); docids are int64 candidate ids.
+           anything not `.parquet`); docids are int64 candidate ids (`trec_rows` also reads
+           them as the file's strings, for BEIR's runs: eval.ir_metrics.read_trec).
   Parquet: contracts.RUN_SCHEMA, one row per question, lists best first (`*.parquet`).
 
 In memory a run is `contracts.Run`: `dict[question_id, contracts.Ranked]`, lists sorted best
@@ -10,7 +11,7 @@ first (the records are contracts, as RUN_SCHEMA: Lucene BM25, below eval, return
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -64,6 +65,24 @@ def read_run(path: str) -> Run:
                                                               [0.0] * len(r["candidate_ids"]))))
             for r in rows}
   entries: dict[str, list[tuple[int, int, float]]] = {}
+  for qid, docid, rank, score in trec_rows(path):
+    entries.setdefault(qid, []).append((rank, docid, score))
+  run: Run = {}
+  for qid, rows in entries.items():
+    rows.sort(key=lambda r: (r[0], -r[2]))
+    run[qid] = Ranked(tuple(r[1] for r in rows), tuple(r[2] for r in rows))
+  return run
+
+
+def trec_rows(path: str, int_ids: bool = True) -> Iterator[tuple[str, int | str, int, float]]:
+  """(qid, docid, rank, score) of each line of a TREC run file, in file order (blank lines
+  skipped): docids as int64 candidate ids, or with int_ids=False as the file's own strings.
+
+  Raises:
+    ValueError: a line that is not `qid Q0 docid rank score tag`, or whose rank, score or
+      (int_ids) docid is not a number (names the file and line).
+  """
+  numeric = "docid, rank or score" if int_ids else "rank or score"
   for n, line in enumerate(tio.read_text(path).splitlines(), start=1):
     if not line.strip():
       continue
@@ -71,11 +90,7 @@ def read_run(path: str) -> Run:
     if len(parts) != 6:
       raise ValueError(f"{path}:{n}: expected `qid Q0 docid rank score tag`, got {line!r}")
     try:
-      entries.setdefault(parts[0], []).append((int(parts[3]), int(parts[2]), float(parts[4])))
+      row = (parts[0], int(parts[2]) if int_ids else parts[2], int(parts[3]), float(parts[4]))
     except ValueError as e:
-      raise ValueError(f"{path}:{n}: non-numeric docid, rank or score in {line!r}") from e
-  run: Run = {}
-  for qid, rows in entries.items():
-    rows.sort(key=lambda r: (r[0], -r[2]))
-    run[qid] = Ranked(tuple(r[1] for r in rows), tuple(r[2] for r in rows))
-  return run
+      raise ValueError(f"{path}:{n}: non-numeric {numeric} in {line!r}") from e
+    yield row

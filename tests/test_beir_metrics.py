@@ -167,6 +167,20 @@ def test_a_judged_query_without_a_relevant_document_or_without_hits_scores_zero(
         sum(result.per_query(metric).values()) / len(qrels))
 
 
+def test_trec_files_keep_the_datasets_string_ids(tmp_path):
+  path = tmp_path / "run.trec"
+  # "007" stays a string (an int would be "7"); each list is read in trec_order, not by rank.
+  path.write_text("q1 Q0 007 2 1.5 t\nq1 Q0 d-2 1 3.0 t\n\nq2 Q0 007 1 1.0 t\n")
+  assert ir_metrics.read_trec(str(path)) == {"q1": [("d-2", 3.0), ("007", 1.5)],
+                                             "q2": [("007", 1.0)]}
+  path.write_text("q1 Q0 007 1 1.5 t\nq1 Q0 d-2 two 1.0 t\n")
+  with pytest.raises(ValueError, match=r"run\.trec:2: non-numeric rank or score"):
+    ir_metrics.read_trec(str(path))
+  path.write_text("q1 Q0 007 1 1.5\n")
+  with pytest.raises(ValueError, match=r"run\.trec:1: expected `qid Q0 docid rank score tag`"):
+    ir_metrics.read_trec(str(path))
+
+
 def test_unknown_metrics_are_refused():
   with pytest.raises(ValueError, match="unknown metric 'nDCG@0'"):
     ir_metrics.measure("nDCG@0")

@@ -40,6 +40,37 @@ def tiny_reqa(tmp_path_factory):
   return root
 
 
+class FakeIndexer:
+  """pyserini's LuceneIndexer as build_index calls it, without the JVM."""
+  made: list = []
+
+  def __init__(self, index_dir, args=None, threads=8):
+    self.batches = []
+    FakeIndexer.made.append((index_dir, args, threads, self))
+
+  def add_batch_raw(self, docs):
+    self.batches.append([json.loads(d) for d in docs])
+
+  def close(self):
+    pass
+
+
+@pytest.mark.parametrize("fields, args", [((), None), (("title",), ["-fields", "title"])])
+def test_build_index_takes_extra_fields_only_through_the_indexers_arguments(
+    tmp_path, monkeypatch, fields, args):
+  """Without fields the indexer is the one today's ReQA indexes are built with (no
+  arguments: their index files unchanged); with them, Anserini's `-fields`."""
+  monkeypatch.setattr(lucene.pyserini_env, "import_lucene_indexer", lambda: FakeIndexer)
+  monkeypatch.setattr(FakeIndexer, "made", [])
+  docs = [{"id": str(i), "contents": f"text {i}", "title": f"t{i}"} for i in range(10_001)]
+  index_dir = str(tmp_path / "index")
+  assert lucene.build_index(iter(docs), index_dir, threads=3, fields=fields) == 10_001
+  ((made_at, made_with, threads, indexer),) = FakeIndexer.made
+  assert (made_at, made_with, threads) == (index_dir, args and ["-index", index_dir, *args], 3)
+  assert [len(b) for b in indexer.batches] == [10_000, 1]
+  assert [d for b in indexer.batches for d in b] == docs
+
+
 @pytest.mark.slow  # starts the JVM and imports Pyserini (~20-40 s)
 @pytest.mark.parametrize("doc_text", texts.DOC_TEXT_MODES)
 def test_bm25_end_to_end(tiny_reqa, doc_text):

@@ -37,6 +37,9 @@ def test_run_files_round_trip(tmp_path):
   (tmp_path / "bad.trec").write_text("q1 Q0 12 1 2.5 x\nq1 Q0 oops\n")
   with pytest.raises(ValueError, match=r"bad\.trec:2: expected"):
     runs.read_run(str(tmp_path / "bad.trec"))
+  (tmp_path / "bad.trec").write_text("q1 Q0 12 1 2.5 x\n\nq1 Q0 d13 2 1.0 x\n")
+  with pytest.raises(ValueError, match=r"bad\.trec:3: non-numeric docid, rank or score"):
+    runs.read_run(str(tmp_path / "bad.trec"))
 
 
 def test_evaluate_writes_md_csv_json_png_for_several_systems(tmp_path):

@@ -1,7 +1,8 @@
 """Lucene BM25 over ReQA candidates (Pyserini, the real Lucene): the documents, the index, the
 search. Shared by `twotower bm25` (eval.bm25, the baseline), `twotower hardneg`
 (pipelines.hardneg, BM25 hard negatives for fine-tuning) and retriever bundles
-(deploy.serving.bundle), so that all three lay out and rank candidates the same way.
+(deploy.serving.bundle), so that all three lay out and rank candidates the same way; BEIR's
+BM25 (eval.beir_bm25) indexes with it too, its multifield system with a `title` field.
 
     docs = lucene.candidate_documents("reqa/squad", "sentence+passage")
     lucene.build_index(docs, "bm25/index", threads=2)
@@ -33,6 +34,8 @@ from twotower.contracts import Ranked, codecs
 
 logger = logging.getLogger(__name__)
 
+#: Lucene documents added per indexer call.
+_INDEX_BATCH = 10_000
 #: Pyserini's BM25 defaults (LuceneSearcher.set_bm25).
 DEFAULT_K1, DEFAULT_B = 0.9, 0.4
 #: Most distinct terms one query may hold: Pyserini builds one Lucene clause per distinct
@@ -50,18 +53,35 @@ def candidate_documents(reqa_dir: str, doc_text: str) -> Iterator[dict]:
            "contents": texts.candidate_doc_text(row["sentence"], row["passage"], doc_text)}
 
 
-def build_index(documents: Iterable[dict], index_dir: str, threads: int) -> int:
-  """A fresh Lucene index of `documents` at index_dir (which must not exist: what is there
-  is not this call's to remove); returns the number indexed."""
+def build_index(documents: Iterable[dict], index_dir: str, threads: int,
+                fields: Sequence[str] = ()) -> int:
+  """A fresh Lucene index of JsonCollection `documents` at index_dir (which must not exist:
+  what is there is not this call's to remove); returns the number indexed.
+
+  Args:
+    documents: {"id", "contents"}, and a key of each name in `fields`.
+    index_dir: the new index's folder.
+    threads: indexing threads.
+    fields: the documents' keys, besides contents, indexed as fields of their own
+      (Anserini's JsonCollection with `-fields`: eval.beir_bm25's multifield system indexes
+      `title`), searchable with LuceneSearcher's `fields` weights.
+  """
   if os.path.exists(index_dir):
     raise FileExistsError(f"{index_dir}: exists; a Lucene index is built into a new folder")
   LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
-  indexer = LuceneIndexer(index_dir, threads=threads)
+  if fields:
+    # Only SimpleIndexer's command-line form takes -fields. An index without extra fields
+    # keeps the plain constructor, the one every ReQA index (bm25, hardneg, bundles) is
+    # built with, so their index files stay as they were.
+    indexer = LuceneIndexer(index_dir, args=["-index", index_dir, "-fields", *fields],
+                            threads=threads)
+  else:
+    indexer = LuceneIndexer(index_dir, threads=threads)
   n, batch = 0, []
   try:
     for doc in documents:
       batch.append(json.dumps(doc))
-      if len(batch) == 10_000:
+      if len(batch) == _INDEX_BATCH:
         indexer.add_batch_raw(batch)
         n, batch = n + len(batch), []
     if batch:
