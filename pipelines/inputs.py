@@ -193,6 +193,7 @@ def _sizes(entry: str, paths: Sequence[str]) -> dict[str, int]:
   remote ones from one listing of their glob (not one request per file)."""
   if tio.is_local(entry):
     return {path: os.path.getsize(path) for path in paths if not os.path.isdir(path)}
+  from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
   return {m.path: m.size_in_bytes for m in FileSystems.match([entry])[0].metadata_list}
 
 

@@ -290,12 +290,10 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
     # suffix on its stage names, as a run over one wiki always was).
     space = inputs_lib.id_space(offset)
     suffix = str(space) if offset else ""
-    dumps = {f.path: f.index for f in files
-             if f.format == inputs_lib.MEDIAWIKI and f.id_offset == offset}
+    dumps = [f for f in files if f.format == inputs_lib.MEDIAWIKI and f.id_offset == offset]
     # RawPage, one per page id
     raw = pipeline | f"ReadDump{suffix}" >> wikidump.ReadDumpPages(
-        config.dump, shuffle, input_index=dumps if (per_input or texts) else None,
-        id_offset=offset, paths=list(dumps))
+        dumps, per_input or bool(texts), shuffle)
     # .articles: Page; .redirects: (source_title, target_title)
     parsed = raw | f"ParsePages{suffix}" >> parse_pages.ParsePages(text_cleanup=config.text_cleanup)
     articles.append(parsed.articles)

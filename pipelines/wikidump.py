@@ -58,17 +58,19 @@ import itertools
 import os
 import re
 import xml.etree.ElementTree as ET
-from typing import BinaryIO, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from twotower import io as tio
 from twotower.contracts import RawPage, SiteInfo
 from twotower.contracts import counters as C
 from twotower.pipelines import beam_jobs
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import text_stream
 from twotower.pipelines import unique_ids
+
+if TYPE_CHECKING:  # (pipelines.inputs imports this module)
+  from twotower.pipelines.inputs import InputFile
 
 logger = logging.getLogger(__name__)
 
@@ -335,34 +337,27 @@ def _nth_newline(text: str, n: int) -> int:
 
 
 class _ReadDumpFileFn(beam.DoFn):
-  """path -> (page_id, ((file rank, position), RawPage)) of every complete page of that dump
-  file (the place that pipelines.unique_ids keeps the first by); counters per file, and per
-  input (`input<k>_pages_read`) for the files of `input_index` (path -> comma-list position).
-  `id_offsets` (path -> offset) shifts the ids into their input's range, `ranks` (path ->
-  rank) orders the files of an input."""
+  """(file rank, InputFile) -> (page_id, ((file rank, position), RawPage)) of every complete
+  page of that dump file, ids shifted into its input's range (the place that
+  pipelines.unique_ids keeps the first by); counters per file (and per input)."""
 
-  def __init__(self, input_index: Optional[dict[str, int]] = None,
-               id_offsets: Optional[dict[str, int]] = None,
-               ranks: Optional[dict[str, int]] = None):
-    self.input_index = input_index or {}
-    self.id_offsets = id_offsets or {}
-    self.ranks = ranks or {}
+  def __init__(self, per_input: bool):
+    self.per_input = per_input
 
-  def process(self, path: str) -> Iterator:
+  def process(self, ranked) -> Iterator:
+    rank, file = ranked
     counts: collections.Counter = collections.Counter()
     pages_read = beam_jobs.counter(C.PAGES_READ)
     reported = 0
-    rank = self.ranks.get(path, 0)
     try:
-      for position, page in enumerate(iter_dump_pages(path, counts,
-                                                      self.id_offsets.get(path, 0))):
+      for position, page in enumerate(iter_dump_pages(file.path, counts, file.id_offset)):
         # pages_read is reported as it goes (progress); the rest once per file.
         pages_read.inc(counts[C.PAGES_READ] - reported)
         reported = counts[C.PAGES_READ]
         yield page.page_id, ((rank, position), page)
     finally:
-      if path in self.input_index:
-        counts[C.per_input(self.input_index[path], C.PAGES_READ)] = counts[C.PAGES_READ]
+      if self.per_input:
+        counts[C.per_input(file.index, C.PAGES_READ)] = counts[C.PAGES_READ]
       counts[C.PAGES_READ] -= reported
       for name, value in counts.items():
         if value:
@@ -370,48 +365,39 @@ class _ReadDumpFileFn(beam.DoFn):
 
 
 class ReadDumpPages(beam.PTransform):
-  """PBegin -> PCollection[RawPage]: every page of every dump file matching a glob.
-
-  The glob (comma-separated globs allowed) is expanded at pipeline construction with
-  FileSystems (twotower.io.match_files), so a missing dump fails before anything runs. Files
-  are spread over workers, read as streams, and the pages grouped by id (through `shuffle`:
-  files on the local runner, pipelines.shuffle), which keeps one page per id
-  (pipelines.unique_ids) and re-spreads them, so that the expensive parse of one big file is
-  not tied to the worker that read it (as TFDS does).
+  """PBegin -> PCollection[RawPage]: every page of the given dump files (InputFile of
+  inputs.match_inputs, which matched them at pipeline construction, so that a missing dump
+  fails before anything runs), with ids in their input's range. Files are spread over
+  workers, read as streams, and the pages grouped by id (through `shuffle`: files on the
+  local runner, pipelines.shuffle), which keeps one page per id (pipelines.unique_ids) and
+  re-spreads them, so that the expensive parse of one big file is not tied to the worker
+  that read it (as TFDS does).
 
   Counters: dump_files_read, dump_files_truncated, dump_xml_errors, pages_read,
   dump_whitespace_capped, dump_text_capped, pages_skipped_<reason> (see the module
-  docstring).
+  docstring), and with `per_input` input<k>_pages_read.
   """
 
-  def __init__(self, file_pattern: str, shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
-               input_index: Optional[dict[str, int]] = None, id_offset: int = 0,
-               paths: Optional[Sequence[str]] = None):
-    """`input_index` (path -> position in the --dump comma list; pipelines.textdocs): read
-    exactly these files, and count `input<k>_pages_read` per input; `file_pattern` then only
-    names them in log lines. `paths`: read exactly these files, already matched by the caller
-    (pipelines.pairs matches --dump once per run), counted per input only where
-    `input_index` names them. `id_offset` is added to every page id (the input's range,
-    pipelines.inputs)."""
+  def __init__(self, files: Sequence[InputFile], per_input: bool = False,
+               shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle()):
     super().__init__()
-    self.file_pattern = file_pattern
+    self.files = list(files)
+    self.per_input = per_input
     self.shuffle = shuffle
-    self.input_index = dict(input_index or {})
-    self.paths = tuple(paths if paths is not None else self.input_index)
-    self.id_offset = id_offset
 
   def expand(self, pbegin):
-    paths = (sorted(self.paths, key=lambda path: (os.path.basename(path), path))
-             if self.paths else tio.match_files(self.file_pattern))
-    logger.info("ReadDumpPages: %d file(s) match %s", len(paths), self.file_pattern)
-    ranks = {path: rank for rank, path in enumerate(paths)}
-    offsets = {path: self.id_offset for path in paths}
+    # Ranked in twotower.io.ordered's order, the one every reader of several files reads
+    # them in: the first page of a repeated id is kept by it.
+    ranked = list(enumerate(sorted(self.files,
+                                   key=lambda f: (os.path.basename(f.path), f.path))))
+    logger.info("ReadDumpPages: %d file(s): %s", len(ranked),
+                ", ".join(f.path for _, f in ranked))
     return (
         pbegin
-        # str: one dump file path per element.
-        | "CreateDumpPaths" >> beam.Create(paths)
+        # (file rank, InputFile): one dump file
+        | "CreateDumpFiles" >> beam.Create(ranked)
         | "SpreadDumpFiles" >> beam.Reshuffle()
         # (page_id, ((file rank, position), RawPage)): every complete page, all namespaces.
-        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn(self.input_index, offsets, ranks))
+        | "ReadPages" >> beam.ParDo(_ReadDumpFileFn(self.per_input))
         # RawPage: the first page of each id
         | "OnePagePerId" >> unique_ids.KeepFirstPerId(self.shuffle))

@@ -136,6 +136,21 @@ def test_a_file_in_no_known_format_is_an_error_naming_it(tmp_path, content, mess
   assert path in str(error.value)
 
 
+def test_remote_sizes_come_from_one_listing_of_the_glob(monkeypatch):
+  """A remote glob's sizes (they size the disk shuffle) come from one FileSystems listing."""
+  from apache_beam.io.filesystem import FileMetadata, MatchResult
+  from apache_beam.io.filesystems import FileSystems
+  listed = []
+  def match(patterns):
+    listed.extend(patterns)
+    return [MatchResult(patterns[0], [FileMetadata("gs://b/a.xml", 10),
+                                      FileMetadata("gs://b/b.xml", 20)])]
+  monkeypatch.setattr(FileSystems, "match", match)
+  assert inputs._sizes("gs://b/*.xml", ["gs://b/a.xml", "gs://b/b.xml"]) == {
+      "gs://b/a.xml": 10, "gs://b/b.xml": 20}
+  assert listed == ["gs://b/*.xml"]
+
+
 def test_cli_refuses_wrong_inputs_in_one_line(tmp_path, capsys):
   dump = write_dump(tmp_path / "a-pages-articles.xml", many_pages(6))
   (tmp_path / "dir").mkdir()

@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
-from twotower.pipelines import beam_jobs
+from twotower.pipelines import beam_jobs, inputs
 from twotower.pipelines import shuffle as shuffle_lib
 from twotower.pipelines import wikidump
 from wikidump_fixtures import DumpPage, DumpSite, dump_xml, write_bytes, write_dump
@@ -228,7 +228,8 @@ def test_beam_reads_a_truncated_file_and_the_others(tmp_path, ltgwiki, on_disk):
   shuffle = (shuffle_lib.Shuffle(str(tmp_path / "shuffle"), buckets=4) if on_disk
              else shuffle_lib.Shuffle())
   p = TestPipeline()
-  pages = p | wikidump.ReadDumpPages(f"{tmp_path}/*.xml.bz2,{tmp_path}/*.xml.gz", shuffle)
+  files = inputs.match_inputs(f"{tmp_path}/*.xml.bz2,{tmp_path}/*.xml.gz")
+  pages = p | wikidump.ReadDumpPages(files, shuffle=shuffle)
   per_file = (pages | beam.Map(lambda page: (page.source.rsplit("/", 1)[-1], 1))
               | beam.CombinePerKey(sum))
   assert_that(per_file, equal_to([("a-cut.xml.bz2", expected_cut),
@@ -240,10 +241,10 @@ def test_beam_reads_a_truncated_file_and_the_others(tmp_path, ltgwiki, on_disk):
       "pages_read": expected_cut + len(PAGES)}
 
 
-def test_missing_dump_fails_at_construction(tmp_path):
+def test_missing_dump_fails_before_a_pipeline_is_built(tmp_path):
+  """ReadDumpPages reads files already matched: a glob matching nothing fails there."""
   with pytest.raises(FileNotFoundError, match="no file matches"):
-    with TestPipeline() as p:
-      _ = p | wikidump.ReadDumpPages(str(tmp_path / "nothing-*.xml.bz2"))
+    inputs.match_inputs(str(tmp_path / "nothing-*.xml.bz2"))
 
 
 def test_memory_is_flat_in_dump_size(tmp_path):

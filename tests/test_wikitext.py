@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
 from twotower.contracts import Page, RawPage, Section, SiteInfo
-from twotower.pipelines import beam_jobs, parse_pages, wikidump, wikitext
+from twotower.pipelines import beam_jobs, inputs, parse_pages, wikidump, wikitext
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
 ENWIKI = SiteInfo(dbname="enwiki", case="first-letter", namespaces=ENWIKI_NAMESPACES)
@@ -162,7 +162,7 @@ def test_read_and_parse_pipeline_counters(tmp_path, caplog):
   path = write_dump(tmp_path / "testwiki-pages-articles.xml.bz2", PIPELINE_PAGES)
   caplog.set_level(logging.WARNING)
   p = TestPipeline()
-  outputs = (p | wikidump.ReadDumpPages(str(tmp_path / "*.xml.bz2"))
+  outputs = (p | wikidump.ReadDumpPages(inputs.match_inputs(str(tmp_path / "*.xml.bz2")))
              | parse_pages.ParsePages(max_page_bytes=1000))
   titles_and_links = outputs.articles | beam.Map(lambda page: (page.page_id, page.title,
                                                                page.links))
