@@ -5,7 +5,7 @@
 
 Data: ../shared/data/squad/train-subset-v1.1.json built into ReQA candidates by
 `twotower reqa` (untimed; or pass --reqa DIR of an existing build). Timed, each a median of
---repeats runs: building the Lucene index of all candidates (twotower.lucene.build_index); the first
+--repeats runs: building the Lucene index of all candidates (twotower.core.lucene.build_index); the first
 --queries questions searched one at a time with `LuceneSearcher.search` (threads=1); the same
 questions with `batch_search` in batches of 1000 on --threads threads. Prints a table and the
 batched / single-threaded queries/s ratio. The JVM start and Pyserini import are paid once,
@@ -22,12 +22,12 @@ import statistics
 import tempfile
 import time
 
-from twotower import contracts
-from twotower import lucene
-from twotower import pyserini_env
-from twotower import texts
+from twotower.core import contracts
+from twotower.core import lucene
+from twotower.core import pyserini_env
+from twotower.core import tower_text as texts
 from twotower.eval import evaluate
-from twotower.pipelines import reqa
+from twotower.pipelines.reqa import builder as reqa
 
 SUBSET = (pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad"
           / "train-subset-v1.1.json")

@@ -27,9 +27,9 @@ import statistics
 import tempfile
 import time
 
-from twotower import contracts
-from twotower import saved_model
-from twotower.contracts import bundle_manifest
+from twotower.core import contracts
+from twotower.core import saved_model
+from twotower.core.contracts import bundle_manifest
 
 
 def _median_ms(fn, repeats: int) -> float:
@@ -45,7 +45,7 @@ def _synthetic(documents: int, dim: int, repeats: int) -> None:
   """The --synthetic table (see the module docstring)."""
   import faiss  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from twotower import fingerprints  # pylint: disable=import-outside-toplevel
+  from twotower.core import fingerprints  # pylint: disable=import-outside-toplevel
   from twotower.deploy.serving import store as store_lib  # pylint: disable=import-outside-toplevel
   words = ("the tower was designed by an engineer of the city council in the year after "
            "its founding and stood beside the river until the bridge was built").split()

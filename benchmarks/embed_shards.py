@@ -59,7 +59,7 @@ def embed_processes(model: str, candidates: str, outs: list[str], batch_size: in
 
 
 def union_ids(outs: list[str]) -> list[int]:
-  from twotower import fingerprints  # pylint: disable=import-outside-toplevel
+  from twotower.core import fingerprints  # pylint: disable=import-outside-toplevel
   from twotower.eval import embeddings  # pylint: disable=import-outside-toplevel
   return sorted(fingerprints.file_ids(embeddings.embedding_files(",".join(outs))).tolist())
 

@@ -5,7 +5,7 @@ in a loop on the same inputs: documents per second and their ratio (aim >= 0.9).
       [--settings "in_memory:1:256,in_memory:1:1024,multi_processing:2:1024"]
 
 Inputs: a synthetic candidates.parquet (seeded words from a 20k-word vocabulary; sentence
-~25 words, passage ~120 words, laid out by twotower.texts.candidate_doc_text as the job does).
+~25 words, passage ~120 words, laid out by twotower.core.tower_text.candidate_doc_text as the job does).
 Model: the stand-in BoW-MLP SavedModel (twotower.testing.embed_standin) unless --model names a
 real export; the stand-in is cheap per document, so Beam's per-element overhead weighs more
 than with a Transformer export (a worst case for the ratio).
@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts, texts
+from twotower.core import contracts, tower_text as texts
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def write_candidates(path: str, rows: int, seed: int = 0) -> None:
 def direct_loop(model: str, candidates: str, out: str, batch_size: int) -> tuple[float, float]:
   """(total seconds, seconds inside the model calls)."""
   import tensorflow as tf
-  from twotower import saved_model
+  from twotower.core import saved_model
   t0 = time.perf_counter()
   fn = saved_model.load_signature(model, contracts.DOC_SIGNATURE)
   ids, vectors, model_s = [], [], 0.0

@@ -102,7 +102,7 @@ class SavedModelSide:
   def __init__(self, export_dir: str, query_len: int, doc_len: int):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import tensorflow_text  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    from twotower import contracts  # pylint: disable=import-outside-toplevel
+    from twotower.core import contracts  # pylint: disable=import-outside-toplevel
     from twotower.model import tokenizer  # pylint: disable=import-outside-toplevel
     self.tf = tf
     self.model = tf.saved_model.load(os.path.join(export_dir, contracts.SAVED_MODEL_DIR))
@@ -171,7 +171,7 @@ def same_ids(a: list[list[int]], b: list[list[int]]) -> int:
 
 
 def recall(question_emb, candidate_emb, candidate_ids, questions, ks=(1, 10, 100)) -> dict:
-  from twotower import metrics  # pylint: disable=import-outside-toplevel
+  from twotower.core import metrics  # pylint: disable=import-outside-toplevel
   scores = question_emb @ candidate_emb.T
   depth = max(ks)
   top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
@@ -192,7 +192,7 @@ def main(argv=None) -> None:
   p.add_argument("--out", default="", help="export here (default: a temporary folder)")
   args = p.parse_args(argv)
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
-  from twotower import logs  # pylint: disable=import-outside-toplevel
+  from twotower.core import logs  # pylint: disable=import-outside-toplevel
   from twotower.model import export_hf, hf_run  # pylint: disable=import-outside-toplevel
   from twotower.model import onnx_encoder  # pylint: disable=import-outside-toplevel
   logs.setup(verbose=False)
@@ -254,8 +254,8 @@ def main(argv=None) -> None:
     print(f"| {name} | {len(queries) / tq:,.0f} | {len(docs) / td:,.0f} |")
 
   if args.reqa:
-    from twotower import texts as texts_lib  # pylint: disable=import-outside-toplevel
-    from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
+    from twotower.core import tower_text as texts_lib  # pylint: disable=import-outside-toplevel
+    from twotower.core.contracts import codecs  # pylint: disable=import-outside-toplevel
     candidates = codecs.read_candidates(args.reqa, ["candidate_id", "sentence", "passage", "title"])
     questions = codecs.read_questions(args.reqa, args.split)
     cand_docs = [(c["title"] or "", texts_lib.candidate_doc_text(c["sentence"], c["passage"]))

@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import faiss_searcher

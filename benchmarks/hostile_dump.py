@@ -5,11 +5,11 @@
 A whitespace bomb is a valid dump with a few articles and `--whitespace_gb` GB of whitespace
 between two of its pages (issue 34: 1.5 GB of it, a 1.5 to 2 MB .gz, took `pairs` to 1.8 GB
 of memory, linear in the whitespace). It is written here, streamed through gzip, into a
-temporary folder. Both runs go through `python -m twotower.pipelines.pairs` in a child
+temporary folder. Both runs go through `python -m twotower.pipelines.wiki.pairs` in a child
 process (one worker, the local runner's disk shuffle), and the table gives each one's peak
 RSS (all its processes together, sampled every 0.2 s: benchmarks.pipeline_vs_floor), wall
 seconds and its stats.json's `dump_whitespace_capped`, with the bomb's peak as a multiple of
-the slice's. The reader caps a whitespace run at pipelines.text_stream.MAX_WHITESPACE_RUN
+the slice's. The reader caps a whitespace run at pipelines.wiki.text_stream.MAX_WHITESPACE_RUN
 characters while it reads, so the bomb's peak should be about the slice's or below.
 
 Reference (the slice when ../shared/data has it; else --dump any dump).

@@ -1,10 +1,10 @@
-"""Links recovered from titles (pipelines.title_links) against the real links of dumps.
+"""Links recovered from titles (pipelines.wiki.title_links) against the real links of dumps.
 
     .venv/bin/python -m benchmarks.link_recovery                  # the slice and ltgwiki
     .venv/bin/python -m benchmarks.link_recovery --dumps A.xml.bz2,B.xml.bz2 --errors 20
     .venv/bin/python -m benchmarks.link_recovery --corpus ../shared/data/wiki/enwiki-2018-wikiextractor.txt.bz2
 
-Each dump's articles are parsed as `twotower pairs` parses them (pipelines.wikitext: links
+Each dump's articles are parsed as `twotower pairs` parses them (pipelines.wiki.wikitext: links
 become their anchor text, as extracted text shows it), their links are set aside, and the
 links are recovered from the text alone: once with the naive probe of issue 37 (whole words,
 case-sensitive, longest title first, redirects as aliases: `title_links.NAIVE`) and once with
@@ -31,7 +31,8 @@ import random
 import sys
 import time
 
-from twotower.pipelines import beam_jobs, parse_pages, title_links, wikidump
+from twotower.pipelines.shared import beam_jobs
+from twotower.pipelines.wiki import parse_pages, title_links, wikidump
 
 DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wiki"
 DEFAULT_DUMPS = (str(DATA / "enwiki-slice-pages-articles.xml.bz2"),
@@ -118,10 +119,10 @@ def corpus_wlp(path: str, sample: int) -> dict:
   """Counters of the pair pipeline's pieces over `path` with recovered links, WLP pairs
   counted as `pairs_wlp` / `pairs_wlp_heldout`; `sample` WLP pairs printed."""
   import apache_beam as beam  # pylint: disable=import-outside-toplevel
-  from twotower import contracts, io as tio  # pylint: disable=import-outside-toplevel
-  from twotower.contracts import counters as C  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines import inputs, links, passages, textdocs  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines.pairs import MakePairs  # pylint: disable=import-outside-toplevel
+  from twotower.core import contracts, files as tio  # pylint: disable=import-outside-toplevel
+  from twotower.core.contracts import counters as C  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.wiki import inputs, links, passages, textdocs  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.wiki.pairs import MakePairs  # pylint: disable=import-outside-toplevel
 
   def count(pair):
     beam_jobs.counter(C.pairs("wlp")).inc()

@@ -36,8 +36,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from twotower import contracts
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core.contracts import codecs
 from twotower.model import config as config_lib
 from twotower.model import curves
 from twotower.model import train

@@ -7,7 +7,7 @@ On the same namespace-0 articles of a dump (read once, untimed), it times:
 * floor: `mwparserfromhell.parse(text).strip_code(normalize=True, collapse=True)`;
 * floor + TFDS clean: the same, after the TFDS Wikipedia builder's cleaning (per section:
   remove File/Image/Media links and ref/table tags, rewrite Category links), as TFDS does;
-* twotower parse_page: pipelines.wikitext (sections, paragraphs, links), and its parts:
+* twotower parse_page: pipelines.wiki.wikitext (sections, paragraphs, links), and its parts:
   the comment/ref pre-strip, the tokenizer alone, and the rest (token walk + paragraphs);
 
 and prints pages/s, wikitext MB/s and the ratio to each floor (higher is faster). Rates and
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
   args = parser.parse_args(argv)
 
   import mwparserfromhell
-  from twotower.pipelines import parse_pages, wikidump, wikitext
+  from twotower.pipelines.wiki import parse_pages, wikidump, wikitext
 
   raws = [raw for raw in wikidump.iter_dump_pages(args.dump)
           if raw.namespace == 0 and raw.redirect_title is None]

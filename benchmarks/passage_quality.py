@@ -15,7 +15,7 @@ text of the code before this work) and "after" with the defaults. Printed per du
   included; the speed bar of docs/guide/pairs.md is >= 0.5x the parse floor, printed too);
 * the counters of what the cleanup leaves out (stats.json of the "after" run);
 * template coverage: the most frequent template names of the dump's articles (normalised as
-  pipelines.templates does), how many of their uses stand inside a line of text ("inline":
+  pipelines.wiki.templates does), how many of their uses stand inside a line of text ("inline":
   where a dropped one leaves a gap), and whether they are rendered.
 """
 
@@ -56,7 +56,7 @@ def gap_kinds(text: str) -> list[str]:
 
 
 def passage_stats(out: str) -> dict:
-  from twotower.contracts import codecs
+  from twotower.core.contracts import codecs
   passages = gaps = short = 0
   kinds: collections.Counter = collections.Counter()
   for p in codecs.read_passages(out, columns=["text"]):
@@ -71,7 +71,7 @@ def passage_stats(out: str) -> dict:
 def template_coverage(dump: str) -> tuple[collections.Counter, collections.Counter, int]:
   """(uses per normalised name, inline uses per name, articles) of a dump's articles, outside
   refs and comments; a use is inline when text precedes it on its line (not a table row)."""
-  from twotower.pipelines import templates, wikidump, wikitext
+  from twotower.pipelines.wiki import templates, wikidump, wikitext
   uses: collections.Counter = collections.Counter()
   inline: collections.Counter = collections.Counter()
   articles = 0
@@ -79,7 +79,7 @@ def template_coverage(dump: str) -> tuple[collections.Counter, collections.Count
     if raw.namespace != 0 or raw.redirect_title is not None:
       continue
     articles += 1
-    # Refs and comments are cut before parsing (pipelines.wikitext): their templates leave
+    # Refs and comments are cut before parsing (pipelines.wiki.wikitext): their templates leave
     # no gap and are not counted.
     text = wikitext._REF.sub("", wikitext._COMMENT.sub("", raw.text))  # pylint: disable=protected-access
     for m in _TEMPLATE.finditer(text):
@@ -92,7 +92,7 @@ def template_coverage(dump: str) -> tuple[collections.Counter, collections.Count
 
 
 def headings(dump: str, top: int) -> list[tuple[str, int]]:
-  from twotower.pipelines import wikidump
+  from twotower.pipelines.wiki import wikidump
   counts: collections.Counter = collections.Counter()
   for raw in wikidump.iter_dump_pages(dump):
     if raw.namespace == 0 and raw.redirect_title is None:
@@ -105,7 +105,7 @@ def _row(cells) -> str:
 
 
 def report_dump(dump: str, work: str, top: int, repeats: int = 1) -> None:
-  from twotower.pipelines import templates
+  from twotower.pipelines.wiki import templates
   _, floor_cpu, _, size = pipeline_vs_floor.floor(dump)
   mb = size / 1e6
   runs = {}

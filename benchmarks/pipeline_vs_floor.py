@@ -4,10 +4,10 @@
     .venv/bin/python -m benchmarks.pipeline_vs_floor --sizes 1,10,100 --workers 1,2
     .venv/bin/python -m benchmarks.pipeline_vs_floor --breakdown          # where the CPU goes
 
-Floor: stream the slice (pipelines.wikidump.iter_dump_pages) + mwparserfromhell parse +
+Floor: stream the slice (pipelines.wiki.wikidump.iter_dump_pages) + mwparserfromhell parse +
 strip_code of every namespace-0 article, in this process (no Beam, no links, sentences or
 pairs). Its rate is the same on the bigger dumps, which repeat the slice's pages.
-Pipeline: `python -m twotower.pipelines.pairs` as a user runs it, in a child process, on
+Pipeline: `python -m twotower.pipelines.wiki.pairs` as a user runs it, in a child process, on
 DirectRunner (the local FnApiRunner) with one process or `--direct_num_workers=N`
 (`--direct_running_mode=multi_processing`): reading, parsing, link resolution, sentences,
 passages, ICT/BFS/WLP pairs, TFRecord + Parquet + stats.json. Measured per run:
@@ -61,7 +61,7 @@ STARTUP_PAGES = 3
 def floor(dump: str) -> tuple[float, float, int, int]:
   """(wall seconds, CPU seconds, articles, wikitext bytes) of stream + parse + strip_code."""
   import mwparserfromhell
-  from twotower.pipelines import wikidump
+  from twotower.pipelines.wiki import wikidump
   start, cpu = time.perf_counter(), time.process_time()
   pages = size = 0
   for raw in wikidump.iter_dump_pages(dump):
@@ -77,7 +77,7 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
   """Writes `copies` copies of `source`'s pages (its first `limit`, if > 0) to `target`
   (.xml.bz2), copy k > 0 with page ids + k * (max id + 1) and titles (and redirect targets)
   suffixed " (copy k)"; returns the number of pages."""
-  from twotower.pipelines import text_stream
+  from twotower.pipelines.wiki import text_stream
   with text_stream.open_decompressed(source) as f:
     xml = f.read().decode("utf-8")
   first, last = xml.index("<page>"), xml.rindex("</page>") + len("</page>")
@@ -103,7 +103,7 @@ def make_dump(source: str, target: str, copies: int = 10, limit: int = 0) -> int
 
 def corpus_slice(source: str, target: str, docs: int) -> None:
   """Writes the first `docs` documents of a WikiExtractor file to `target` (.bz2)."""
-  from twotower.pipelines import text_stream
+  from twotower.pipelines.wiki import text_stream
   out, closed = [], 0
   with text_stream.open_decompressed(source) as f:
     for line in f:
@@ -118,7 +118,7 @@ def corpus_slice(source: str, target: str, docs: int) -> None:
 
 def corpus_text_bytes(path: str) -> tuple[int, int]:
   """(documents, UTF-8 bytes of the lines inside their `<doc>`) of a WikiExtractor file."""
-  from twotower.pipelines import text_stream
+  from twotower.pipelines.wiki import text_stream
   docs = size = 0
   inside = False
   with text_stream.open_decompressed(path) as f:
@@ -188,11 +188,11 @@ class _TreeMemory:
 
 
 def run_pairs(dump: str, out: str, workers: int, extra: list[str]) -> dict:
-  """Runs `python -m twotower.pipelines.pairs` in a child process; its wall and CPU seconds
+  """Runs `python -m twotower.pipelines.wiki.pairs` in a child process; its wall and CPU seconds
   (all its processes), peak RSS (all processes together; largest one) and load averages."""
   beam = ([f"--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
           if workers > 1 else [])
-  command = [sys.executable, "-m", "twotower.pipelines.pairs", "--dump", dump, "--out", out,
+  command = [sys.executable, "-m", "twotower.pipelines.wiki.pairs", "--dump", dump, "--out", out,
              *beam, *extra]
   return measure(command)
 
@@ -220,8 +220,9 @@ def measure(command: list[str], also: tuple[int, ...] = ()) -> dict:
 def breakdown(dump: str) -> None:
   """CPU seconds of each stage's work as a plain loop; the rest of the pipeline's CPU is
   Beam (runner, joins) and the writers."""
-  from twotower.contracts import codecs
-  from twotower.pipelines import pair_tasks, parse_pages, passages, splitters, wikidump
+  from twotower.core.contracts import codecs
+  from twotower.pipelines.wiki import pair_tasks, parse_pages, passages, wikidump
+  from twotower.pipelines.sentences import splitters
   steps: collections.Counter = collections.Counter()
 
   def timed(name, fn, *a):
@@ -249,7 +250,7 @@ def breakdown(dump: str) -> None:
     timed("encode Examples", lambda: [codecs.encode_pair(p) for p in pairs])
   with tempfile.TemporaryDirectory() as tmp:
     from twotower.commands import pairs as pairs_cmd
-    from twotower.pipelines import pairs as pairs_lib
+    from twotower.pipelines.wiki import pairs as pairs_lib
     start = time.process_time()
     pairs_lib.run(pairs_cmd.parse(["--dump", dump, "--out", f"{tmp}/out"]))
     pipeline_cpu = time.process_time() - start
@@ -269,7 +270,7 @@ def breakdown(dump: str) -> None:
 
 
 _GROUPS = (("mwparserfromhell", "mwparserfromhell tokenizer"),
-           ("pipelines/spacy_sentencizer", "sentences (pipelines.spacy_sentencizer)"),
+           ("pipelines/spacy_sentencizer", "sentences (pipelines.sentences.spacy_sentencizer)"),
            ("spacy", "spaCy"), ("thinc", "spaCy"),
            ("pipelines/wikitext", "twotower wikitext cleaning"),
            ("pipelines/titles", "twotower titles"),
@@ -288,7 +289,7 @@ def profile(dump: str) -> None:
   """cProfile of an in-process run, self time grouped by package (cProfile inflates code
   with many small Python-level calls)."""
   from twotower.commands import pairs as pairs_cmd
-  from twotower.pipelines import pairs
+  from twotower.pipelines.wiki import pairs
   with tempfile.TemporaryDirectory() as tmp:
     config = pairs_cmd.parse(["--dump", dump, "--out", f"{tmp}/out"])
     profiler = cProfile.Profile(time.process_time)

@@ -4,7 +4,7 @@ a worker pool, 2 SDK workers), on the slice and on the WikiExtractor corpus.
     .venv/bin/python -m benchmarks.portable_runner                        # slice + whole corpus
     .venv/bin/python -m benchmarks.portable_runner --corpus_docs 2000     # its first 2000 docs
 
-Runs, each `python -m twotower.pipelines.pairs` in a child process as a user runs it:
+Runs, each `python -m twotower.pipelines.wiki.pairs` in a child process as a user runs it:
 
 * direct-1: DirectRunner (the local FnApiRunner), one process;
 * direct-2: `--direct_running_mode=multi_processing --direct_num_workers=2`;
@@ -86,7 +86,7 @@ def _settled_cpu(services: tuple[int, ...], timeout_s: float = 60.0) -> float:
 
 def run_pairs(dump: str, out: str, beam_args: list[str], services: tuple[int, ...] = ()) -> dict:
   """One pairs run in a child process: wall, CPU (its processes + `services`), peak RSS."""
-  command = [sys.executable, "-m", "twotower.pipelines.pairs", "--dump", dump, "--out", out,
+  command = [sys.executable, "-m", "twotower.pipelines.wiki.pairs", "--dump", dump, "--out", out,
              "--overwrite", *beam_args]
   services_before = _settled_cpu(services)
   run = measure(command, also=services)

@@ -16,9 +16,9 @@ import json
 import os
 import tempfile
 
-from twotower import contracts
-from twotower import logs
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core import logs
+from twotower.core.contracts import codecs
 from twotower.deploy.serving import Retriever
 from twotower.testing import batch_path as check
 
@@ -35,7 +35,7 @@ def main() -> None:
                       "weight of 0 or 1 leaves only one side to fuse)")
   args = p.parse_args()
   logs.setup()
-  from twotower.deploy.serving.bundle import resolve_saved_model  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.bundling.bundle import resolve_saved_model  # pylint: disable=import-outside-toplevel
   manifest = json.load(open(contracts.bundle_path(args.bundle, contracts.BUNDLE_MANIFEST_FILE)))
   questions = [(q.question_id, q.question) for q in codecs.read_questions(args.reqa, args.split)]
   weight = manifest["hybrid"]["weight"] if args.weight is None else args.weight

@@ -37,15 +37,15 @@ import time
 import httpx
 import numpy as np
 
-from twotower import contracts
-from twotower import logs
+from twotower.core import contracts
+from twotower.core import logs
 from twotower.testing import server as server_lib
 
 MODES = ("dense", "bm25", "hybrid")
 
 
 def _questions(manifest: dict, n: int) -> list[tuple[str, str]]:
-  from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
+  from twotower.core.contracts import codecs  # pylint: disable=import-outside-toplevel
   source = manifest["documents"]["source"]
   if manifest["documents"]["kind"] == "candidates":
     qs = codecs.read_questions(source, contracts.ALL_QUESTIONS)
@@ -134,7 +134,7 @@ def _in_process_p50(bundle: str, queries: list[str], k: int, n: int) -> dict[str
 def _batch_path_per_query(bundle: str, manifest: dict, n: int, k: int) -> dict[str, float]:
   """Milliseconds per query of the batch stages over `n` questions of the bundle's ReQA dir
   (embed questions with Beam + FAISS search; BM25 batch search; fusion)."""
-  from twotower import lucene  # pylint: disable=import-outside-toplevel
+  from twotower.core import lucene  # pylint: disable=import-outside-toplevel
   from twotower.eval import fusion  # pylint: disable=import-outside-toplevel
   from twotower.eval import search as search_stage  # pylint: disable=import-outside-toplevel
   from twotower.eval.runs import read_run  # pylint: disable=import-outside-toplevel

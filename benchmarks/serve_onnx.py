@@ -26,8 +26,8 @@ import time
 
 import httpx
 
-from twotower import contracts
-from twotower import logs
+from twotower.core import contracts
+from twotower.core import logs
 from twotower.testing import server as server_lib
 from benchmarks import serve_load
 

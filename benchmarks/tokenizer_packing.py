@@ -22,9 +22,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model.tokenizer import Tokenizer, pack_segments, pack_segments_tf_text
-from twotower.pipelines import squad
+from twotower.pipelines.reqa import squad
 
 SQUAD = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad" / \
     "train-subset-v1.1.json"

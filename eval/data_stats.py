@@ -17,10 +17,10 @@ import dataclasses
 import os
 from typing import Iterable, Optional, Sequence
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import texts
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import tower_text as texts
+from twotower.core.contracts import codecs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +53,10 @@ QA_ARTICLES = "qa-articles"
 def source_of(page_id: int, inputs: Sequence[str] = ()) -> str:
   """Where a page comes from: for extracted text, the file name of its glob in `inputs` (the
   pair run's `--dump` comma list) or "input<k>" (k: the glob's position) without it;
-  QA_ARTICLES for the QA file's articles written as a dump (pipelines.squad_dump's id
+  QA_ARTICLES for the QA file's articles written as a dump (pipelines.reqa.squad_dump's id
   range); "mediawiki" for the other dumps' pages."""
-  from twotower.pipelines import inputs as inputs_lib  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines import squad_dump  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.wiki import inputs as inputs_lib  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.reqa import squad_dump  # pylint: disable=import-outside-toplevel
   index = inputs_lib.input_of(page_id)
   if index is not None:
     return os.path.basename(inputs[index]) if index < len(inputs) else f"input{index}"

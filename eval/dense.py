@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from twotower import contracts
-from twotower import outputs
-from twotower import texts
+from twotower.core import contracts
+from twotower.core import outputs
+from twotower.core import tower_text as texts
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import index as index_stage
 from twotower.eval import search as search_stage

@@ -46,11 +46,11 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from twotower import contracts
-from twotower import fingerprints
-from twotower import io as tio
-from twotower import outputs
-from twotower.contracts import bundle_manifest
+from twotower.core import contracts
+from twotower.core import fingerprints
+from twotower.core import files as tio
+from twotower.core import outputs
+from twotower.core.contracts import bundle_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
 
 Several runs (and splits, and gold conventions) go into one table and one plot. Every record
 says which gold convention it used (`gold`: `pair` is the paper's, `sentence` is ReQA's; see
-twotower.metrics). `evaluate_run_file` is what every other stage (bm25, the dense path, fusion,
+twotower.core.metrics). `evaluate_run_file` is what every other stage (bm25, the dense path, fusion,
 the experiment) calls to score a run: one Recall@k for the whole project.
 """
 
@@ -17,11 +17,11 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from twotower import checks
-from twotower import contracts
-from twotower import metrics as metrics_lib
-from twotower import outputs
-from twotower.contracts import codecs
+from twotower.core import config_checks as checks
+from twotower.core import contracts
+from twotower.core import metrics as metrics_lib
+from twotower.core import outputs
+from twotower.core.contracts import codecs
 from twotower.eval import report
 from twotower.eval import runs as runs_lib
 
@@ -99,7 +99,7 @@ class EvaluateConfig:
   out: str
   names: tuple[str, ...] = ()          # one per run; default: the run files' names
   splits: tuple[str, ...] = (contracts.ALL_QUESTIONS,)
-  golds: tuple[str, ...] = ("pair",)   # twotower.metrics.GOLD_CONVENTIONS
+  golds: tuple[str, ...] = ("pair",)   # twotower.core.metrics.GOLD_CONVENTIONS
   ks: tuple[int, ...] = contracts.DEFAULT_KS
   stem: str = "metrics"
   overwrite: bool = False              # replace an --out that holds another run

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from twotower import io as tio
+from twotower.core import files as tio
 from twotower.eval import embeddings
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import faiss
 import numpy as np
 
-from twotower import io as tio
+from twotower.core import files as tio
 from twotower.eval import faiss_index
 from twotower.eval import rerank as rr
 

@@ -51,11 +51,11 @@ import logging
 import sys
 from typing import Iterable, Mapping, Optional, Sequence
 
-from twotower import checks
-from twotower import contracts
-from twotower import file_outputs
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import config_checks as checks
+from twotower.core import contracts
+from twotower.core import file_outputs
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.eval import evaluate as evaluate_lib
 from twotower.eval import runs as runs_lib
 from twotower.eval.runs import Ranked, Run

@@ -6,10 +6,10 @@
 
 The rank is the 1-based position of a question's first gold candidate under the tables'
 `pair` convention, found by the lookup Recall@k and MRR are computed with
-(twotower.metrics.question_ranks): the ranks give back the tables' numbers exactly. A gold the
+(twotower.core.metrics.question_ranks): the ranks give back the tables' numbers exactly. A gold the
 run does not list (beyond its depth, or a question it lacks) is a miss.
 
-Files (names in twotower.contracts):
+Files (names in twotower.core.contracts):
 
     ranks.gz                   gzip: a JSON header line (format, version, gold, count, width,
                                misses, the question ids' digest), then one little-endian
@@ -34,10 +34,10 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import metrics
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import metrics
+from twotower.core.contracts import codecs
 from twotower.eval import runs as runs_lib
 
 logger = logging.getLogger(__name__)

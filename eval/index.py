@@ -12,7 +12,7 @@ embedding shards, streamed, and write it atomically; optionally as several index
       # (all N of them, each once; eval.embeddings); vectors go in in id order, so the index
       # is the one an unsharded run's embeddings give, byte for byte
 
-Beside each index file, `<file>.vectors.json` (twotower.fingerprints) records the model of the
+Beside each index file, `<file>.vectors.json` (twotower.core.fingerprints) records the model of the
 vectors (from the embeddings' own record) and the ids the index holds (read back from it);
 shards of two models are refused, naming both, and `twotower search` checks its queries'
 model against it. Embeddings whose model no record names (another tool's Parquet, a twotower
@@ -32,11 +32,11 @@ import time
 
 import numpy as np
 
-from twotower import file_outputs
-from twotower import fingerprints
-from twotower import io as tio
-from twotower import outputs
-from twotower.contracts import codecs
+from twotower.core import file_outputs
+from twotower.core import fingerprints
+from twotower.core import files as tio
+from twotower.core import outputs
+from twotower.core.contracts import codecs
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import rerank

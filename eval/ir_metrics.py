@@ -26,7 +26,7 @@ own. The names (METRICS):
     MRR        recip_rank over the whole run
     MAP        trec_eval map over the whole run (its depth: 1,000 hits on BEIR)
     Success@k  trec_eval success.k: 1 if a relevant document is in the top k. ReQA's
-               Recall@k (twotower.metrics: a first-hit rank within k) is this measure, so
+               Recall@k (twotower.core.metrics: a first-hit rank within k) is this measure, so
                ReQA's numbers are expressible here with `by_rank` runs
     P@k        trec_eval P.k
 A document is relevant to the binary measures when its grade is >= 1 (trec_eval's default
@@ -61,7 +61,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from twotower import io as tio
+from twotower.core import files as tio
 from twotower.eval import runs as runs_lib
 
 #: A query's ranked list: (doc id, score), best first.

@@ -5,7 +5,7 @@
 
 Generic: a list of records in, the four files out. Markdown shows recalls in percent (as the
 paper's tables); CSV and JSON keep fractions in [0, 1]. Each record may carry a `gold` key
-(twotower.metrics.GOLD_CONVENTIONS) that the table shows as a column.
+(twotower.core.metrics.GOLD_CONVENTIONS) that the table shows as a column.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import re
 from typing import Sequence
 
-from twotower import io as tio
+from twotower.core import files as tio
 
 
 def metric_names(records: Sequence[dict]) -> list[str]:

@@ -64,7 +64,7 @@ def write_vectors(index_path: str, make_blocks: Callable[[], Blocks], d: int) ->
   Two passes over the blocks (`make_blocks` is called twice): the ids first (8 bytes a
   vector, to learn each vector's row), then the vectors, each written straight to its row of
   the memory-mapped file. Memory: the ids and one block, never all vectors."""
-  from twotower import io as tio  # pylint: disable=import-outside-toplevel
+  from twotower.core import files as tio  # pylint: disable=import-outside-toplevel
   if not tio.is_local(index_path):
     raise ValueError(f"{index_path}: re-rank vectors are memory-mapped, so the index must be "
                      "a local file")

@@ -16,9 +16,9 @@ from typing import Iterator, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts
-from twotower import io as tio
-from twotower.contracts import Ranked, Run
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core.contracts import Ranked, Run
 
 
 def is_parquet(path: str) -> bool:

@@ -15,7 +15,7 @@ Query embeddings of another model than the index's are refused, naming both mode
 `--reference` embeddings of another model. The index's model is read where its record lives
 (eval.embeddings.index_record): `<file>.vectors.json` beside it, or, for a retriever bundle's
 `BUNDLE/index.faiss`, the bundle's manifest; the queries' from their `vectors.json`
-(twotower.fingerprints). Any of them without a record naming its model is refused unless
+(twotower.core.fingerprints). Any of them without a record naming its model is refused unless
 `--allow_unchecked_vectors` takes it unchecked.
 
 `run(SearchConfig) -> SearchResult` is the typed entry point (twotower.commands.search parses
@@ -32,12 +32,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from twotower import checks
-from twotower import contracts
-from twotower import file_outputs
-from twotower import fingerprints
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import config_checks as checks
+from twotower.core import contracts
+from twotower.core import file_outputs
+from twotower.core import fingerprints
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import runs

@@ -327,7 +327,7 @@ def preset_names() -> list[str]:
 
 def _read_preset_or_file(name_or_path: str) -> tuple[str, str]:
   if os.path.exists(name_or_path) or name_or_path.endswith((".yaml", ".yml")):
-    from twotower import io
+    from twotower.core import files as io
     return name_or_path, io.read_text(name_or_path)
   resource = importlib.resources.files("twotower.model") / "presets" / f"{name_or_path}.yaml"
   if not resource.is_file():

@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from twotower import contracts
-from twotower import io as tio
+from twotower.core import contracts
+from twotower.core import files as tio
 
 
 @dataclasses.dataclass(frozen=True)

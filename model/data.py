@@ -31,9 +31,9 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
-from twotower import contracts
-from twotower import io as tio
-from twotower.contracts import counters
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core.contracts import counters
 from twotower.model.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)

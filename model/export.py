@@ -3,7 +3,7 @@
   query_encoder(query: string[None])             -> {"embedding": float32[None, d]}
   doc_encoder(title: string[None], text: string[None]) -> {"embedding": float32[None, d]}
 
-(names from twotower.contracts). The tokenizer (tensorflow-text ops, vocabulary baked into
+(names from twotower.core.contracts). The tokenizer (tensorflow-text ops, vocabulary baked into
 the graph) and the towers are traced into the SavedModel, so a consumer needs only
 
     import tensorflow as tf, tensorflow_text  # registers the custom tokenizer ops
@@ -26,8 +26,8 @@ import os
 
 import tensorflow as tf
 
-from twotower import contracts
-from twotower import io
+from twotower.core import contracts
+from twotower.core import files as io
 
 logger = logging.getLogger(__name__)
 

@@ -54,9 +54,9 @@ import warnings
 
 import numpy as np
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.model import hf_run
 from twotower.model import hf_tokenizer
 from twotower.model import onnx_encoder

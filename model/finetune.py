@@ -12,7 +12,7 @@ Uses trainer.finetune_learning_rate / finetune_batch_size / finetune_steps.
 How long to fine-tune is chosen on validation, never on test (issue 11). The paper holds out
 "10% of training set ... as the validation set for hyper-parameter tuning" (sec. 4.1): at
 every checkpoint `RecallAtK` computes validation Recall@k and MRR over all candidates (the
-paper's gold rule, with twotower.metrics, the code `twotower evaluate` runs), the best
+paper's gold rule, with twotower.core.metrics, the code `twotower evaluate` runs), the best
 checkpoint by `FinetuneConfig.select` (default R@100; "" = the last) is kept under
 checkpoints/best/, and that model is exported. The result says which step won
 (`selected_step`) and carries the validation curve (`result.curve("val_R@100")`, also in
@@ -40,10 +40,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from twotower import contracts
-from twotower import metrics as metrics_lib
-from twotower import texts
-from twotower.contracts import manifests
+from twotower.core import contracts
+from twotower.core import metrics as metrics_lib
+from twotower.core import tower_text as texts
+from twotower.core.contracts import manifests
 from twotower.model import config as config_lib
 from twotower.model import train
 
@@ -92,8 +92,8 @@ class FinetuneConfig(train.TrainRunConfig):
 def candidate_fields(candidates: Sequence[dict], doc_text: str = texts.DEFAULT_DOC_TEXT,
                      ) -> tuple[list[str], list[str]]:
   """(title, text) of each candidate row as the document tower sees it: the candidate's
-  title, and `twotower.texts.candidate_doc_text(sentence, passage)`, the same layout the
-  fine-tuning pairs (pipelines.reqa) and `twotower embed` use."""
+  title, and `twotower.core.tower_text.candidate_doc_text(sentence, passage)`, the same layout the
+  fine-tuning pairs (pipelines.reqa.builder) and `twotower embed` use."""
   titles = [c["title"] or "" for c in candidates]
   bodies = [texts.candidate_doc_text(c["sentence"], c["passage"], doc_text) for c in candidates]
   return titles, bodies
@@ -107,7 +107,7 @@ def logged_metrics(num_candidates: int, ks: Sequence[int] = contracts.DEFAULT_KS
 
 class RecallAtK(keras.callbacks.Callback):
   """At each checkpoint: embeds the validation questions and every candidate, ranks the
-  candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.metrics:
+  candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.core.metrics:
   first-hit ranks under the paper's `pair` gold rule, then `summarize`; MRR over the top
   max(ks))."""
 

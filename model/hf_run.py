@@ -12,9 +12,9 @@ import dataclasses
 import logging
 import os
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.model import hf_tokenizer
 from twotower.model import run_checks
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 
-from twotower import contracts
+from twotower.core import contracts
 
 
 def vocab_digest(vocab: list[str]) -> str:

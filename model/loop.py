@@ -27,9 +27,9 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import logs as logs_lib
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import logs as logs_lib
 from twotower.model import grad_cache
 from twotower.model.selection import smoothed, smoothed_name
 

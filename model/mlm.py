@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import config as config_lib
 from twotower.model import train
 

@@ -29,7 +29,7 @@ import logging
 import sys
 from typing import ClassVar
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import train
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import logging
 import os
 import zipfile
 
-from twotower import contracts
+from twotower.core import contracts
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import logging
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from twotower.contracts import CLS, MASK, PAD, RESERVED_TOKENS, SEP, UNK
+from twotower.core.contracts import CLS, MASK, PAD, RESERVED_TOKENS, SEP, UNK
 
 logger = logging.getLogger(__name__)
 

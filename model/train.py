@@ -30,9 +30,9 @@ from typing import Any, Callable, ClassVar, Mapping
 import keras
 import tensorflow as tf
 
-from twotower import contracts
-from twotower import io
-from twotower import outputs
+from twotower.core import contracts
+from twotower.core import files as io
+from twotower.core import outputs
 from twotower.model import config as config_lib
 from twotower.model import loop
 
@@ -69,7 +69,7 @@ class TrainRunConfig:
   init: str | None = None
   export: bool = True
   progress: str = "bar"
-  overwrite: bool = False  # start over in an `out` that holds another run (twotower.outputs)
+  overwrite: bool = False  # start over in an `out` that holds another run (twotower.core.outputs)
 
   #: The stage named in the run dir's manifest.
   STAGE: ClassVar[str] = "train"

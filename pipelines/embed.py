@@ -9,7 +9,7 @@ with an exported SavedModel and writes `embeddings/*.parquet` shards.
   beside it, the examples' digest (and, for an input shard, the whole input's):
     --*Digests--> (what, sha256 bytes)  --SumDigests--> {what: RowsDigest record}
   then OUT/vectors.json: the model's fingerprint, the id set (read back from the written
-  shards) and the digest of the rows embedded (twotower.fingerprints); `index`, `search` and
+  shards) and the digest of the rows embedded (twotower.core.fingerprints); `index`, `search` and
   `bundle` refuse vectors of two models, `bundle` vectors of other text than its documents'
 
 Why a handler of our own: Beam's stock TensorFlow handler (`TFModelHandlerTensor`) loads
@@ -23,7 +23,7 @@ flags): a run embeds only the rows whose id hashes to shard i (row_shard), into 
 with its own manifest, vectors.json and stats.json (which records the shard and its input);
 `index`, `search` and `bundle` read the N folders as one set (eval.embeddings).
 
-What a row's digest covers (twotower.fingerprints.RowsDigest, a sum of per-row sha256s):
+What a row's digest covers (twotower.core.fingerprints.RowsDigest, a sum of per-row sha256s):
 `vectors.json` `rows` the id and the text fields the tower read (`example_values`) of each
 row embedded; an input shard's `input` every row of the whole input, embedded by this shard
 or not, by the columns embedding reads (`input_values`). Every shard reads every row anyway,
@@ -53,15 +53,15 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
-from twotower import contracts
-from twotower import fingerprints
-from twotower import io as tio
-from twotower import outputs
-from twotower import texts
-from twotower.contracts import codecs
-from twotower.contracts import counters as C
-from twotower.pipelines import beam_jobs
-from twotower.saved_model import LoadedSignature, embedding_dim, load_signature
+from twotower.core import contracts
+from twotower.core import fingerprints
+from twotower.core import files as tio
+from twotower.core import outputs
+from twotower.core import tower_text as texts
+from twotower.core.contracts import codecs
+from twotower.core.contracts import counters as C
+from twotower.pipelines.shared import beam_jobs
+from twotower.core.saved_model import LoadedSignature, embedding_dim, load_signature
 
 logger = logging.getLogger(__name__)
 

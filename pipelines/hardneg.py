@@ -42,17 +42,17 @@ import tempfile
 import time
 from typing import Iterable, Mapping, Sequence
 
-from twotower import contracts
-from twotower import file_outputs
-from twotower import io as tio
-from twotower import logs
-from twotower import lucene
-from twotower import outputs
-from twotower import texts
-from twotower.contracts import Pair, codecs, manifests
-from twotower.contracts import counters as C
-from twotower.contracts.counters import HardNeg
-from twotower.pipelines.reqa import question_key
+from twotower.core import contracts
+from twotower.core import file_outputs
+from twotower.core import files as tio
+from twotower.core import logs
+from twotower.core import lucene
+from twotower.core import outputs
+from twotower.core import tower_text as texts
+from twotower.core.contracts import Pair, codecs, manifests
+from twotower.core.contracts import counters as C
+from twotower.core.contracts.counters import HardNeg
+from twotower.pipelines.reqa.builder import question_key
 
 logger = logging.getLogger(__name__)
 

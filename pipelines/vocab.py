@@ -31,11 +31,11 @@ import os
 import sys
 from typing import Iterable, Iterator
 
-from twotower import contracts
-from twotower import file_outputs
-from twotower import io as tio
-from twotower import outputs
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core import file_outputs
+from twotower.core import files as tio
+from twotower.core import outputs
+from twotower.core.contracts import codecs
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ pipeline output's passages to bundle."""
 
 from __future__ import annotations
 
-from twotower import contracts
-from twotower.contracts import bundle_manifest as bm
+from twotower.core import contracts
+from twotower.core.contracts import bundle_manifest as bm
 
 IDS = bm.IdSet(count=3, sha256="a" * 64)
 

@@ -51,8 +51,8 @@ def serving_bundle(tmp_path_factory):
   validation split to tune the hybrid on), a stand-in query/doc model, a flat index.
 
   Returns a dict of paths: squad, reqa, model, bundle, work (a scratch dir)."""
-  from twotower.deploy.serving import bundle
-  from twotower.pipelines import reqa
+  from twotower.deploy.bundling import bundle
+  from twotower.pipelines.reqa import builder as reqa
   from twotower.testing import embed_standin, squad
   root = tmp_path_factory.mktemp("serving")
   squad_file = squad.write_squad(str(root / "squad.json"))

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.eval.runs import Ranked
 
 

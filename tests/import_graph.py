@@ -14,7 +14,7 @@ Read from the source, as test_layers.py reads it (imports under `if __name__ ==
     typing  under `if TYPE_CHECKING:`: never runs
 
 An import of a submodule also runs its package's `__init__.py`; where that file imports
-other files of the project (twotower/contracts/__init__.py does), the arrow to it is drawn too
+other files of the project (twotower/core/contracts/__init__.py does), the arrow to it is drawn too
 (kind `package`, or that of the import when it is lazy or typing).
 
 tests/test_import_graph.py fails on any circle but those closed by an arrow of ALLOWED_EDGES,
@@ -38,10 +38,10 @@ ROOT = test_layers.ROOT
 #: files of its own group or of an earlier one); the files not named here come last. The
 #: filesystem helpers at the bottom, the contracts on them, ownership of outputs on both.
 CORE_ORDER: tuple[tuple[str, ...], ...] = (
-    ("twotower/io.py", "twotower/logs.py", "twotower/texts.py"),
-    ("twotower/contracts/layout.py", "twotower/contracts/records.py",
-     "twotower/contracts/counters.py", "twotower/contracts/manifests.py"),
-    ("twotower/contracts/codecs.py", "twotower/contracts/__init__.py"),
+    ("twotower/core/files.py", "twotower/core/logs.py", "twotower/core/tower_text.py"),
+    ("twotower/core/contracts/layout.py", "twotower/core/contracts/records.py",
+     "twotower/core/contracts/counters.py", "twotower/core/contracts/manifests.py"),
+    ("twotower/core/contracts/codecs.py", "twotower/core/contracts/__init__.py"),
 )
 
 #: Arrows that may close a circle, each with why it is harmless. Keep this short: a new
@@ -49,7 +49,7 @@ CORE_ORDER: tuple[tuple[str, ...], ...] = (
 ALLOWED_EDGES: dict[tuple[str, str], str] = {
     ("model/mlm.py", "model/pretrain.py"):
         "under TYPE_CHECKING: the type of the pretrain job, never imported at run time",
-    ("pipelines/splitters.py", "pipelines/reqa_sentencizer.py"):
+    ("pipelines/sentences/splitters.py", "pipelines/reqa/sentencizer.py"):
         "a lazy registry: sentences' table of splitters names the ReQA one, which builds on "
         "sentences' Span and SentenceSplitter; imported when that splitter is first asked for",
 }

@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twotower import contracts
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core.contracts import codecs
 from twotower.pipelines import vocab
 
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import cli
-from twotower.pipelines import reqa
+from twotower.pipelines.reqa import builder as reqa
 from outputs_fixtures import write_embeddings
 from reqa_fixtures import ARTICLES
 

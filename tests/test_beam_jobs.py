@@ -6,8 +6,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 
-from twotower.contracts import counters as C
-from twotower.pipelines import beam_jobs
+from twotower.core.contracts import counters as C
+from twotower.pipelines.shared import beam_jobs
 
 
 def test_beam_counters_and_means():

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import cli
-from twotower import contracts
-from twotower.contracts import Ranked
+from twotower.core import contracts
+from twotower.core.contracts import Ranked
 from twotower.eval import beir, beir_bm25, beir_eval, fusion, ir_metrics
 from twotower.testing import embed_standin
 from beir_fixtures import DOCS, QRELS, write_beir

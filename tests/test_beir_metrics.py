@@ -2,7 +2,7 @@
 through the JVM on TREC files this test writes) on binary and graded qrels, ties, a query
 with no relevant document and a judged query the run lacks; the tie order spelt out by a
 reference implementation; ReQA's Recall@k / MRR through the same contract equal to
-twotower.metrics; per-query values in the paired bootstrap."""
+twotower.core.metrics; per-query values in the paired bootstrap."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import random
 import numpy as np
 import pytest
 
-from twotower import contracts
-from twotower import metrics as reqa_metrics
-from twotower import pyserini_env
-from twotower.contracts import Question
+from twotower.core import contracts
+from twotower.core import metrics as reqa_metrics
+from twotower.core import pyserini_env
+from twotower.core.contracts import Question
 from twotower.eval import ir_metrics
 from twotower.experiment import bootstrap
 

@@ -7,14 +7,14 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
-from twotower import lucene
-from twotower import metrics as metrics_lib
-from twotower import texts
+from twotower.core import contracts
+from twotower.core import lucene
+from twotower.core import metrics as metrics_lib
+from twotower.core import tower_text as texts
 from twotower.commands import bm25 as bm25_cmd
 from twotower.eval import bm25, evaluate
 from twotower.eval import runs as runs_lib
-from twotower.pipelines import reqa
+from twotower.pipelines.reqa import builder as reqa
 
 ARTICLES = [
     {"title": "Volcano", "paragraphs": [{"context": (

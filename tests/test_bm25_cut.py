@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.testing import pairs as testing
 from twotower.eval import bm25_cut
 from twotower.eval import runs as runs_lib
 from twotower.experiment import cells
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 from twotower.experiment.params import Bm25Params
 from twotower.experiment.plan import Cell
 from twotower.model.tokenizer import Tokenizer
-from twotower.pipelines import reqa
+from twotower.pipelines.reqa import builder as reqa
 
 WORDS = testing.WORDS + ("zanzibar", "harbour")
 
@@ -125,7 +125,7 @@ def test_the_cut_cell_misses_exactly_what_lies_past_the_cut(tmp_path, vocab):
 
 def reqa_candidates(reqa_dir) -> dict[str, int]:
   """candidate sentence -> candidate id."""
-  from twotower.contracts import codecs  # pylint: disable=import-outside-toplevel
+  from twotower.core.contracts import codecs  # pylint: disable=import-outside-toplevel
   return {r["sentence"]: r["candidate_id"]
           for r in codecs.read_candidates(str(reqa_dir), ["candidate_id", "sentence"])}
 

@@ -20,9 +20,9 @@ import shutil
 
 import pytest
 
-from twotower import contracts
-from twotower.contracts import bundle_manifest as bm
-from twotower.deploy.serving import bundle
+from twotower.core import contracts
+from twotower.core.contracts import bundle_manifest as bm
+from twotower.deploy.bundling import bundle
 from bundle_manifest_fixtures import a_manifest, write_passages
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
@@ -177,5 +177,5 @@ def test_the_writer_and_the_reader_do_not_import_each_other():
   from test_layers import ROOT, imports_of
   serving = ROOT / "deploy" / "serving"
   for reader in ("retriever.py", "app.py", "query.py", "query_encoders.py"):
-    assert "twotower.deploy.serving.bundle" not in imports_of(serving / reader), reader
-  assert "twotower.contracts.bundle_manifest" in imports_of(serving / "retriever.py")
+    assert "twotower.deploy.bundling.bundle" not in imports_of(serving / reader), reader
+  assert "twotower.core.contracts.bundle_manifest" in imports_of(serving / "retriever.py")

@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from twotower.experiment import demo, grid, params, plan
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "docs" / "results" / "cpu-small"

@@ -81,7 +81,7 @@ def test_python_m_and_the_entry_point_behave_the_same(tmp_path):
   entry = os.path.join(os.path.dirname(sys.executable), "twotower")
   for args, code in ((["--out", str(tmp_path)], 2),
                      (["--dump", str(tmp_path / "none-*.xml"), "--out", str(tmp_path)], 1)):
-    a = _python_m("twotower.pipelines.pairs", *args)
+    a = _python_m("twotower.pipelines.wiki.pairs", *args)
     b = subprocess.run([entry, "pairs", *args], capture_output=True, text=True, timeout=300,
                        check=False)
     assert a.returncode == b.returncode == code

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower import cli, contracts
+from twotower import cli
+from twotower.core import contracts
 from twotower.model import condenser, config, pretrain, train
 from twotower.model.tokenizer import Tokenizer
 from twotower.model.two_tower import TwoTowerModel, build_two_tower

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from twotower import contracts
-from twotower.contracts import codecs, counters
+from twotower.core import contracts
+from twotower.core.contracts import codecs, counters
 
 PAIR = contracts.Pair("wlp", "Qué query ✓", "Title", "Doc text", 12, 2**40, 3)
 WITH_NEGATIVES = contracts.Pair("reqa", "who?", "T", "text", 5, 5, -7,

@@ -11,11 +11,11 @@ import statistics
 
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import pairs as pairs_cmd
-from twotower.contracts import Passage, codecs
-from twotower.pipelines import pair_tasks
-from twotower.pipelines.pair_tasks import CropSkip, PairConfig
+from twotower.core.contracts import Passage, codecs
+from twotower.pipelines.wiki import pair_tasks
+from twotower.pipelines.wiki.pair_tasks import CropSkip, PairConfig
 from outputs_fixtures import output_digest, read_pairs, read_passages
 from wikidump_fixtures import many_pages, write_dump
 

@@ -158,7 +158,7 @@ PAIRS_FLAGS = {
 
 def test_pairs_flags_default_to_the_configs_and_each_sets_its_field(tmp_path):
   from twotower.commands import pairs as pairs_cmd
-  from twotower.pipelines import pairs
+  from twotower.pipelines.wiki import pairs
   dump, out = "d.xml.bz2", str(tmp_path / "out")
   base = pairs_cmd.parse(["--dump", dump, "--out", out])
   assert base == pairs.PairsConfig(dump=dump, out=out)
@@ -195,7 +195,8 @@ def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
 
 def _command_cases(out: str):
   from twotower.eval import bm25, faiss_index, fusion, index, search
-  from twotower.pipelines import hardneg, heldout, reqa, vocab
+  from twotower.pipelines import hardneg, vocab
+  from twotower.pipelines.reqa import heldout, builder as reqa
   return [
       ("index", ["--embeddings", "e", "--out", "i.faiss"], index.IndexConfig("e", "i.faiss"),
        ["--type", "ivfpq", "--factory", "IVF4,Flat", "--nlist", "4", "--pq_m", "2",
@@ -298,7 +299,8 @@ GRID_FLAGS = ["--corpus", "c", "--squad", "s", "--nq", "n", "--results_dir", "rd
 
 def _spelt_command_cases(tmp: str):
   from twotower.deploy.portable import launcher
-  from twotower.deploy.serving import app, bundle, query
+  from twotower.deploy.serving import app, query
+  from twotower.deploy.bundling import bundle
   from twotower.eval import evaluate, faiss_index
   from twotower.experiment import demo
   from twotower import experiment

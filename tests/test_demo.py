@@ -15,7 +15,7 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import demo as demo_cmd
 from twotower.experiment import demo
 

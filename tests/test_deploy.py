@@ -163,7 +163,7 @@ def _stage_command(name: str, *extra: str) -> list[str]:
 def test_launch_script_command_is_accepted_by_the_stage_and_dataflow(name, stage):
   """The assembled command line: the stage's own parser takes its flags, and what it hands
   to Beam validates for Dataflow."""
-  from twotower import io as tio
+  from twotower.core import files as tio
   cmd = _stage_command(name, "--num_shards=64")
   assert cmd[0] == stage
   if stage == "pairs":
@@ -288,10 +288,10 @@ def test_pairs_graph_joins_with_shuffles_and_translates_to_dataflow(tmp_path):
   """Link resolution and WLP are CoGroupByKey joins (GroupByKey steps), no step of ours reads
   a side input (no title -> id dictionary in one worker), and the graph becomes a Dataflow job
   on the project's container."""
-  pytest.importorskip("twotower.pipelines.wikitext")
-  from twotower.pipelines import pairs
+  pytest.importorskip("twotower.pipelines.wiki.wikitext")
+  from twotower.pipelines.wiki import pairs
   from wikidump_fixtures import write_dump
-  # Matched and its format read at construction (pipelines.inputs.match_inputs).
+  # Matched and its format read at construction (pipelines.wiki.inputs.match_inputs).
   write_dump(tmp_path / "enwiki-pages-articles1.xml.bz2", [])
   pipeline = _dataflow_pipeline("pairs")
   pairs.build(pipeline, pairs.PairsConfig(dump=str(tmp_path / "enwiki-*.xml.bz2"),
@@ -307,11 +307,11 @@ def test_pairs_graph_joins_with_shuffles_and_translates_to_dataflow(tmp_path):
 
 
 def test_reqa_graph_has_only_singleton_side_inputs_and_translates_to_dataflow(tmp_path):
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   squad = tmp_path / "dev-v1.1.json"
   squad.write_text(json.dumps({"version": "1.1", "data": []}))
   import pyarrow.parquet as pq
-  from twotower import contracts
+  from twotower.core import contracts
   (tmp_path / "passages").mkdir()
   pq.write_table(contracts.PASSAGE_SCHEMA.empty_table(), tmp_path / "passages" / "p.parquet")
   pipeline = _dataflow_pipeline("reqa")

@@ -18,9 +18,9 @@ from apache_beam.ml.inference.base import KeyedModelHandler, RunInference  # noq
 from apache_beam.testing.test_pipeline import TestPipeline  # noqa: E402
 from apache_beam.testing.util import assert_that, equal_to  # noqa: E402
 
-from twotower import contracts, texts  # noqa: E402
+from twotower.core import contracts, tower_text as texts  # noqa: E402
 from twotower.commands import embed as embed_cmd  # noqa: E402
-from twotower.contracts import counters as C  # noqa: E402
+from twotower.core.contracts import counters as C  # noqa: E402
 from twotower.pipelines import embed  # noqa: E402
 from twotower.testing.embed_standin import StandinConfig, build_standin_savedmodel  # noqa
 
@@ -87,7 +87,7 @@ def test_embed_transform_skips_and_counts_bad_rows(model_dir):
   assert_that(ids, equal_to([("q1", DIM), ("q3", DIM)]))
   result = p.run()
   result.wait_until_finish()
-  from twotower.pipelines import beam_jobs
+  from twotower.pipelines.shared import beam_jobs
   counters = beam_jobs.beam_counters(result)
   assert counters == {C.EMBED_ROWS_READ: 4, C.EMBED_ROWS_EMBEDDED: 2,
                       C.EMBED_ROWS_SKIPPED_EMPTY: 1, C.EMBED_ROWS_SKIPPED_BAD_ID: 1}

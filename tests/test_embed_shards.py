@@ -22,9 +22,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from twotower import cli, contracts, fingerprints, outputs  # noqa: E402
+from twotower import cli  # noqa: E402
+from twotower.core import contracts, fingerprints, outputs
 from twotower.commands import embed as embed_cmd  # noqa: E402
-from twotower.contracts import counters as C  # noqa: E402
+from twotower.core.contracts import counters as C  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 from twotower.eval import index as index_stage  # noqa: E402
@@ -267,7 +268,7 @@ def test_bundle_of_the_union_holds_the_unsharded_index(serving_bundle, tmp_path)
   """`bundle --embeddings` of the shards' folders: the index of a bundle of one unsharded run,
   byte for byte (the bundle checks that it holds exactly the documents' ids); one shard
   alone is refused."""
-  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.bundling import bundle  # pylint: disable=import-outside-toplevel
   candidates = contracts.candidates_path(serving_bundle["reqa"])
   # The same candidates with one sentence changed: the same file name and row count.
   table = pq.read_table(candidates)

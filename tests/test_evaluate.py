@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import evaluate as evaluate_cmd
 from twotower.eval import evaluate, report, runs
 from twotower.eval.runs import Ranked

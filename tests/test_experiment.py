@@ -14,10 +14,10 @@ import shutil
 import pytest
 
 from twotower.commands import experiment as experiment_cmd
-from twotower import contracts
-from twotower.contracts import codecs
+from twotower.core import contracts
+from twotower.core.contracts import codecs
 from twotower import experiment
-from twotower import metrics
+from twotower.core import metrics
 from twotower.experiment import (cells, estimate, execute, grid, plan, ranks, recheck, render,
                                   row_configs)
 from twotower.experiment.params import key_params
@@ -243,7 +243,8 @@ def test_the_crop_row_pretrains_on_a_second_pair_set_with_the_grids_vocabulary()
 
 def test_table1_counts_the_qa_articles_pairs_apart_with_their_share():
   from twotower.eval import data_stats
-  from twotower.pipelines import inputs, squad_dump
+  from twotower.pipelines.wiki import inputs
+  from twotower.pipelines.reqa import squad_dump
   assert data_stats.source_of(12) == "mediawiki"
   assert data_stats.source_of(squad_dump.SQUAD_PAGE_ID_BASE + 3) == data_stats.QA_ARTICLES
   assert data_stats.source_of(2 * inputs.TEXT_ID_STRIDE + 5) == "input1"
@@ -924,7 +925,7 @@ def test_a_corpus_joins_the_dump_in_the_pairs_cell_and_only_then_changes_its_key
   cell's parameters, and so every cell's key, are what they were."""
   from textdocs_fixtures import jsonl_record, linked_docs, write_jsonl
   from twotower.experiment import cells
-  from twotower.pipelines import inputs as inputs_lib
+  from twotower.pipelines.wiki import inputs as inputs_lib
   spec = grid.load("tiny")
   plain = plan.plan(spec, INPUTS)[0]["pairs/wiki"]
   assert "corpus" not in key_params(plain.params)

@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.experiment import grid, plan, row_configs
 from twotower.experiment.params import key_params
 

@@ -12,7 +12,7 @@ import pytest
 import fusion_fixtures
 from twotower.eval import evaluate, fusion, runs
 from twotower.experiment import cells, grid, plan
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 from twotower.experiment.params import FuseParams, key_params
 
 INPUTS = plan.Inputs("../shared/data/wiki/enwiki-slice-pages-articles.xml.bz2",

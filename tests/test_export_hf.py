@@ -17,7 +17,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
 
-from twotower import cli, contracts
+from twotower import cli
+from twotower.core import contracts
 from twotower.model import config, export_hf, hf_tokenizer, onnx_encoder, pretrain
 from twotower.model import tokenizer as tokenizer_lib
 from twotower.testing import pairs as testing
@@ -258,9 +259,10 @@ SERVE_CHILD = textwrap.dedent("""
 @pytest.mark.slow
 def test_retriever_with_the_onnx_query_tower_answers_as_tensorflow_without_importing_it(
     runs, tmp_path):
-  from twotower.deploy.serving import bundle, query_encoders
+  from twotower.deploy.bundling import bundle
+  from twotower.deploy.serving import query_encoders
   from twotower.deploy.serving.retriever import Retriever
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   from twotower.testing import squad
   reqa_dir = str(tmp_path / "reqa")
   reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=squad.write_squad(str(tmp_path / "squad.json")),

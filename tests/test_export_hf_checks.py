@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 # The module fixture of two tiny trained runs (separate and shared towers), reused.
 from test_export_hf import runs  # noqa: F401  pylint: disable=unused-import
-from twotower import cli, contracts
+from twotower import cli
+from twotower.core import contracts
 from twotower.model import hf_run
 from twotower.model import hf_tokenizer
 from twotower.model import run_checks

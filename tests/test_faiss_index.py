@@ -10,7 +10,7 @@ import pytest
 
 faiss = pytest.importorskip("faiss")
 
-from twotower import contracts  # noqa: E402
+from twotower.core import contracts  # noqa: E402
 from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 from twotower.eval import faiss_searcher  # noqa: E402

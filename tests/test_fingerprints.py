@@ -1,4 +1,4 @@
-"""Vectors carry their model (twotower.fingerprints): `embed` and `index` record the model
+"""Vectors carry their model (twotower.core.fingerprints): `embed` and `index` record the model
 and the ids of their vectors (`embed` also the digest of the rows it embedded), `index`,
 `search` and `bundle` refuse vectors of another model (two stand-in towers with different
 seeds), wherever the record lives (a bundle's `index.faiss`: the bundle's manifest), and
@@ -21,9 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from twotower import cli
-from twotower import contracts
-from twotower import fingerprints
-from twotower.deploy.serving import BundleError, Retriever, bundle
+from twotower.core import contracts
+from twotower.core import fingerprints
+from twotower.deploy.serving import BundleError, Retriever
+from twotower.deploy.bundling import bundle
 from twotower.eval import embeddings as embeddings_lib
 from twotower.eval import index as index_stage
 from twotower.eval import search as search_stage

@@ -14,8 +14,9 @@ import re
 
 import pytest
 
-from twotower import cli, contracts
-from twotower.contracts import counters as C
+from twotower import cli
+from twotower.core import contracts
+from twotower.core.contracts import counters as C
 from wikidump_fixtures import DumpPage, dump_xml, many_pages
 
 # Six linked articles, five redirects, and one page of each kind the reader skips.

@@ -11,8 +11,9 @@ import random
 
 import pytest
 
-from twotower import cli, contracts
-from twotower.contracts import counters as C
+from twotower import cli
+from twotower.core import contracts
+from twotower.core.contracts import counters as C
 
 # Three articles, several questions a paragraph, one unanswerable (v2.0) question.
 DOC = {"version": "v2.0", "data": [

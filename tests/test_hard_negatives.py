@@ -10,12 +10,14 @@ import json
 import numpy as np
 import pytest
 
-from twotower import cli, contracts, texts
-from twotower import io as tio
-from twotower.contracts import codecs
-from twotower.contracts import counters as C
-from twotower.contracts.counters import HardNeg
-from twotower.pipelines import hardneg, reqa
+from twotower import cli
+from twotower.core import contracts, tower_text as texts
+from twotower.core import files as tio
+from twotower.core.contracts import codecs
+from twotower.core.contracts import counters as C
+from twotower.core.contracts.counters import HardNeg
+from twotower.pipelines import hardneg
+from twotower.pipelines.reqa import builder as reqa
 
 P_PARIS = ("Paris is the capital of France. The Louvre museum is in Paris. "
            "The Seine river flows through Paris.")
@@ -87,7 +89,7 @@ def test_no_negative_is_a_gold_a_sibling_or_the_gold_sentence(mined):
         assert cid not in gold
         assert cands[cid]["passage"] not in gold_passages
         assert cands[cid]["sentence"] not in gold_sentences
-        # The negative is laid out as the positives are (twotower.texts).
+        # The negative is laid out as the positives are (twotower.core.tower_text).
         assert (title, text) == (cands[cid]["title"], texts.candidate_doc_text(
             cands[cid]["sentence"], cands[cid]["passage"]))
 
@@ -170,7 +172,7 @@ def test_a_pairs_layout_other_than_doc_text_is_an_error(mined):
 
 
 def _write_vocab(path, *corpora):
-  from twotower.contracts import RESERVED_TOKENS  # pylint: disable=import-outside-toplevel
+  from twotower.core.contracts import RESERVED_TOKENS  # pylint: disable=import-outside-toplevel
   words = sorted({w.strip(".,?").lower() for text in corpora for w in text.split()} - {""})
   path.write_text("\n".join(list(RESERVED_TOKENS) + words + [".", ",", "?"]) + "\n",
                   encoding="utf-8")

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import heldout as heldout_cmd
 from twotower.commands import pairs as pairs_cmd
-from twotower.contracts import counters as C
-from twotower.pipelines import heldout
+from twotower.core.contracts import counters as C
+from twotower.pipelines.reqa import heldout
 from wikidump_fixtures import many_pages, write_dump
 
 HELDOUT_PERCENT = 40.0

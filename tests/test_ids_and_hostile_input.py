@@ -16,10 +16,12 @@ import types
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import cli, contracts
-from twotower.contracts import SiteInfo
-from twotower.contracts import counters as C
-from twotower.pipelines import inputs, parse_pages, unique_ids, wikidump, wikitext
+from twotower import cli
+from twotower.core import contracts
+from twotower.core.contracts import SiteInfo
+from twotower.core.contracts import counters as C
+from twotower.pipelines.wiki import inputs, parse_pages, wikidump, wikitext
+from twotower.pipelines.shared import unique_ids
 from outputs_fixtures import read_pairs, read_passages
 from reqa_fixtures import ARTICLES, squad_file
 from textdocs_fixtures import write_jsonl
@@ -147,7 +149,7 @@ def test_id_ranges_follow_the_wiki_and_a_glob_of_two_ranges_is_refused(tmp_path)
 
 @pytest.fixture(scope="module")
 def shared_question_ids(tmp_path_factory):
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   tmp = tmp_path_factory.mktemp("reqa_ids")
   articles = json.loads(json.dumps(ARTICLES[:4]))
   articles[1]["paragraphs"][0]["qas"][0]["id"] = "q0"   # another question under q0

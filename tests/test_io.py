@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twotower import io
+from twotower.core import files as io
 
 
 def test_match_files_sorted_and_comma_separated(tmp_path):
@@ -63,8 +63,8 @@ def test_a_glob_matches_files_and_a_path_named_whole_itself(tmp_path):
 def test_one_order_with_or_without_a_manifest(tmp_path):
   """A reader of an output gets its files in the same order whether the manifest lists them
   or the glob finds them (contracts.manifests.listed_files falls back to io.match_files)."""
-  from twotower import outputs
-  from twotower.contracts import manifests
+  from twotower.core import outputs
+  from twotower.core.contracts import manifests
   out = tmp_path / "out"
   (out / "pairs").mkdir(parents=True)
   names = ["train-00010-of-00011.tfrecord", "train-00002-of-00011.tfrecord",
@@ -99,7 +99,7 @@ def test_write_text_gives_the_mode_of_a_plain_open(tmp_path):
 
 
 def test_absolute_makes_local_paths_absolute_and_leaves_remote_ones(tmp_path, monkeypatch):
-  """What a stage hands its workers (twotower.io.with_absolute_paths): a worker pool runs in
+  """What a stage hands its workers (twotower.core.files.with_absolute_paths): a worker pool runs in
   another directory, where a relative path names nothing."""
   monkeypatch.chdir(tmp_path)
   assert io.absolute("dumps/a-*.xml.bz2, gs://bucket/b.xml ,/abs/c.txt") == (

@@ -94,7 +94,7 @@ def test_no_stage_imports_the_test_helpers():
 
 
 @pytest.mark.parametrize("module, layer", [
-    ("twotower.contracts.layout", "core"), ("twotower.eval.bm25", "eval"),
+    ("twotower.core.contracts.layout", "core"), ("twotower.eval.bm25", "eval"),
     ("twotower.commands.pairs", "top"), ("twotower.deploy.serving.app", "deploy"),
     ("numpy", None)])
 def test_layer_of_module(module, layer):

@@ -1,5 +1,5 @@
 """ResolveLinks: Beam joins from link titles through redirect chains to page ids, with Beam's
-shuffle and with the disk shuffle of the local runner (pipelines.shuffle): the same edges and
+shuffle and with the disk shuffle of the local runner (pipelines.shared.shuffle): the same edges and
 counters."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from twotower import contracts
-from twotower.pipelines import beam_jobs
-from twotower.pipelines import links
-from twotower.pipelines import shuffle as shuffle_lib
+from twotower.core import contracts
+from twotower.pipelines.shared import beam_jobs
+from twotower.pipelines.wiki import links
+from twotower.pipelines.shared import shuffle as shuffle_lib
 
 
 @pytest.fixture(params=["beam", "disk"])

@@ -12,7 +12,7 @@ import pytest
 
 CODE = textwrap.dedent("""
     import logging, sys
-    from twotower import logs
+    from twotower.core import logs
     logs.setup(verbose=sys.argv[1] == "1")
     import tensorflow as tf
     tf.constant([1, 2], tf.int64).numpy()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from twotower import metrics
-from twotower.contracts import Question as GoldQuestion
+from twotower.core import metrics
+from twotower.core.contracts import Question as GoldQuestion
 
 # Candidates 1..6; 1 and 4 share the sentence "S" (in two passages), 2 is "T".
 SENTENCE_OF = {1: "S", 2: "T", 3: "U", 4: "S", 5: "V", 6: "W"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import config, data, mlm
 from twotower.model.tokenizer import Tokenizer
 from twotower.commands import pairs as pairs_cmd

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import config, losses, pretrain, train
 from twotower.model.two_tower import TwoTowerModel, build_two_tower
 from twotower.testing import pairs as testing

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
-from twotower import contracts, io
-from twotower.contracts import counters
+from twotower.core import contracts, files as io
+from twotower.core.contracts import counters
 from twotower.model import config, data, mlm
 from twotower.model.tokenizer import Tokenizer
 from twotower.testing import pairs as testing
@@ -213,7 +213,7 @@ def test_mlm_dataset_reads_every_passage_of_every_shard(tmp_path, tokenizer):
   # 3 and 5 passages; one pass, unshuffled, batch 4 -> exactly 2 batches, no row lost.
   import pyarrow as pa
   import pyarrow.parquet as pq
-  from twotower import contracts
+  from twotower.core import contracts
   passages = tmp_path / "passages"
   passages.mkdir()
   for shard, n in enumerate((3, 5)):

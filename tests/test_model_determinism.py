@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import config, loop, pretrain
 from twotower.testing import pairs as testing
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO
-from twotower import contracts
+from twotower.core import contracts
 from twotower.model import config, data, encoders, train, two_tower
 from twotower.model.tokenizer import (Tokenizer, pack_segments, pack_segments_tf_text,
                                       read_vocab)

@@ -21,8 +21,9 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from twotower import cli, contracts, texts
-from twotower.contracts import Pair, codecs
+from twotower import cli
+from twotower.core import contracts, tower_text as texts
+from twotower.core.contracts import Pair, codecs
 from twotower.model import config, finetune, pretrain, train
 from twotower.testing import pairs as testing
 
@@ -366,7 +367,7 @@ def test_a_carried_length_stops_the_caps_schedule_at_the_chosen_step(workdir, re
 def test_grid_cells_choose_a_length_and_another_seed_carries_it(workdir, reqa_dir, pretrained,
                                                                 monkeypatch):
   from twotower.experiment import cells, plan as plan_lib
-  from twotower.experiment.identity import CellId
+  from twotower.experiment.cell_id import CellId
   from twotower.experiment.params import FinetuneParams
   scored = _known_validation_curve(monkeypatch, [0.1, 0.4, 0.5, 0.3, 0.2, 0.2])
   cfg = config.load("tiny", ["trainer.finetune_steps=30"]).to_dict()

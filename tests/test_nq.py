@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from twotower.contracts import counters as C
-from twotower.pipelines import nq
-from twotower.pipelines.qa_records import Paragraph, Skip
+from twotower.core.contracts import counters as C
+from twotower.pipelines.reqa import nq
+from twotower.pipelines.reqa.qa_records import Paragraph, Skip
 from reqa_fixtures import DOC, P1, TABLE, TOKENS, nq_record, span
 
 def test_nq_conversion_like_reqa():

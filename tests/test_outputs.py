@@ -1,4 +1,4 @@
-"""A stage owns its output folder (twotower.outputs): re-running into it with other settings is
+"""A stage owns its output folder (twotower.core.outputs): re-running into it with other settings is
 refused naming them, with the same settings it resumes or replaces, --overwrite starts over,
 and a reader never sees two runs mixed. Real stages on tiny inputs the tests write."""
 
@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from twotower import cli, contracts, outputs
+from twotower import cli
+from twotower.core import contracts, outputs
 from reqa_fixtures import ARTICLES
 from wikidump_fixtures import many_pages, write_dump
 
@@ -100,7 +101,7 @@ def test_finetune_resumes_its_own_run_and_refuses_another(tmp_path, capsys):
   config.yaml; the same settings resume; a run dir without a manifest (one older than
   manifests: its config.yaml no longer speaks for it) is refused as files no stage
   recorded."""
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   squad = tmp_path / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
   reqa.run(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad),
@@ -128,7 +129,7 @@ def test_finetune_resumes_its_own_run_and_refuses_another(tmp_path, capsys):
 
 @pytest.mark.slow  # starts the JVM (~20 s)
 def test_bm25_refuses_other_settings_and_keeps_no_lock_after_a_failure(tmp_path, capsys):
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   squad = tmp_path / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
   reqa.run(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad)))

@@ -1,4 +1,4 @@
-"""A stage owns its output, stage by stage (the rules are twotower.outputs'; test_outputs.py
+"""A stage owns its output, stage by stage (the rules are twotower.core.outputs'; test_outputs.py
 has pairs, reqa, finetune and bm25): re-running into it with other settings is refused with
 an error naming the setting, with the same settings the output is replaced whole, and a
 reader takes only the files a manifest lists. Real stages on tiny inputs the tests write."""
@@ -12,9 +12,10 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import cli, contracts, outputs
-from twotower.contracts import codecs
-from twotower.contracts import manifests
+from twotower import cli
+from twotower.core import contracts, outputs
+from twotower.core.contracts import codecs
+from twotower.core.contracts import manifests
 from outputs_fixtures import write_embeddings
 from reqa_fixtures import ARTICLES
 from wikidump_fixtures import many_pages, write_dump
@@ -145,7 +146,7 @@ def test_index_refuses_other_settings_and_leaves_no_shard_of_the_run_it_replaces
 
 
 def test_evaluate_refuses_other_settings_and_replaces_its_report(tmp_path, capsys):
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   squad = tmp_path / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
   reqa.run(reqa.ReqaConfig(out=str(tmp_path / "reqa"), squad=str(squad)))
@@ -168,7 +169,7 @@ def test_evaluate_refuses_other_settings_and_replaces_its_report(tmp_path, capsy
 
 @pytest.mark.slow  # Lucene (~20 s)
 def test_hardneg_refuses_other_settings_and_finetune_reads_only_its_shards(tmp_path, capsys):
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   squad = tmp_path / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
   out = tmp_path / "reqa"

@@ -1,4 +1,4 @@
-"""Nothing a user owns is lost (issue 34, items 1 and 2; twotower.outputs' rules): an output
+"""Nothing a user owns is lost (issue 34, items 1 and 2; twotower.core.outputs' rules): an output
 that is also an input is refused, --overwrite and same-settings re-runs remove only the files
 the stage's own manifest lists, file outputs (search, fuse, query --out) are judged like
 folders, and a failed run leaves no partial output. Each case runs the real stage on inputs
@@ -14,7 +14,8 @@ import shutil
 import pyarrow as pa
 import pytest
 
-from twotower import cli, contracts, file_outputs, outputs
+from twotower import cli
+from twotower.core import contracts, file_outputs, outputs
 from twotower.testing import pairs as testing
 from outputs_fixtures import write_embeddings
 from reqa_fixtures import ARTICLES
@@ -176,7 +177,7 @@ def test_replace_folder_undoes_a_failure_half_way(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def reqa_dir(tmp_path_factory):
   """A ReQA folder (and its SQuAD file beside it); tests that change it copy it."""
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   root = tmp_path_factory.mktemp("ownership")
   squad = root / "squad.json"
   squad.write_text(json.dumps({"data": ARTICLES}), encoding="utf-8")
@@ -378,12 +379,12 @@ def test_query_refuses_its_queries_as_out_and_a_bad_line_leaves_nothing(tmp_path
 
 
 def test_bundle_overwrite_replaces_only_the_old_bundles_files(tmp_path, monkeypatch):
-  """`twotower bundle` claims and replaces its folder through twotower.outputs like every
+  """`twotower bundle` claims and replaces its folder through twotower.core.outputs like every
   stage (building a real one is slow, the JVM: test_serving builds it; here the parts are
   written by a stand-in): the old bundle run's listed files go, the user's note stays; an
   input inside the folder, another stage's output, and a bundle no stage manifest records
   are refused."""
-  from twotower.deploy.serving import bundle
+  from twotower.deploy.bundling import bundle
   from bundle_manifest_fixtures import a_manifest
 
   def build(config, bundle_dir):  # what run() puts in the stage's new folder

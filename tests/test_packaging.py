@@ -45,7 +45,7 @@ NOT_SHIPPED = {
 #: Distributions the package imports without declaring them: each is installed by the
 #: declared dependency named here (checked below), so the worker image has it.
 UNDECLARED_IMPORTS = {
-    "absl-py": "tensorflow",       # twotower.logs quiets absl's logger
+    "absl-py": "tensorflow",       # twotower.core.logs quiets absl's logger
     "keras": "tensorflow",         # Keras 3, TensorFlow's and keras-hub's
     "pyjnius": "pyserini",         # jnius_config: the JVM options set before Pyserini starts it
     "starlette": "fastapi",        # the service's middleware and responses
@@ -173,7 +173,7 @@ def test_every_data_folder_the_code_opens_is_in_the_wheel(worker_wheel):
   """Resources read at run time, found in the code (`importlib.resources.files(PKG) / DIR`,
   `Path(__file__)...with_name(DIR)`): each of ours is a non-empty folder of the wheel, each of
   a dependency's a folder of that installed package. The spaCy
-  sentencizer's rules (pipelines/sentencizer_rules) are what every pairs worker reads."""
+  sentencizer's rules (pipelines/sentences/sentencizer_rules) are what every pairs worker reads."""
   shipped = zipfile.ZipFile(worker_wheel).namelist()
   opened = set()
   for module, source in _wheel_sources(worker_wheel).items():
@@ -310,7 +310,7 @@ def test_the_installed_wheel_runs_the_pairs_stage_from_a_fresh_venv(worker_wheel
   assert report["exit"] == 0 and report["executable"] == str(python)
   venv = (tmp_path / "venv").resolve()
   modules = report["modules"]
-  assert {"twotower.pipelines.pairs", "twotower.pipelines.spacy_sentencizer",
+  assert {"twotower.pipelines.wiki.pairs", "twotower.pipelines.sentences.spacy_sentencizer",
           "twotower.commands.embed"} <= set(modules)
   outside = {n: f for n, f in modules.items() if f and not pathlib.Path(f).resolve().is_relative_to(venv)}
   assert not outside, f"imported from outside the fresh venv: {outside}"

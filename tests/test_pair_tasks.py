@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from twotower import contracts
-from twotower.pipelines import pair_tasks
-from twotower.contracts import Passage, codecs
-from twotower.pipelines.pair_tasks import PairConfig
+from twotower.core import contracts
+from twotower.pipelines.wiki import pair_tasks
+from twotower.core.contracts import Passage, codecs
+from twotower.pipelines.wiki.pair_tasks import PairConfig
 
 
 def passages_of(page_id: int, title: str, paragraphs, lead: int = 1) -> tuple[Passage, ...]:

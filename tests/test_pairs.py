@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import pairs as pairs_cmd
 from outputs_fixtures import output_digest, read_pairs, read_passages, roundtrip_failures
 from wikidump_fixtures import DumpPage, article, many_pages, write_dump
@@ -80,7 +80,7 @@ def test_stats_balance_exactly_with_the_golden_accounts(small_run):
 
 
 def test_the_summary_says_how_many_pages_lost_to_another_of_their_title(small_run):
-  from twotower.pipelines import pairs_stats
+  from twotower.pipelines.wiki import pairs_stats
   out, stats = small_run
   first = pairs_stats.summary_table(stats, out).splitlines()[0]
   assert first == ("pages read 12: kept 4, redirects 5, skipped 3 (1 sharing the title of a "
@@ -177,8 +177,8 @@ def test_the_dump_globs_are_matched_once_per_run_and_size_the_disk_shuffle(tmp_p
   """`--dump` is expanded once, when the run starts (issue 39: it was matched three times,
   four for one glob, and each file once more to size the shuffle); the job reads, and the
   disk shuffle's buckets are sized from, those files (bz2 counted x4, as decompressed)."""
-  from twotower import io as tio
-  from twotower.pipelines import inputs, pairs
+  from twotower.core import files as tio
+  from twotower.pipelines.wiki import inputs, pairs
   inputs_dir = tmp_path / "in"
   inputs_dir.mkdir()
   first = write_dump(inputs_dir / "testwiki-pages-articles1.xml.bz2", CASES[:6])

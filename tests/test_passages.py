@@ -6,9 +6,9 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
-from twotower import contracts
-from twotower.pipelines import pair_tasks
-from twotower.pipelines import passages as passages_lib
+from twotower.core import contracts
+from twotower.pipelines.wiki import pair_tasks
+from twotower.pipelines.wiki import passages as passages_lib
 
 
 def words(n: int, word: str = "word") -> str:

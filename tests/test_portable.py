@@ -19,10 +19,10 @@ import time
 import pytest
 
 from twotower import cli
-from twotower.contracts import codecs
+from twotower.core.contracts import codecs
 from wikidump_fixtures import many_pages, write_dump
 
-#: `<prefix>-SSSSS-of-NNNNN<suffix>`: a sharded output (pipelines.shards, Beam's sinks).
+#: `<prefix>-SSSSS-of-NNNNN<suffix>`: a sharded output (pipelines.shared.shards, Beam's sinks).
 SHARD = re.compile(r"-\d{5}-of-\d{5}(?=\.[a-z]+$)")
 
 

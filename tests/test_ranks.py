@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
-from twotower import metrics
+from twotower.core import contracts
+from twotower.core import metrics
 from twotower.eval import evaluate, gold_ranks, runs
 from twotower.eval.runs import Ranked
 from twotower.experiment import cells, execute, grid, plan as plan_lib, ranks

@@ -1,5 +1,5 @@
 """The reading of a grid: claims parsed from the grid file, verdicts by the rule
-(experiment.rule: per-question bootstrap intervals with paired seeds; the two-SD rule on sample
+(experiment.verdict_rule: per-question bootstrap intervals with paired seeds; the two-SD rule on sample
 standard deviations and a sign test where no ranks were recorded; qualifier thresholds), the
 bootstrap itself, counts per (pair, metric, ratio), caveats beside verdicts, and the committed
 reading and docs/results.md true to the committed results."""
@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from twotower.experiment import bootstrap, budget, grid, grid_files, readings, row_configs, rule
+from twotower.experiment import bootstrap, budget, grid, grid_files, readings, row_configs, verdict_rule as rule
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "cpu-small"
@@ -369,7 +369,7 @@ def test_bootstrap_averages_seeds_per_question_and_pairs_by_common_questions():
 
 
 # ---------------------------------------------------------------------------------------------
-# The rule with intervals, paired seeds and qualifiers (experiment.rule).
+# The rule with intervals, paired seeds and qualifiers (experiment.verdict_rule).
 # ---------------------------------------------------------------------------------------------
 
 

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import reqa as reqa_cmd
-from twotower.contracts import counters as C
-from twotower.pipelines import reqa
-from twotower.pipelines.reqa_question_splits import question_key
+from twotower.core.contracts import counters as C
+from twotower.pipelines.reqa import builder as reqa
+from twotower.pipelines.reqa.question_splits import question_key
 from reqa_fixtures import P1, nq_record, span, squad_file
 
 CTX1 = "Paris is the capital of France. It has the Louvre. The Seine flows through it."

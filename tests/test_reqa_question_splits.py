@@ -6,9 +6,9 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from twotower import contracts
-from twotower.pipelines import reqa, reqa_question_splits
-from twotower.pipelines.reqa_question_splits import SplitPolicy, assign_splits, question_key
+from twotower.core import contracts
+from twotower.pipelines.reqa import builder as reqa, question_splits as reqa_question_splits
+from twotower.pipelines.reqa.question_splits import SplitPolicy, assign_splits, question_key
 
 
 def test_splits_deterministic_nested_and_cold_start():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from twotower.pipelines import reqa_sentencizer
-from twotower.pipelines.splitters import get_splitter
+from twotower.pipelines.reqa import sentencizer as reqa_sentencizer
+from twotower.pipelines.sentences.splitters import get_splitter
 
 
 def _split(text: str) -> list[str]:

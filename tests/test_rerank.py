@@ -15,7 +15,7 @@ import pytest
 
 faiss = pytest.importorskip("faiss")
 
-from twotower import contracts  # noqa: E402
+from twotower.core import contracts  # noqa: E402
 from twotower.eval import faiss_index  # noqa: E402
 from twotower.eval import index as index_lib  # noqa: E402
 from twotower.eval import rerank as rr  # noqa: E402

@@ -1,4 +1,4 @@
-"""Loading an exported SavedModel (twotower.saved_model) without Beam: the query tower of a
+"""Loading an exported SavedModel (twotower.core.saved_model) without Beam: the query tower of a
 bundle, served, loads no `apache_beam` (it came with pipelines.embed before), and the eval and
 serving modules import none."""
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from twotower import contracts
-from twotower import saved_model
+from twotower.core import contracts
+from twotower.core import saved_model
 
 #: Run in a fresh interpreter: import every eval and serving module, load a bundle's
 #: TensorFlow query tower and search, then say which of Beam and TensorFlow got loaded.

@@ -560,7 +560,7 @@ def test_a_request_that_does_not_arrive_in_time_is_closed(live, case, sent, answ
 
 @pytest.mark.parametrize("mode", ["bm25", "hybrid"])
 def test_a_query_over_lucenes_term_limit_is_cut_and_the_answer_says_so(live, retriever, mode):
-  from twotower import lucene
+  from twotower.core import lucene
   status, got, _ = _send(live["base"], "POST", {"query": CJK, "mode": mode, "k": 5})
   assert status == 200
   assert got["warnings"] == ["'query': BM25 searched its first 1024 of 1500 characters "
@@ -574,7 +574,7 @@ def test_a_query_over_lucenes_term_limit_is_cut_and_the_answer_says_so(live, ret
 
 
 def test_the_batch_bm25_path_cuts_a_query_over_the_limit_and_counts_it(serving_bundle, caplog):
-  from twotower import lucene
+  from twotower.core import lucene
   index = os.path.join(serving_bundle["bundle"], "lucene")
   words = " ".join(f"w{i}x" for i in range(1500))  # 1,500 distinct terms, 6,089 characters
   questions = [("long", words), ("cjk", CJK), ("short", QUESTION)]

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from twotower.contracts import bundle_manifest
-from twotower.deploy.serving import Retriever, guard
+from twotower.core.contracts import bundle_manifest
+from twotower.deploy.serving import Retriever, http_front as guard
 from twotower.deploy.serving import app as app_lib
 from twotower.deploy.serving import query as query_lib
 from twotower.deploy.serving import retriever as retriever_lib

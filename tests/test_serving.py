@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from twotower import cli
-from twotower import contracts
-from twotower.contracts import bundle_manifest
-from twotower.deploy.serving import BundleError, Retriever, bundle
+from twotower.core import contracts
+from twotower.core.contracts import bundle_manifest
+from twotower.deploy.serving import BundleError, Retriever
+from twotower.deploy.bundling import bundle
 from twotower.testing import batch_path as check
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion
 from twotower.eval import runs as runs_lib
-from twotower.contracts import codecs
+from twotower.core.contracts import codecs
 from twotower.pipelines import embed
 from bundle_manifest_fixtures import write_passages
 
@@ -59,7 +60,7 @@ def test_bundle_holds_every_part_with_a_manifest_that_describes_it(serving_bundl
   path = serving_bundle["bundle"]
   candidates = codecs.read_candidates(serving_bundle["reqa"])
   manifest = json.load(open(os.path.join(path, contracts.BUNDLE_MANIFEST_FILE)))
-  # The parts, the bundle's manifest, and the stage's ownership record (twotower.outputs).
+  # The parts, the bundle's manifest, and the stage's ownership record (twotower.core.outputs).
   assert sorted(os.listdir(path)) == sorted([contracts.BUNDLE_MANIFEST_FILE,
                                              contracts.MANIFEST_FILE, *contracts.BUNDLE_PARTS])
   assert manifest["format_version"] == bundle_manifest.FORMAT_VERSION

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("tensorflow")
 
-from twotower import cli, contracts, fingerprints  # noqa: E402
+from twotower import cli  # noqa: E402
+from twotower.core import contracts, fingerprints
 from twotower.eval import embeddings  # noqa: E402
 from twotower.eval import index as index_stage  # noqa: E402
 from twotower.pipelines import embed  # noqa: E402

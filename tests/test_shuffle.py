@@ -1,4 +1,4 @@
-"""pipelines.shuffle: the disk shuffle of the local runner gives Beam's GroupByKey,
+"""pipelines.shared.shuffle: the disk shuffle of the local runner gives Beam's GroupByKey,
 CoGroupByKey and Reshuffle results, through files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from twotower.pipelines import shuffle as shuffle_lib
+from twotower.pipelines.shared import shuffle as shuffle_lib
 
 #: Keys of the types the pair pipeline groups by: titles, page ids, (target, linking) edges.
 PAIRS = [("Alpha", 1), ("Beta", 2), ("Alpha", 3), (7, "x"), (7, "y"), ((1, 2), "e"),

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from twotower.pipelines import spacy_sentencizer, splitters
+from twotower.pipelines.sentences import spacy_sentencizer, splitters
 
 TEXT = "Mr. Smith went to Washington.  He liked it! Did he?"
 
@@ -35,7 +35,7 @@ def test_unknown_splitter_names_the_choices():
 
 
 # ---------------------------------------------------------------------------------------------
-# The default splitter is pipelines.spacy_sentencizer: spaCy's blank pipeline + sentencizer,
+# The default splitter is pipelines.sentences.spacy_sentencizer: spaCy's blank pipeline + sentencizer,
 # re-implemented without importing spaCy. It must give spaCy's sentences, exactly.
 # ---------------------------------------------------------------------------------------------
 
@@ -104,7 +104,7 @@ def test_stored_rules_are_those_of_the_installed_spacy(lang):
 @pytest.mark.parametrize("dump_fixture", ["enwiki_slice", "ltgwiki"])
 def test_rule_splitter_gives_spacys_sentences_on_every_paragraph_of_a_dump(dump_fixture,
                                                                            request):
-  from twotower.pipelines import parse_pages, wikidump
+  from twotower.pipelines.wiki import parse_pages, wikidump
   paragraphs = []
   for raw in wikidump.iter_dump_pages(str(request.getfixturevalue(dump_fixture))):
     kind, page = parse_pages.route_page(raw)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from twotower.contracts import counters as C
-from twotower.pipelines import squad
-from twotower.pipelines.qa_records import Answer, Paragraph, Skip, fix_answer_start
+from twotower.core.contracts import counters as C
+from twotower.pipelines.reqa import squad
+from twotower.pipelines.reqa.qa_records import Answer, Paragraph, Skip, fix_answer_start
 
 
 def test_parse_squad_paragraphs_and_skips(tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from twotower.pipelines import squad_dump, wikidump
+from twotower.pipelines.reqa import squad_dump
+from twotower.pipelines.wiki import wikidump
 
 
 def test_articles_become_pages_the_dump_reader_reads(tmp_path):

@@ -1,5 +1,5 @@
-"""Content templates rendered (pipelines.templates through pipelines.wikitext), non-prose
-sections, disambiguation pages and stub passages left out (pipelines.nonprose), and the
+"""Content templates rendered (pipelines.wiki.templates through pipelines.wiki.wikitext), non-prose
+sections, disambiguation pages and stub passages left out (pipelines.wiki.nonprose), and the
 section path of a passage, on wikitext the tests write."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sqlite3
 
 import pytest
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import pairs as pairs_cmd
-from twotower.contracts import RawPage, SiteInfo
-from twotower.contracts import counters as C
-from twotower.pipelines import passages as passages_lib
-from twotower.pipelines import parse_pages, templates
+from twotower.core.contracts import RawPage, SiteInfo
+from twotower.core.contracts import counters as C
+from twotower.pipelines.wiki import passages as passages_lib
+from twotower.pipelines.wiki import parse_pages, templates
 from twotower.deploy.serving import store as store_lib
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
@@ -276,7 +276,7 @@ def test_store_keeps_the_section_and_reads_stores_without_it(tmp_path):
 
 
 def test_the_document_tower_reads_the_section_only_when_asked():
-  from twotower.pipelines import pair_tasks
+  from twotower.pipelines.wiki import pair_tasks
   passages = (
       contracts.Passage(7, 0, "Paris", "Paris is a city. It is large.",
                         ("Paris is a city.", "It is large."), True, ""),

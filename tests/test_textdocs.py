@@ -1,4 +1,4 @@
-"""Extracted text as pair-pipeline input (pipelines.textdocs): WikiExtractor text and JSON,
+"""Extracted text as pair-pipeline input (pipelines.wiki.textdocs): WikiExtractor text and JSON,
 JSONL documents; alone and mixed with a dump, by `twotower pairs`."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import json
 
 import pytest
 
-from twotower import cli, contracts
-from twotower.contracts import counters
-from twotower.contracts import Page, Section
-from twotower.pipelines import inputs, textdocs
+from twotower import cli
+from twotower.core import contracts
+from twotower.core.contracts import counters
+from twotower.core.contracts import Page, Section
+from twotower.pipelines.wiki import inputs, textdocs
 from outputs_fixtures import output_digest, read_pairs, read_passages
 from textdocs_fixtures import (Doc, jsonl_record, linked_docs, wikiextractor_text, write_jsonl,
                                write_wikiextractor, write_wikiextractor_json)

@@ -1,4 +1,4 @@
-"""pipelines.title_links: links recovered from titles in text, as pure functions and as the
+"""pipelines.wiki.title_links: links recovered from titles in text, as pure functions and as the
 Beam transform (TestPipeline), and end to end into WLP pairs (pages -> RecoverTitleLinks ->
 ResolveLinks -> MakePassages -> MakePairs)."""
 
@@ -11,12 +11,12 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from twotower import contracts
-from twotower.pipelines import beam_jobs
-from twotower.pipelines import links as links_lib
-from twotower.pipelines import pair_tasks, passages
-from twotower.pipelines import title_links as tl
-from twotower.pipelines.pairs import MakePairs
+from twotower.core import contracts
+from twotower.pipelines.shared import beam_jobs
+from twotower.pipelines.wiki import links as links_lib
+from twotower.pipelines.wiki import pair_tasks, passages
+from twotower.pipelines.wiki import title_links as tl
+from twotower.pipelines.wiki.pairs import MakePairs
 
 #: Rules of the defaults, minus the corpus-wide ones (hubs, common words), for tests of one page.
 LOCAL = tl.TitleLinkConfig(max_lowercase_share=1.0, max_target_share=1.0)

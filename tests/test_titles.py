@@ -1,11 +1,11 @@
-"""MediaWiki title normalisation (pipelines.titles)."""
+"""MediaWiki title normalisation (pipelines.wiki.titles)."""
 
 from __future__ import annotations
 
 import pytest
 
-from twotower.contracts import SiteInfo
-from twotower.pipelines import titles
+from twotower.core.contracts import SiteInfo
+from twotower.pipelines.wiki import titles
 from wikidump_fixtures import ENWIKI_NAMESPACES
 
 ENWIKI = SiteInfo(dbname="enwiki", case="first-letter", namespaces=ENWIKI_NAMESPACES)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twotower import contracts, io as tio
+from twotower.core import contracts, files as tio
 from twotower.commands import vocab as vocab_cmd
 from twotower.pipelines import vocab
 from outputs_fixtures import roundtrip_failures

@@ -1,4 +1,4 @@
-"""The streaming dump reader (pipelines.wikidump): formats, damage, bad records, Beam."""
+"""The streaming dump reader (pipelines.wiki.wikidump): formats, damage, bad records, Beam."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
-from twotower.pipelines import beam_jobs, inputs
-from twotower.pipelines import shuffle as shuffle_lib
-from twotower.pipelines import wikidump
+from twotower.pipelines.shared import beam_jobs
+from twotower.pipelines.wiki import inputs
+from twotower.pipelines.shared import shuffle as shuffle_lib
+from twotower.pipelines.wiki import wikidump
 from wikidump_fixtures import DumpPage, DumpSite, dump_xml, write_bytes, write_dump
 
 PAGES = [

@@ -1,4 +1,4 @@
-"""Wikitext cleaning (pipelines.wikitext) and the ReadDumpPages | ParsePages pipeline."""
+"""Wikitext cleaning (pipelines.wiki.wikitext) and the ReadDumpPages | ParsePages pipeline."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 import pytest
 
-from twotower.contracts import Page, RawPage, Section, SiteInfo
-from twotower.pipelines import beam_jobs, inputs, parse_pages, wikidump, wikitext
+from twotower.core.contracts import Page, RawPage, Section, SiteInfo
+from twotower.pipelines.shared import beam_jobs
+from twotower.pipelines.wiki import inputs, parse_pages, wikidump, wikitext
 from wikidump_fixtures import ENWIKI_NAMESPACES, DumpPage, write_dump
 
 ENWIKI = SiteInfo(dbname="enwiki", case="first-letter", namespaces=ENWIKI_NAMESPACES)
@@ -63,7 +64,7 @@ def test_parse_page_sections_paragraphs_and_links():
       Section("Middle Ages", 3, (
           "first item with Clovis", "second item", "numbered kings",
           "Text after the list.")),
-      # "See also" is no prose (pipelines.nonprose): left out, its links still counted.
+      # "See also" is no prose (pipelines.wiki.nonprose): left out, its links still counted.
   )
   assert page.lead.heading == ""
   # Links: normalised, deduplicated, first-seen order, from templates/tables/captions too;

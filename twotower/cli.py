@@ -24,17 +24,17 @@ import sys
 import threading
 from typing import Sequence
 
-from twotower import logs
+from twotower.core import logs
 
 # stage -> (the stage's module, one-line help), in pipeline order. The stage's flags are parsed
 # by `twotower.commands.<stage>`; `python -m <the stage's module>` runs the same command.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "pairs": ("twotower.pipelines.pairs",
+    "pairs": ("twotower.pipelines.wiki.pairs",
               "Wikipedia dump -> ICT/BFS/WLP pairs (TFRecord), passages (Parquet), stats.json"),
     "vocab": ("twotower.pipelines.vocab", "learn a WordPiece vocabulary from passages/"),
-    "reqa": ("twotower.pipelines.reqa",
+    "reqa": ("twotower.pipelines.reqa.builder",
              "SQuAD / Natural Questions -> ReQA candidates, questions, fine-tuning pairs"),
-    "heldout": ("twotower.pipelines.heldout",
+    "heldout": ("twotower.pipelines.reqa.heldout",
                 "held-out pages of a pairs output -> a ReQA-layout benchmark"),
     "hardneg": ("twotower.pipelines.hardneg",
                 "BM25 hard negatives for the ReQA fine-tuning pairs -> finetune/*-hn<k>-*"),
@@ -50,7 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "curves": ("twotower.model.curves", "training curves of runs (history.csv) -> PNG"),
     "experiment": ("twotower.experiment", "the paper's grid of systems x splits"),
     "demo": ("twotower.experiment.demo", "end-to-end demo on the embedded Wikipedia slice"),
-    "bundle": ("twotower.deploy.serving.bundle",
+    "bundle": ("twotower.deploy.bundling.bundle",
                "a retriever bundle: query tower, FAISS index, passage store, Lucene, weight"),
     "query": ("twotower.deploy.serving.query", "search a retriever bundle from the shell"),
     "serve": ("twotower.deploy.serving.app", "HTTP search service over a retriever bundle"),

@@ -36,8 +36,8 @@ import subprocess
 import sys
 import time
 
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.deploy.portable import processes, runner_state
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from twotower import io as tio
+from twotower.core import files as tio
 
 LOOPBACK = "127.0.0.1"
 STATE_FILE = "runner.json"

@@ -21,7 +21,7 @@ Bad input never reaches a 500: each case is a 4xx with `{"error": "..."}` saying
 wrong (deploy.serving.schema: one pydantic model per endpoint), and the connection stays
 open for the next request. Bodies are capped as they are read, a request must arrive within
 --read_timeout seconds, and no absolute path leaves the server without --show_paths
-(deploy.serving.guard). Every response carries `X-Request-ID` (the client's, or a new one),
+(deploy.serving.http_front). Every response carries `X-Request-ID` (the client's, or a new one),
 and every request is one log line: id, method, path, status, milliseconds.
 
 The bundle is loaded in a background thread at start-up, so /v1/health answers at once and
@@ -48,10 +48,10 @@ import fastapi
 from fastapi import responses
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from twotower import lucene
-from twotower.contracts import bundle_manifest
+from twotower.core import lucene
+from twotower.core.contracts import bundle_manifest
 from twotower.deploy.serving import batcher as batcher_lib
-from twotower.deploy.serving import guard
+from twotower.deploy.serving import http_front as guard
 from twotower.deploy.serving import retriever as retriever_lib
 from twotower.deploy.serving import schema
 from twotower.deploy.serving.retriever import Retriever

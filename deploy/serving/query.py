@@ -14,9 +14,9 @@ import json
 import sys
 from typing import Iterable, Iterator, Optional, TextIO
 
-from twotower import file_outputs
-from twotower import io as tio
-from twotower import outputs
+from twotower.core import file_outputs
+from twotower.core import files as tio
+from twotower.core import outputs
 from twotower.deploy.serving import retriever as retriever_lib
 from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever
 

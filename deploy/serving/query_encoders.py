@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from twotower import contracts
-from twotower import saved_model
+from twotower.core import contracts
+from twotower.core import saved_model
 
 logger = logging.getLogger(__name__)
 

@@ -44,11 +44,11 @@ from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 
-from twotower import contracts
-from twotower import lucene
-from twotower import texts
-from twotower.contracts import bundle_manifest
-from twotower.contracts.bundle_manifest import BundleError, BundleManifest
+from twotower.core import contracts
+from twotower.core import lucene
+from twotower.core import tower_text as texts
+from twotower.core.contracts import bundle_manifest
+from twotower.core.contracts.bundle_manifest import BundleError, BundleManifest
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import fusion
@@ -229,7 +229,7 @@ class Retriever:
 
     searcher = None
     if "bm25" in modes or "hybrid" in modes:
-      from twotower import pyserini_env  # pylint: disable=import-outside-toplevel
+      from twotower.core import pyserini_env  # pylint: disable=import-outside-toplevel
       searcher_cls = pyserini_env.import_lucene_searcher()
       searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
       searcher.set_bm25(float(manifest.bm25.k1), float(manifest.bm25.b))

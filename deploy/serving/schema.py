@@ -25,7 +25,7 @@ from typing import Any, Iterable, Literal, Optional
 import pydantic
 import pydantic_core
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.deploy.serving.retriever import MODES, SearchRequest
 
 #: Deepest JSON accepted: a search body nests 2 levels.

@@ -7,7 +7,7 @@ import argparse
 import functools
 from typing import Iterable
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.eval import bm25, report
 

@@ -1,5 +1,5 @@
 """`twotower bundle --model RUN --reqa DIR | --passages DIR --out DIR`: a retriever bundle
-(the flags of deploy.serving.bundle; any flag it does not know is a Beam pipeline option of
+(the flags of deploy.bundling.bundle; any flag it does not know is a Beam pipeline option of
 the embedding job)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import argparse
 import functools
 from typing import Iterable
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.commands.index import add_index_flags, index_config
-from twotower.deploy.serving import bundle
+from twotower.deploy.bundling import bundle
 
 #: Each flag's help; name, type and default come from BundleConfig (commands.dataclass_flags;
 #: the index flags are `twotower index`'s).

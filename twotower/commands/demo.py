@@ -9,7 +9,7 @@ from typing import Iterable
 from twotower.commands import dataclass_flags, flags
 from twotower.eval import report
 from twotower.experiment import demo
-from twotower.io import match_files
+from twotower.core.files import match_files
 
 #: Each flag's help; name, type and default come from DemoConfig (commands.dataclass_flags).
 HELP = {

@@ -7,7 +7,7 @@ import argparse
 import functools
 from typing import Iterable
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import embed
 
@@ -15,7 +15,7 @@ from twotower.pipelines import embed
 HELP = {
     "model": "a training run directory (its export/saved_model) or a SavedModel",
     "out": "embeddings directory: writes embeddings-*.parquet and stats.json",
-    "doc_text": "layout of a candidate's document text (twotower.texts)",
+    "doc_text": "layout of a candidate's document text (twotower.core.tower_text)",
     "batch_size": "largest batch per SavedModel call (BatchElements max_batch_size)",
     "min_batch_size": "smallest batch BatchElements forms (0: --batch_size, fixed batches)",
     "num_shards": "output shards (0: the runner decides)",
@@ -49,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def saved_model(model: str) -> str:
   """A local training run directory -> its export's SavedModel, as `bundle --model` takes it
-  (deploy.serving.bundle.resolve_saved_model); a remote path, or one that is neither, as
+  (deploy.bundling.bundle.resolve_saved_model); a remote path, or one that is neither, as
   given (the job then says what is wrong with it, after checking the inputs)."""
   if "://" in model:
     return model
-  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.bundling import bundle  # pylint: disable=import-outside-toplevel
   try:
     return bundle.resolve_saved_model(model)
   except FileNotFoundError:

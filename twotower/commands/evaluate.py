@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower import metrics
+from twotower.core import metrics
 from twotower.commands import dataclass_flags, flags
 from twotower.eval import evaluate, report
 

@@ -15,7 +15,7 @@ from typing import Iterable
 
 from twotower.commands import dataclass_flags, flags
 from twotower import experiment
-from twotower import logs
+from twotower.core import logs
 from twotower.experiment import execute, grid
 
 #: Each flag's help; name, type and default come from ExperimentConfig

@@ -8,7 +8,7 @@ import argparse
 import functools
 from typing import Iterable
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.commands import pretrain as pretrain_cmd
 from twotower.model import finetune, train

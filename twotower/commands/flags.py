@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterable, Sequence
 
-from twotower.pipelines import beam_jobs
+from twotower.pipelines.shared import beam_jobs
 
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def parse_with_beam(p: argparse.ArgumentParser,
 
 def add_overwrite(p: argparse.ArgumentParser) -> None:
   """--overwrite: the stage may replace an output that holds another run of it
-  (twotower.outputs)."""
+  (twotower.core.outputs)."""
   p.add_argument("--overwrite", action="store_true",
                  help="replace --out when it holds a run of this stage with other settings "
                       "(a file --out: also a file no stage recorded); a folder's files no "
@@ -105,7 +105,7 @@ def hybrid_tuning(p: argparse.ArgumentParser, weight: float | None, tune_split: 
   """Usage errors (exit 2, before any work) for the flags that weigh a hybrid (`fuse`,
   `bundle`): a weight outside [0, 1], a tuning split that is not a validation split, a
   metric nothing reports."""
-  from twotower import contracts  # pylint: disable=import-outside-toplevel
+  from twotower.core import contracts  # pylint: disable=import-outside-toplevel
   if weight is not None and not 0.0 <= weight <= 1.0:
     p.error(f"{weight_flag} {weight} is not in [0, 1]")
   if tune_split and contracts.split_side(tune_split) != contracts.VALIDATION_SIDE:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower import contracts
-from twotower import texts
+from twotower.core import contracts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import hardneg
 

@@ -1,14 +1,14 @@
 """`twotower heldout --pairs DIR --out DIR`: a ReQA-layout benchmark from the pages a pair
-pipeline held out (the flags of pipelines.heldout)."""
+pipeline held out (the flags of pipelines.reqa.heldout)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Iterable
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import dataclass_flags, flags
-from twotower.pipelines import heldout
+from twotower.pipelines.reqa import heldout
 
 #: Each flag's help; name, type and default come from HeldoutConfig (commands.dataclass_flags).
 HELP = {

@@ -1,5 +1,5 @@
 """`twotower pairs --dump GLOB --out DIR`: Wikipedia dump (or extracted text) -> ICT / BFS / WLP
-(+ crop) pairs, passages, stats.json (the flags of pipelines.pairs; any other flag is a Beam pipeline
+(+ crop) pairs, passages, stats.json (the flags of pipelines.wiki.pairs; any other flag is a Beam pipeline
 option)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import functools
 from typing import Iterable
 
 from twotower.commands import dataclass_flags, flags
-from twotower.pipelines import pairs, pairs_stats, passages
-from twotower.pipelines.pair_tasks import PairConfig
+from twotower.pipelines.wiki import pairs, pairs_stats, passages
+from twotower.pipelines.wiki.pair_tasks import PairConfig
 
 
 #: Each flag's help; its name, type and default come from the config field of the same name
@@ -54,7 +54,7 @@ HELP = {
     "max_redirect_hops": "longest redirect chain followed",
     "recover_links": "text without links (WikiExtractor, JSONL) gets links by finding other "
                      "pages' titles in it, first mention, longest match "
-                     "(pipelines.title_links), so that WLP has pairs; a dump's pages keep "
+                     "(pipelines.wiki.title_links), so that WLP has pairs; a dump's pages keep "
                      "their own links",
     "heldout_percent": "percent of pages held out (by a stable hash of the page id); a pair "
                        "with a held-out query or document page goes to the heldout split",

@@ -9,7 +9,7 @@ import argparse
 import functools
 from typing import Any, Iterable
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import dataclass_flags, flags
 from twotower.model import config as config_lib
 from twotower.model import pretrain, train

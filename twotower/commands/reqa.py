@@ -1,5 +1,5 @@
 """`twotower reqa --squad FILE --out DIR`: SQuAD / Natural Questions -> ReQA candidates,
-questions, fine-tuning pairs, stats.json (the flags of pipelines.reqa; any other flag is a
+questions, fine-tuning pairs, stats.json (the flags of pipelines.reqa.builder; any other flag is a
 Beam pipeline option)."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower import texts
+from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
-from twotower.pipelines import reqa, splitters
+from twotower.pipelines.reqa import builder as reqa
+from twotower.pipelines.sentences import splitters
 
 #: Each flag's help; name, type and default come from ReqaConfig (commands.dataclass_flags).
 HELP = {
@@ -24,7 +25,7 @@ HELP = {
                         "`all`; one whose passage is a ReQA paragraph is removed and counted",
     "validation_percent": "percent of each train side held out for validation",
     "seed": "salt of the split and sampling hashes",
-    "doc_text": "doc_text layout of the fine-tuning pairs (twotower.texts)",
+    "doc_text": "doc_text layout of the fine-tuning pairs (twotower.core.tower_text)",
     "num_shards": "TFRecord shards per fine-tuning split",
 }
 

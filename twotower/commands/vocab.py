@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Iterable
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.commands import dataclass_flags, flags
 from twotower.pipelines import vocab
 

@@ -34,8 +34,8 @@ import logging
 import os
 from typing import Optional
 
-from twotower import io as tio
-from twotower import logs
+from twotower.core import files as tio
+from twotower.core import logs
 from twotower.experiment import estimate, execute, grid, plan as plan_lib, render
 
 logger = logging.getLogger(__name__)

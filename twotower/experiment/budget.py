@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from twotower.experiment import grid_files, rule
+from twotower.experiment import grid_files, verdict_rule as rule
 
 #: The verdicts that go against a claim: the ones a longer budget might move.
 AGAINST = (rule.CONTRADICTED, rule.SEEDS_AGAINST, rule.SEEN_AGAINST, rule.SIZE_MISSED)

@@ -11,9 +11,9 @@ import os
 import shutil
 from typing import Callable, Mapping
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.experiment import grid, plan
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 from twotower.experiment.params import (Bm25Params, EvalParams, FinetuneParams, FuseParams,
                                         GOLDS, HardnegParams, PairsParams, PretrainParams,
                                         ReqaParams, from_key_params)
@@ -46,7 +46,8 @@ def run_file_in(cell_dir: str, record: Mapping) -> str:
 
 
 def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.pipelines import pairs, squad_dump
+  from twotower.pipelines.wiki import pairs
+  from twotower.pipelines.reqa import squad_dump
   p: PairsParams = cell.params
   dump = ",".join(p.inputs())
   if p.squad_text:  # the SQuAD articles (a dump: ids kept) come last
@@ -69,7 +70,7 @@ def _vocab(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.pipelines import reqa
+  from twotower.pipelines.reqa import builder as reqa
   p: ReqaParams = cell.params
   extra = {}
   if p.open_candidates:
@@ -80,7 +81,7 @@ def _reqa(cell: Cell, ctx: Context, out: str) -> dict:
 
 
 def _heldout(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.pipelines import heldout
+  from twotower.pipelines.reqa import heldout
   result = heldout.run(heldout.HeldoutConfig(pairs=ctx.dep(cell, "pairs"), out=out))
   return {"counts": result.stats}
 
@@ -278,7 +279,7 @@ def _untuned(cell: Cell, ctx: Context) -> tuple[float, str, dict]:
 
 
 def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
-  from twotower.deploy.serving import bundle
+  from twotower.deploy.bundling import bundle
   fused = ctx.done(cell.deps[plan.BUNDLE_FUSE])
   model = ctx.dirs[cell.deps[plan.BUNDLE_MODEL + fused["partner"]]]
   tuning = fused.get("tuning") or {}

@@ -36,12 +36,12 @@ import os
 import sys
 import time
 
-from twotower import contracts
-from twotower import io as tio
-from twotower import logs
-from twotower import texts
+from twotower.core import contracts
+from twotower.core import files as tio
+from twotower.core import logs
+from twotower.core import tower_text as texts
 from twotower.experiment import execute
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 from twotower.experiment.params import (Bm25Params, EvalParams, HeldoutParams, PairsParams,
                                         PretrainParams, ReqaParams, VocabParams)
 from twotower.experiment.plan import Plan
@@ -83,8 +83,8 @@ def benchmarks(config: DemoConfig) -> tuple[str, ...]:
 def plan(config: DemoConfig) -> Plan:
   """The demo's cells, in dependency order."""
   from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines.pairs import PairConfig  # pylint: disable=import-outside-toplevel
-  from twotower.pipelines.passages import PassageConfig  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.wiki.pairs import PairConfig  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.wiki.passages import PassageConfig  # pylint: disable=import-outside-toplevel
 
   p = Plan()
   # Dense sampling: a slice of ~100 articles gives only a few hundred pairs at the
@@ -124,7 +124,7 @@ def plan(config: DemoConfig) -> Plan:
 
 
 def run(config: DemoConfig) -> DemoResult:
-  from twotower.deploy.serving import bundle  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.bundling import bundle  # pylint: disable=import-outside-toplevel
   from twotower.eval import report  # pylint: disable=import-outside-toplevel
 
   tio.log_settings("demo", dataclasses.asdict(config))

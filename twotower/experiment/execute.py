@@ -34,9 +34,9 @@ import resource
 import time
 from typing import Callable, Iterable, Iterator, Mapping, Optional
 
-from twotower import io as tio
-from twotower import logs
-from twotower import outputs
+from twotower.core import files as tio
+from twotower.core import logs
+from twotower.core import outputs
 from twotower.experiment import cells as cells_lib
 from twotower.experiment import params as params_lib
 from twotower.experiment.estimate import format_seconds
@@ -376,7 +376,7 @@ def _run_cell(cell: Cell, ctx: cells_lib.Context, out: str, work: str, where: st
   cells_lib.clean(cell, out)
   tio.makedirs(out)
   for name in (FAILED_FILE, DONE_FILE):
-    # A resumable cell's run dir is owned by its stage (twotower.outputs): the grid's own
+    # A resumable cell's run dir is owned by its stage (twotower.core.outputs): the grid's own
     # record of an earlier try (or a restored one, in a run dir the stage never wrote)
     # would make the stage refuse the folder. The cell runs again: the record is stale,
     # and is written anew when it ends.

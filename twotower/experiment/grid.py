@@ -28,7 +28,7 @@ import dataclasses
 from typing import Any, Mapping, Optional
 
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.experiment import budget as budget_lib
 from twotower.experiment import grid_files
 from twotower.experiment.grid_files import as_tuple, known_fields
@@ -184,7 +184,7 @@ class Claim:
     metrics: recalls or MRR, as the result records name them ("R@100").
     expect: "higher" (A above B) or "lower".
     qualifier, min_gain, max_gain, min_ratio: the sentence's word of size ("only
-      marginally") and its threshold, tested (experiment.rule.Size): the gain (A - B; B - A
+      marginally") and its threshold, tested (experiment.verdict_rule.Size): the gain (A - B; B - A
       for "lower") in points at least / at most, the ratio (A / B; B / A) at least.
     caveat: what the verdicts rest on that the numbers do not show (a confound), printed
       beside them.

@@ -62,7 +62,7 @@ def key_params(params: "CellParams") -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class PairsParams:
-  """The pair pipeline (pipelines.pairs) on the dump (+ a corpus, + the QA file's articles)."""
+  """The pair pipeline (pipelines.wiki.pairs) on the dump (+ a corpus, + the QA file's articles)."""
   KIND: ClassVar[str] = "pairs"
   dump: str                       # the dump glob(s), comma separated
   squad_text: str                 # the SQuAD file whose articles join the text ("": none)
@@ -75,7 +75,7 @@ class PairsParams:
 
   def inputs(self) -> list[str]:
     """The inputs in the order the cell runs them: the dump, then the corpus (its page ids
-    move into a range of their own by this position: pipelines.textdocs); the SQuAD articles
+    move into a range of their own by this position: pipelines.wiki.textdocs); the SQuAD articles
     (a dump: ids kept) come last, added by the executor."""
     return self.dump.split(",") + (self.corpus.split(",") if self.corpus else [])
 

@@ -22,7 +22,7 @@ A *cell* is one resumable unit of work with a done-marker:
     bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
 
-A cell is named by its CellId (experiment.identity) and holds its kind's typed parameters
+A cell is named by its CellId (experiment.cell_id) and holds its kind's typed parameters
 (experiment.params): everything it depends on; a training cell holds its resolved model
 config (`TrainingConfig.to_dict()`), so changing a preset, a step count or a seed plans new
 cells. A cell's directory ends with a hash of its parameters and its dependencies' hashes: a
@@ -41,16 +41,16 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import row_configs
 from twotower.experiment.grid import GridSpec, System, Table, Variant
-from twotower.experiment.identity import LAYOUTS, OPEN_SUFFIX, CellId
+from twotower.experiment.cell_id import LAYOUTS, OPEN_SUFFIX, CellId
 from twotower.experiment.params import (Bm25Params, BundleParams, CellParams, DatastatsParams,
                                         EvalParams, FinetuneParams, FuseParams, HardnegParams,
                                         PairsParams, PretrainParams, ReqaParams, VocabParams,
                                         key_params)
-from twotower.pipelines.pair_tasks import PairConfig
+from twotower.pipelines.wiki.pair_tasks import PairConfig
 
 #: The cell kinds (each named as identity.LAYOUTS says, with params.BY_KIND's parameters).
 KINDS = tuple(LAYOUTS)
@@ -185,7 +185,7 @@ class Inputs:
   dump: str
   squad: str = ""
   nq: str = ""
-  corpus: str = ""   # extracted text pre-trained on beside the dump (pipelines.textdocs)
+  corpus: str = ""   # extracted text pre-trained on beside the dump (pipelines.wiki.textdocs)
 
   def datasets(self) -> list[tuple[str, str]]:
     """(dataset name, path) of each QA dataset given."""

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from twotower.experiment import plan as plan_lib
 from twotower.experiment import row_configs
 from twotower.experiment.grid import GridSpec, RowRef
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 
 
 @dataclasses.dataclass(frozen=True)

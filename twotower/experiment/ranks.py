@@ -25,8 +25,8 @@ import logging
 import os
 from typing import Callable, Mapping, Optional
 
-from twotower import contracts
-from twotower import io as tio
+from twotower.core import contracts
+from twotower.core import files as tio
 from twotower.eval import gold_ranks
 from twotower.experiment import cells, execute
 from twotower.experiment.plan import RESULT_KINDS, Cell, Plan

@@ -22,7 +22,7 @@ import logging
 import os
 from typing import Optional, Sequence
 
-from twotower import io as tio
+from twotower.core import files as tio
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import ranks, readings
 from twotower.experiment.grid import GridSpec

@@ -1,5 +1,5 @@
 """The reading of a grid: each claim of the grid file (grid.Claim) checked against the results,
-with the verdict computed by one rule (experiment.rule), so that no sentence about the grid is
+with the verdict computed by one rule (experiment.verdict_rule), so that no sentence about the grid is
 typed by hand.
 
     twotower experiment ...              # writes <results_dir>/reading.md with the tables
@@ -26,15 +26,15 @@ import logging
 import os
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
-from twotower import contracts
-from twotower import io as tio
+from twotower.core import contracts
+from twotower.core import files as tio
 from twotower.experiment import bootstrap
 from twotower.experiment import budget as budget_lib
 from twotower.experiment import grid as grid_lib
 from twotower.experiment import pretrain_check
 from twotower.experiment.pretrain_check import PretrainCheck
 from twotower.experiment.grid import Claim, GridSpec, RowRef
-from twotower.experiment.rule import (  # noqa: F401  (the reading's words, re-exported)
+from twotower.experiment.verdict_rule import (  # noqa: F401  (the reading's words, re-exported)
     CONTRADICTED, EQUAL, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST,
     SEEN_AS, SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd,
     sign_test)

@@ -22,8 +22,8 @@ import os
 import random
 from typing import Sequence
 
-from twotower import contracts
-from twotower import io as tio
+from twotower.core import contracts
+from twotower.core import files as tio
 from twotower.experiment import execute
 from twotower.experiment.plan import Cell, Plan
 

@@ -15,13 +15,13 @@ import os
 import shlex
 from typing import Iterable, Mapping, Optional, Sequence
 
-from twotower import contracts
-from twotower import io as tio
+from twotower.core import contracts
+from twotower.core import files as tio
 from twotower.eval import report
 from twotower.experiment import execute, finetune_length, ranks, reading_changes, readings
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
-from twotower.experiment.identity import CellId
+from twotower.experiment.cell_id import CellId
 from twotower.experiment.plan import RESULT_KINDS, Entry, Plan, has_zero_shot, table_seeds
 
 RECALLS = tuple(f"R@{k}" for k in contracts.DEFAULT_KS)

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from twotower import contracts
+from twotower.core import contracts
 from twotower.eval.runs import Ranked, Run
 
 #: Scores this close are a tie (a TREC run file keeps 6 decimals).

@@ -4,7 +4,7 @@ embedding job before (or without) a trained export.
 It is a real TensorFlow model, shaped like the paper's BoW-MLP baseline: lower-cased
 whitespace tokens are hashed (`tf.strings.to_hash_bucket_fast`) into an embedding table,
 averaged, and passed through a 2-layer tanh MLP, then L2-normalised. Its signatures are the
-contract's (twotower.contracts):
+contract's (twotower.core.contracts):
 
   query_encoder(query: string[None]) -> {"embedding": float32[None, d]}
   doc_encoder(title: string[None], text: string[None]) -> {"embedding": float32[None, d]}
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from twotower import contracts
+from twotower.core import contracts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,8 +12,8 @@ import os
 import random
 from typing import Sequence
 
-from twotower import contracts
-from twotower.contracts import Pair
+from twotower.core import contracts
+from twotower.core.contracts import Pair
 
 WORDS = tuple(f"w{i}" for i in range(200)) + (
     "the", "cat", "sat", "on", "mat", "who", "wrote", "paris", "river", "city", "king",

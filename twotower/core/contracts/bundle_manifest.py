@@ -1,0 +1,345 @@
+"""A retriever bundle's `manifest.json` (format v2), as one frozen record: what `twotower
+bundle` and the grid's bundle cell write, and what `Retriever.load` reads and checks.
+
+    manifest = BundleManifest(created=..., versions=..., model=ModelPart(...), ...)
+    manifest.signed(bundle_dir).write(bundle_dir)   # every file's size and sha256, then JSON
+    manifest = read(bundle_dir)                      # parsed, each field typed, or BundleError
+    manifest.check_files(bundle_dir, "sha256")       # every part present with its digest
+    manifest.check_ids(bundle_dir)                   # the index and Lucene hold the store's ids
+
+The JSON, in the order it is written (a contract: the same inputs give the same bytes):
+
+    format, format_version   "twotower-retriever-bundle", 2 (a reader refuses other versions)
+    created, versions        when, and the stack that built it (Python, RECORDED_PACKAGES)
+    model                    source, fingerprint (twotower.core.fingerprints), signature,
+                             embedding_dim, config (the run's config.yaml text, or "")
+    documents                count, source, kind, doc_text, ids (the store's id set)
+    index                    factory, vectors, dim, metric, ids (read back from the index)
+    bm25                     documents, k1, b, ids (read back from Lucene)
+    hybrid                   weight, tuned_on, metric, questions, depth, method, note
+                             [, partner: the dense row the grid's fuse cell chose]
+    files                    relative path -> {bytes, sha256}, every file but the manifest
+                             (and the stage's ownership record, twotower.core.outputs)
+
+It lives in contracts/ beside the other records because it is one: the writer
+(deploy.bundling.bundle), the grid (experiment.cells) and the reader (deploy.serving.retriever)
+all import it from here, and none of them imports another for the format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+from typing import Any, Mapping, Optional
+
+from twotower.core import fingerprints
+from twotower.core import files as tio
+from twotower.core.contracts import layout
+
+FORMAT = "twotower-retriever-bundle"
+#: Bumped when the layout or the manifest's meaning changes; a reader refuses other versions.
+FORMAT_VERSION = 2  # 2: the model's fingerprint and each part's id set
+#: Library versions recorded in the manifest (a difference at load is logged, not refused).
+RECORDED_PACKAGES = ("twotower", "tensorflow", "tensorflow-text", "faiss-cpu", "pyserini")
+#: How the hybrid combines the two sides (eval.fusion.interpolate), and what its weight means.
+HYBRID_METHOD = "interpolate"
+HYBRID_NOTE = "BM25's weight, as `twotower fuse --run BM25 DENSE --weight W`"
+#: How much of the bundle `check_files` reads: presence, sizes, or contents.
+VERIFY = ("none", "size", "sha256")
+
+
+class BundleError(ValueError):
+  """A bundle that is incomplete or whose parts disagree; the message names the part."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The record.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class IdSet:
+  """An id set's digest (fingerprints.ids_record): equal sets have equal records."""
+  count: int
+  sha256: str
+
+  @classmethod
+  def of(cls, record: Mapping[str, Any]) -> "IdSet":
+    """From fingerprints.ids_record's {"count", "sha256"}."""
+    return cls(int(record["count"]), str(record["sha256"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileDigest:
+  bytes: int
+  sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPart:
+  """The query tower: the SavedModel it was copied from and the model's fingerprint."""
+  source: str
+  fingerprint: str
+  signature: str
+  embedding_dim: int
+  config: str  # the training run's config.yaml beside the export ("" when there is none)
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentsPart:
+  """The store: what the documents are and where they came from."""
+  count: int
+  source: str
+  kind: str      # "candidates" (a ReQA directory) or "passages" (a pair pipeline output)
+  doc_text: str  # a candidate's text as BM25 and the towers read it; "title+text" for passages
+  ids: IdSet
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexPart:
+  """The FAISS index, as the index stage read it back."""
+  factory: str
+  vectors: int
+  dim: int
+  metric: str
+  ids: IdSet
+
+
+@dataclasses.dataclass(frozen=True)
+class Bm25Part:
+  """The Lucene index and the BM25 parameters a search uses."""
+  documents: int
+  k1: float
+  b: float
+  ids: IdSet
+
+
+@dataclasses.dataclass(frozen=True)
+class Hybrid:
+  """BM25's weight in the hybrid and where it was chosen: `tuned_on` a validation split
+  (None: given, untuned), `questions` how many it had (None: unknown to the bundle, as when
+  the grid's fuse cell chose it), `partner` the dense row the fuse cell kept (grid only)."""
+  weight: float
+  depth: int
+  tuned_on: Optional[str] = None
+  metric: Optional[str] = None
+  questions: Optional[int] = 0
+  method: str = HYBRID_METHOD
+  note: str = HYBRID_NOTE
+  partner: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleManifest:
+  """manifest.json of a retriever bundle (see the module docstring)."""
+  created: str
+  versions: Mapping[str, str]
+  model: ModelPart
+  documents: DocumentsPart
+  index: IndexPart
+  bm25: Bm25Part
+  hybrid: Hybrid
+  files: Mapping[str, FileDigest] = dataclasses.field(default_factory=dict)
+
+  def to_json(self) -> dict:
+    """The manifest as written, field for field in the format's order."""
+    hybrid = dataclasses.asdict(self.hybrid)
+    hybrid = {k: hybrid[k] for k in ("weight", "tuned_on", "metric", "questions", "depth",
+                                     "method", "note")}
+    if self.hybrid.partner is not None:
+      hybrid["partner"] = self.hybrid.partner
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": self.created,
+            "versions": dict(self.versions), "model": dataclasses.asdict(self.model),
+            "documents": dataclasses.asdict(self.documents),
+            "index": dataclasses.asdict(self.index), "bm25": dataclasses.asdict(self.bm25),
+            "hybrid": hybrid,
+            "files": {rel: dataclasses.asdict(d) for rel, d in self.files.items()}}
+
+  @classmethod
+  def from_json(cls, value: Any, path: str) -> "BundleManifest":
+    """Parses a manifest read from `path`.
+
+    Raises:
+      BundleError: one line naming `path` and the first field that is missing or mistyped.
+    """
+    if not isinstance(value, dict):
+      raise BundleError(f"{path}: part 'manifest.json' is a JSON {type(value).__name__}, "
+                        f"not a {FORMAT} manifest (an object)")
+    if value.get("format") != FORMAT:
+      raise BundleError(f"{path}: not a {FORMAT} manifest")
+    if value.get("format_version") != FORMAT_VERSION:
+      raise BundleError(f"{path}: bundle format version {value.get('format_version')}, this "
+                        f"twotower reads version {FORMAT_VERSION}: rebuild it with "
+                        "`twotower bundle`")
+    top = _Fields(path, value)
+    versions, files = top.nested("versions"), top.nested("files")
+    return cls(created=top.get("created", str),
+               versions={name: versions.get(name, str) for name in versions.value},
+               model=top.record("model", ModelPart),
+               documents=top.record("documents", DocumentsPart),
+               index=top.record("index", IndexPart), bm25=top.record("bm25", Bm25Part),
+               hybrid=top.record("hybrid", Hybrid),
+               files={rel: files.record(rel, FileDigest) for rel in files.value})
+
+  # -------------------------------------------------------------------------------------------
+  # Writing.
+  # -------------------------------------------------------------------------------------------
+
+  def signed(self, bundle_dir: str) -> "BundleManifest":
+    """This manifest with the size and sha256 of every file under `bundle_dir` (write it
+    last: it is not one of them)."""
+    return dataclasses.replace(self, files=file_digests(bundle_dir))
+
+  def write(self, bundle_dir: str) -> None:
+    tio.write_json(layout.bundle_path(bundle_dir, layout.BUNDLE_MANIFEST_FILE), self.to_json())
+
+  # -------------------------------------------------------------------------------------------
+  # Checking a bundle against it.
+  # -------------------------------------------------------------------------------------------
+
+  def check_files(self, bundle_dir: str, verify: str = "sha256") -> None:
+    """Every part present, every file the manifest lists there, with its size (`verify`
+    "size") and its sha256 too ("sha256": a same-size file of another bundle is caught).
+
+    Raises:
+      BundleError: naming the part and the file.
+    """
+    if verify not in VERIFY:
+      raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
+    if not self.files:
+      raise BundleError(f"{bundle_dir}: manifest lists no files")
+    for part in layout.BUNDLE_PARTS:
+      if not os.path.exists(layout.bundle_path(bundle_dir, part)):
+        raise BundleError(f"{bundle_dir}: part {part!r} is missing (an incomplete bundle)")
+    for rel, want in self.files.items():
+      path = os.path.join(bundle_dir, rel)
+      part = rel.split(os.sep, 1)[0]
+      if not os.path.isfile(path):
+        raise BundleError(f"{bundle_dir}: part {part!r} is missing its file {rel}")
+      if verify in ("size", "sha256") and os.path.getsize(path) != want.bytes:
+        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} has {os.path.getsize(path)} "
+                          f"bytes, the manifest says {want.bytes}")
+      if verify == "sha256" and fingerprints.file_sha256(path) != want.sha256:
+        raise BundleError(f"{bundle_dir}: part {part!r}: {rel} differs from its sha256 "
+                          "checksum in the manifest (changed, or a file of another bundle)")
+
+  def check_ids(self, bundle_dir: str) -> None:
+    """The index and Lucene hold the store's ids: the build read each part's ids back and
+    recorded their digests, and the file checksums tie the parts to those digests.
+
+    Raises:
+      BundleError: naming the part whose ids differ.
+    """
+    store = self.documents.ids
+    for part, ids in ((layout.BUNDLE_INDEX_FILE, self.index.ids),
+                      (layout.BUNDLE_LUCENE_DIR, self.bm25.ids)):
+      if ids != store:
+        raise BundleError(f"{bundle_dir}: part {part!r} holds other ids than part "
+                          f"{layout.BUNDLE_STORE_FILE!r} ({ids.count} against {store.count}, "
+                          "by the manifest's id digests): parts of two bundles")
+
+
+def manifest_path(bundle_dir: str) -> str:
+  return layout.bundle_path(bundle_dir, layout.BUNDLE_MANIFEST_FILE)
+
+
+def read(bundle_dir: str) -> BundleManifest:
+  """The manifest of `bundle_dir`, parsed.
+
+  Raises:
+    BundleError: no such folder, no manifest, not JSON, another format or version, or a
+      field missing or mistyped: one line naming the file (and the field).
+  """
+  path = manifest_path(bundle_dir)
+  if not os.path.isdir(bundle_dir):
+    raise BundleError(f"{bundle_dir}: no such bundle directory")
+  if not os.path.isfile(path):
+    raise BundleError(f"{bundle_dir}: part 'manifest.json' is missing (not a bundle, or an "
+                      "incomplete one: `twotower bundle` writes it last)")
+  try:
+    value = tio.read_json(path)
+  except ValueError as e:
+    raise BundleError(f"{path}: part 'manifest.json' is not JSON ({e})") from e
+  return BundleManifest.from_json(value, path)
+
+
+def running_versions() -> dict[str, str]:
+  """Python's and RECORDED_PACKAGES' versions in this process: what a manifest records (the
+  writer) and what a reader compares it with."""
+  return {"python": platform.python_version(), **tio.package_versions(RECORDED_PACKAGES)}
+
+
+def file_digests(bundle_dir: str) -> dict[str, FileDigest]:
+  """Every file under the bundle but the manifest and the stage's ownership record
+  (twotower.core.outputs writes it after the manifest): relative path -> bytes and sha256, sorted
+  by path."""
+  skipped = {layout.BUNDLE_MANIFEST_FILE, layout.MANIFEST_FILE}
+  files = {}
+  for root, _, names in os.walk(bundle_dir):
+    for name in sorted(names):
+      path = os.path.join(root, name)
+      rel = os.path.relpath(path, bundle_dir)
+      if rel not in skipped:
+        files[rel] = FileDigest(os.path.getsize(path), fingerprints.file_sha256(path))
+  return dict(sorted(files.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing: one typed field at a time, each error naming the file and the field.
+# ---------------------------------------------------------------------------------------------
+
+
+#: Field type -> (check, the name a message gives it). Numbers are kept as JSON gave them (an
+#: int where a float is expected stays an int), so that a manifest read and written again is
+#: the same bytes; a bool is never a number.
+_KINDS = {
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "int"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "float"),
+    str: (lambda v: isinstance(v, str), "str"),
+    Optional[str]: (lambda v: v is None or isinstance(v, str), "str or null"),
+    Optional[int]: (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+                    "int or null"),
+}
+_TYPES = {"int": int, "float": float, "str": str, "Optional[str]": Optional[str],
+          "Optional[int]": Optional[int], "IdSet": IdSet}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fields:
+  """One JSON object of the manifest at `path`; `key` names it in messages ("" for the top
+  level, "model", "files.index.faiss", ...)."""
+  path: str
+  value: Mapping[str, Any]
+  key: str = ""
+
+  def _where(self) -> str:
+    return f"the manifest's {self.key!r}" if self.key else "the manifest"
+
+  def get(self, name: str, kind: Any) -> Any:
+    field = self.value.get(name)
+    check, label = _KINDS[kind]
+    if not check(field):
+      raise BundleError(f"{self.path}: {self._where()} has no {label} {name!r} (got "
+                        f"{field!r}): rebuild the bundle")
+    return field
+
+  def nested(self, name: str) -> "_Fields":
+    value = self.value.get(name)
+    if not isinstance(value, dict):
+      raise BundleError(f"{self.path}: {self._where()} has no {name!r} object (not written "
+                        "by `twotower bundle`, or edited): rebuild the bundle")
+    return _Fields(self.path, value, f"{self.key}.{name}" if self.key else name)
+
+  def record(self, name: str, record: type) -> Any:
+    """The object `name` as `record` (a dataclass of this module), each field checked by its
+    annotation; a field with a default may be absent (it takes the default)."""
+    fields = self.nested(name)
+    values = {}
+    for f in dataclasses.fields(record):
+      if f.name not in fields.value and f.default is not dataclasses.MISSING:
+        continue
+      kind = _TYPES[f.type]
+      values[f.name] = (fields.record(f.name, IdSet) if kind is IdSet
+                        else fields.get(f.name, kind))
+    return record(**values)
