@@ -54,12 +54,12 @@ def test_how_each_import_runs_is_told_apart():
 
 
 def test_a_submodule_import_runs_its_busy_package_init():
-  """`from twotower.core.contracts import layout` runs contracts/__init__.py, which imports codecs:
-  drawn as an arrow to that __init__ (a circle through it is a real import-order hazard)."""
+  """`from twotower.core.contracts import layout` runs contracts/__init__.py, which imports
+  codecs: drawn as an arrow to that __init__ (a circle through it is a real import-order hazard)."""
   arrows = import_graph.arrows()
   assert ("twotower/core/outputs.py", "twotower/core/contracts/__init__.py", "package") in \
       {(a.source, a.target, a.kind) for a in arrows}
   assert import_graph.module_file("twotower.eval.bm25") == import_graph.ROOT / "eval" / "bm25.py"
   assert import_graph.module_file("twotower.core.contracts") == \
-      import_graph.ROOT / "twotower" / "contracts" / "__init__.py"
+      import_graph.ROOT / "twotower" / "core" / "contracts" / "__init__.py"
   assert import_graph.module_file("twotower.core.contracts.PAIR_SPLITS") is None

@@ -1,9 +1,12 @@
 """The folders import each other in one direction only: a layer imports the layers below it.
 
-    core       twotower/ (contracts, io, outputs, logs, texts, ...): what every stage shares
-    pipelines  Beam stages            model   Keras towers and training
+    core       twotower/core/ (contracts, files, outputs, logs, tower_text, ...): what every
+               stage shares
+    pipelines  Beam stages (wiki/, reqa/, sentences/, shared/; vocab, embed, hardneg)
+    model      Keras towers and training
     eval       search, BM25, metrics, reports (over pipelines' and model's outputs)
-    deploy     the retriever bundle, query and serve (over eval's search)
+    deploy     building the retriever bundle (bundling/), query and serve (serving/), over
+               eval's search; serving never imports the building side
     top        twotower.cli, twotower.commands, twotower.experiment: what wires stages together
 
 Read from the source (`import` statements), not by importing: a cycle between folders is
@@ -84,6 +87,23 @@ def edges() -> dict[tuple[str, str], list[str]]:
 def test_every_import_goes_down_the_layers():
   upward = {pair: sites for pair, sites in edges().items() if RANK[pair[1]] >= RANK[pair[0]]}
   assert not upward, "\n".join(f"{a} -> {b}: {sites[:3]}" for (a, b), sites in upward.items())
+
+
+def test_the_ground_floor_is_its_own_package():
+  """twotower/ holds the top floor (cli, commands, experiment), the test helpers and the
+  ground floor's package, core/: no module of the floors beside them."""
+  stray = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "twotower").rglob("*.py")
+                 if p.relative_to(ROOT / "twotower").parts[0] not in
+                 ("core", "testing", *TOP_PACKAGES, "cli.py", "__init__.py"))
+  assert not stray
+
+
+def test_serving_only_serves():
+  """deploy/serving loads and searches a bundle; building one (deploy/bundling) is another
+  job, which serving never imports."""
+  offenders = [f"{p.relative_to(ROOT)}: {n}" for p in (ROOT / "deploy" / "serving").rglob("*.py")
+               for n in imports_of(p) if n.startswith("twotower.deploy.bundling")]
+  assert not offenders
 
 
 def test_no_stage_imports_the_test_helpers():

@@ -184,7 +184,7 @@ def test_every_data_folder_the_code_opens_is_in_the_wheel(worker_wheel):
       package = module.rpartition(".")[0]
       for folder in re.findall(r'\.with_name\(\s*"([^"]+)"\s*\)', source):
         opened.add((package, folder))
-  assert ("twotower.pipelines", "sentencizer_rules") in opened, opened
+  assert ("twotower.pipelines.sentences", "sentencizer_rules") in opened, opened
   for package, folder in sorted(opened):
     if not package.startswith("twotower"):  # a dependency's own data (pyserini's 2cr/)
       import importlib.resources
