@@ -49,9 +49,12 @@ CORE_ORDER: tuple[tuple[str, ...], ...] = (
 ALLOWED_EDGES: dict[tuple[str, str], str] = {
     ("model/mlm.py", "model/pretrain.py"):
         "under TYPE_CHECKING: the type of the pretrain job, never imported at run time",
-    ("pipelines/sentences/splitters.py", "pipelines/reqa/sentencizer.py"):
-        "a lazy registry: sentences' table of splitters names the ReQA one, which builds on "
-        "sentences' Span and SentenceSplitter; imported when that splitter is first asked for",
+    ("pipelines/sentences/splitters.py", "pipelines/sentences/reqa_sentencizer.py"):
+        "a lazy registry: the table of splitters names the ReQA one, which builds on the "
+        "table's Span and SentenceSplitter; imported when that splitter is first asked for",
+    ("pipelines/wiki/wikidump.py", "pipelines/wiki/inputs.py"):
+        "under TYPE_CHECKING: the type of the files the dump reader takes (inputs.InputFile), "
+        "never imported at run time",
 }
 
 class Arrow(NamedTuple):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from twotower.pipelines.reqa import sentencizer as reqa_sentencizer
+from twotower.pipelines.sentences import reqa_sentencizer
 from twotower.pipelines.sentences.splitters import get_splitter
 
 

@@ -13,7 +13,7 @@ Names:
     or path), e.g. ``spacy:en_core_web_sm``; loaded, never downloaded. ``spacy:blank:en`` is
     the library run of what ``spacy`` computes (the tests compare the two).
   * ``reqa``: a re-implementation of the rule-based splitter of ReQA's evaluation code, so that
-    ReQA counts match published ones (see pipelines.reqa.sentencizer).
+    ReQA counts match published ones (see pipelines.sentences.reqa_sentencizer).
 
 A splitter is built once per worker (`DoFn.setup`) and is not pickled with the pipeline.
 """
@@ -84,7 +84,7 @@ class RuleSplitter(SentenceSplitter):
 
 
 def _reqa_splitter() -> SentenceSplitter:
-  from twotower.pipelines.reqa import sentencizer as reqa_sentencizer  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.sentences import reqa_sentencizer  # pylint: disable=import-outside-toplevel
   return reqa_sentencizer.ReqaSplitter()
 
 
