@@ -189,7 +189,7 @@ def test_a_hit_that_is_the_query_itself_is_dropped(tmp_path):
   assert kept == {"q3": [("10", 3.0)], "q1": [("q3", 2.0)]}
 
 
-_PYSERINI = ("import runpy, sys\nfrom twotower import pyserini_env\npyserini_env.apply()\n"
+_PYSERINI = ("import runpy, sys\nfrom twotower.core import pyserini_env\npyserini_env.apply()\n"
              "module = sys.argv[1]\nsys.argv = [module] + sys.argv[2:]\n"
              "runpy.run_module(module, run_name='__main__')\n")
 

@@ -21,7 +21,7 @@ Reading order, dump to report:
   embeddings --eval.index--------->  FAISS index --eval.search--> run file (TREC or Parquet)
   run file  --eval.evaluate------->  metrics.json (+ .md/.csv/.png)
 
-`from twotower import contracts` gives records and layouts as `contracts.Pair`,
+`from twotower.core import contracts` gives records and layouts as `contracts.Pair`,
 `contracts.pairs_prefix(...)`; codecs and counters as `contracts.codecs.encode_pair`,
 `contracts.counters.PAGES_READ`.
 """
