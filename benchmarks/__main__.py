@@ -102,6 +102,10 @@ BENCHMARKS = {
         "a bundle's load-time check: --verify size vs sha256, next to importing TensorFlow "
         "(BUNDLE ...) or to reading an index and store of N documents (--synthetic N)",
         quick=("--synthetic", "20000", "--repeats", "2")),
+    "beir_stage": Benchmark(
+        "`twotower beir --systems bm25-flat` on a generated BEIR corpus: the reader's peak RSS "
+        "vs the corpus bytes; seconds per document at N/10 vs N",
+        quick=("--docs", "20000", "--queries", "200")),
     "moco_spread": Benchmark(
         "MoCo queues vs in-batch negatives from random weights: embedding spread, accuracy",
         required="--pairs DIR (crop pairs, e.g. a grid's pairs/wiki+crop-*) --vocab FILE"),
