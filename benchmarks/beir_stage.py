@@ -232,6 +232,8 @@ def main(argv=None) -> int:
       stage = _measure("stage", folder, os.path.join(tmp, f"out-{docs}"), args.threads)
       logger.info("stage: %s", stage)
       rows.append((docs, queries, size, reader, stage))
+      # The corpus this run generated in its own temporary folder: freed before the next
+      # size is written, so the disk holds one corpus at a time.
       os.remove(os.path.join(folder, "corpus.jsonl"))
   print(f"\nThe reader (eval.beir.read + one documents() pass), each in a child process:\n\n"
         "| documents | corpus MB | ids pass s | documents pass s | peak RSS MB | "

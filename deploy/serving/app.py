@@ -92,7 +92,7 @@ class ServeConfig:
                                      # onnx or tensorflow (deploy.serving.query_encoders)
   modes: tuple[str, ...] = retriever_lib.MODES  # served; Lucene (JVM) only for bm25 / hybrid
   allowed_hosts: tuple[str, ...] = ()  # Host names answered besides --host and loopback
-                                       # ones ("*": any); guard.HostCheck
+                                       # ones ("*": any); http_front.HostCheck
 
   def __post_init__(self):
     if self.allow_swap and len(self.admin_token) < MIN_TOKEN_CHARS:
@@ -284,10 +284,12 @@ def _media_type(request: fastapi.Request) -> str:
 
 def create_app(config: ServeConfig, load_in_background: bool = True,
                on_load_error: Optional[Callable[[str], None]] = None,
-               manifest: Optional[bundle_manifest.BundleManifest] = None) -> fastapi.FastAPI:
+               manifest: Optional[bundle_manifest.BundleManifest] = None,
+               hosts: Optional[guard.HostCheck] = None) -> fastapi.FastAPI:
   """The app over `config.bundle` (loaded at start-up: in a background thread, or before
   the app starts serving when `load_in_background` is False; `manifest`: its manifest, when
-  read already). A bundle that does not load leaves /v1/ready a 503 with the reason, and
+  read already; `hosts`: the Host names answered, when worked out already, since a wildcard
+  bind looks up the machine's names). A bundle that does not load leaves /v1/ready a 503 with the reason, and
   calls `on_load_error(reason)`."""
 
   @contextlib.asynccontextmanager
@@ -307,7 +309,7 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
                   "retriever bundle. See docs/guide/serve.md.")
 
   app.add_middleware(guard.Front, max_body_bytes=config.max_body_bytes,
-                     hosts=guard.HostCheck(config.host, config.allowed_hosts))
+                     hosts=hosts or guard.HostCheck(config.host, config.allowed_hosts))
 
   def error_response(request: fastapi.Request, status: int, message: str,
                      headers: Optional[dict] = None) -> responses.Response:
@@ -501,7 +503,7 @@ def run(config: ServeConfig) -> None:
     server.should_exit = True
 
   server = uvicorn.Server(uvicorn_config(create_app(config, on_load_error=stop,
-                                                  manifest=manifest), config))
+                                                  manifest=manifest, hosts=hosts), config))
   server.run(sockets=[sock])
   if failed:
     raise RuntimeError(f"the bundle did not load: {failed[0]}")
