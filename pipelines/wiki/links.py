@@ -20,10 +20,18 @@ resolves against it as before). So with `--dump enwiki,ltgwiki` an English link 
 reaches a Latgalian page, and an English and a Latgalian article of one title are both
 kept. Redirects come as (source, target) of space 0 or as (id space, source, target).
 
+Titles to leave out (`"excluded_titles"`, the QA articles of `--exclude_qa`:
+pipelines.wiki.qa_exclusion) join the pages in the same title join; every page of such a title
+is left out of "pages" (`pages_skipped_qa_article`) but its title still resolves (to the page
+id it would have kept): a link to a left-out page is resolved, not unresolved, and finds no
+passage to pair with. The left-out page's own links are not counted (it is not kept).
+
 Accounting (stats.json):
-  pages: every article ends as `pages_kept` or `pages_skipped_duplicate_title` (two articles
+  pages: every article ends as `pages_kept`, `pages_skipped_duplicate_title` (two articles
     of one input with one normalised title: the smallest page id wins, the others are
-    logged).
+    logged) or `pages_skipped_qa_article`. With `count_kept=False` the pages are counted
+    kept by the stage after this one (qa_exclusion.DropQaParagraphPages, which leaves out
+    some more).
   links: links_total = links_resolved + links_unresolved + links_redirect_loop, where
     links_unresolved includes links_redirect_too_deep and links_redirect_dangling (a redirect
     to a missing page); links_via_redirect and links_self
@@ -74,24 +82,42 @@ def _scoped_redirect(redirect: tuple) -> tuple[tuple[int, str], tuple[int, str]]
 
 
 class _DedupeTitles(beam.DoFn):
-  """(title key, [Page, ...]) -> kept Page (main) and (title key, page_id) (tagged "ids")."""
+  """(title key, [Page, ...]) -> kept Page (main) and (title key, page_id) (tagged "ids").
 
-  def __init__(self):
+  With titles to leave out, the element is (title key, {"pages": [Page, ...], "excluded":
+  [True, ...]}): a title in "excluded" keeps no page (each counted
+  `pages_skipped_qa_article`), and still gives its id for link resolution."""
+
+  def __init__(self, count_kept: bool = True):
+    self.count_kept = count_kept
     self.kept = beam_jobs.counter(C.PAGES_KEPT)
     self.duplicate = beam_jobs.counter(C.pages_skipped(C.PageSkip.DUPLICATE_TITLE))
+    self.excluded = beam_jobs.counter(C.pages_skipped(C.PageSkip.QA_ARTICLE))
 
   def process(self, element):
     title, pages = element
+    excluded = False
+    if isinstance(pages, dict):  # joined with the titles to leave out
+      pages, excluded = pages["pages"], bool(list(pages["excluded"]))
     pages = sorted(pages, key=lambda p: p.page_id)
+    if not pages:  # a title to leave out that no page has
+      return
     winner = pages[0]
+    yield beam.pvalue.TaggedOutput("ids", (title, winner.page_id))
+    if excluded:
+      self.excluded.inc(len(pages))
+      logger.warning("leaving out page(s) %s (%s): %r is a QA article's title, or where a "
+                     "redirect from one leads", [p.page_id for p in pages],
+                     ", ".join(sorted({p.source for p in pages})), title[1])
+      return
     if len(pages) > 1:
       self.duplicate.inc(len(pages) - 1)
       logger.warning("duplicate title %r: keeping page %d, skipping %s (%s)", title[1],
                      winner.page_id, [p.page_id for p in pages[1:]],
                      ", ".join(sorted({p.source for p in pages})))
-    self.kept.inc()
+    if self.count_kept:
+      self.kept.inc()
     yield winner
-    yield beam.pvalue.TaggedOutput("ids", (title, winner.page_id))
 
 
 def _follow(element, max_hops: int, last_round: bool):
@@ -173,30 +199,42 @@ class ResolveLinks(beam.PTransform):
   {"pages": PCollection[Page] (unique titles), "inlinks": PCollection[(target_id,
   (linking_id, link_titles))] (one per linked page pair, self-links dropped)}.
 
-  Titles in both inputs are already normalised (pipelines.wiki.titles). Every grouping goes
-  through `shuffle` (Beam's GroupByKey, or files on the local runner: pipelines.shared.shuffle).
+  An optional input "excluded_titles": PCollection[title key] names titles whose pages are
+  left out of "pages" (the module docstring). Titles in every input are already normalised
+  (pipelines.wiki.titles). Every grouping goes through `shuffle` (Beam's GroupByKey, or files
+  on the local runner: pipelines.shared.shuffle). `count_kept=False`: pages_kept is counted
+  by the caller, after a filter of its own.
   """
 
   def __init__(self, max_hops: int = DEFAULT_MAX_HOPS,
                shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
-               own_title_spaces: frozenset[int] = frozenset()):
+               own_title_spaces: frozenset[int] = frozenset(), count_kept: bool = True):
     super().__init__()
     if max_hops < 1:
       raise ValueError(f"max_hops must be >= 1, got {max_hops}")
     self.max_hops = max_hops
     self.shuffle = shuffle
     self.own = frozenset(own_title_spaces)
+    self.count_kept = count_kept
 
   def expand(self, inputs):
     articles, redirects = inputs["articles"], inputs["redirects"]
     own = self.own
 
-    # (title, Page) -> kept Page, tagged "ids": (title, page_id)
-    deduped = (articles
-               | "KeyByTitle" >> beam.Map(lambda page: (
-                   _title_key(page.page_id, page.title, own), page))
-               | "GroupByTitle" >> shuffle_lib.GroupByKey(self.shuffle)
-               | "DedupeTitles" >> beam.ParDo(_DedupeTitles()).with_outputs("ids", main="pages"))
+    # (title key, Page)
+    keyed = articles | "KeyByTitle" >> beam.Map(lambda page: (
+        _title_key(page.page_id, page.title, own), page))
+    if "excluded_titles" in inputs:
+      # (title key, {"pages": [Page], "excluded": [True]})
+      grouped = ({"pages": keyed, "excluded": inputs["excluded_titles"]
+                  | "MarkExcluded" >> beam.Map(lambda key: (key, True))}
+                 | "GroupByTitle" >> shuffle_lib.CoGroupByKey(self.shuffle))
+    else:
+      # (title key, [Page])
+      grouped = keyed | "GroupByTitle" >> shuffle_lib.GroupByKey(self.shuffle)
+    # kept Page, tagged "ids": (title key, page_id)
+    deduped = grouped | "DedupeTitles" >> beam.ParDo(
+        _DedupeTitles(self.count_kept)).with_outputs("ids", main="pages")
     pages, ids = deduped.pages, deduped.ids
 
     # (source, target): one target per source (the smallest, should a dump disagree)

@@ -4,6 +4,8 @@ pairs.
     dump files --ReadDumpPages--> RawPage --ParsePages--> Page + (redirect source, target)
     text files (WikiExtractor, JSONL; pipelines.wiki.textdocs) --ReadTextPages--> Page
       --ResolveLinks--> kept Page + inlinks (target_id, (linking_id, link_titles))
+      (--exclude_qa: the QA files' articles left out, by title, redirect and paragraph:
+       pipelines.wiki.qa_exclusion)
       --MakePassages--> (page_id, tuple[Passage])  --WritePassages--> passages/*.parquet
       --MakePairs-----> Pair per task (ICT, BFS per page; WLP joined by target page id;
                         crop per page, only with --crop_per_page > 0)
@@ -66,6 +68,8 @@ from twotower.pipelines.wiki import links as links_lib
 from twotower.pipelines.wiki import pair_tasks
 from twotower.pipelines.wiki import pairs_stats
 from twotower.pipelines.wiki import passages as passages_lib
+from twotower.pipelines.wiki import qa_articles
+from twotower.pipelines.wiki import qa_exclusion
 from twotower.pipelines.shared import shards
 from twotower.pipelines.shared import shuffle as shuffle_lib
 from twotower.pipelines.wiki import textdocs
@@ -255,6 +259,9 @@ class PairsConfig:
   # has pairs on extracted text; recorded in config.json and the manifest only when on.
   recover_links: bool = False
   heldout_percent: float = 5.0
+  # QA files (SQuAD JSON, simplified NQ JSONL; a comma list of globs) whose articles are left
+  # out of every input (pipelines.wiki.qa_exclusion); "" = none. Recorded only when given.
+  exclude_qa: str = ""
   num_shards: int = 0  # 0: the runner decides
   shuffle: str = "auto"  # "auto" (disk on the local runner, else beam) | "beam" | "disk"
   shuffle_dir: str = ""  # disk shuffle files; "" = OUT/.shuffle-<id> (or the temp dir)
@@ -270,11 +277,12 @@ _EXPANSION = {".bz2": 4, ".gz": 4}
 
 def build(pipeline: beam.Pipeline, config: PairsConfig,
           shuffle: shuffle_lib.Shuffle = shuffle_lib.Shuffle(),
-          files: Optional[Sequence[inputs_lib.InputFile]] = None) -> None:
+          files: Optional[Sequence[inputs_lib.InputFile]] = None,
+          qa_files: Optional[Sequence[qa_articles.QaFile]] = None) -> None:
   """Adds the whole pairs job to `pipeline`; `shuffle` says how its joins move data (Beam's
   GroupByKey by default; `run` picks the disk shuffle on the local runner). `files`: the
-  inputs of `config.dump` as `run` matched them (inputs.match_inputs); None matches them
-  here."""
+  inputs of `config.dump` as `run` matched them (inputs.match_inputs); `qa_files`: those of
+  `config.exclude_qa` (qa_articles.match_qa_files); None matches them here."""
   from twotower.pipelines.wiki import parse_pages, wikidump  # pylint: disable=import-outside-toplevel
   out = config.out.rstrip("/")
   run_id = uuid.uuid4().hex[:12]  # names the writers' temporary directories
@@ -319,14 +327,31 @@ def build(pipeline: beam.Pipeline, config: PairsConfig,
                 | "RecoverLinks" >> title_links.RecoverTitleLinks(
                     title_links.TitleLinkConfig(max_redirect_hops=config.max_redirect_hops),
                     own_titles)]
-  resolved = ({"articles": articles[0], "redirects": redirects[0]}
+  resolve_inputs = {"articles": articles[0], "redirects": redirects[0]}
+  if config.exclude_qa:
+    if qa_files is None:
+      qa_files = qa_articles.match_qa_files(config.exclude_qa)
+    # .titles: (0, title) per QA article; .index: one QaIndex of their paragraphs
+    qa = pipeline | "ReadQaArticles" >> qa_exclusion.ReadQaArticles(qa_files)
+    # (0, title): the QA titles and where the inputs' redirects move them
+    resolve_inputs["excluded_titles"] = (
+        {"qa_titles": qa["titles"], "redirects": redirects[0]}
+        | "ExcludedTitles" >> qa_exclusion.ExcludedTitles())
+  resolved = (resolve_inputs
               | "ResolveLinks" >> links_lib.ResolveLinks(config.max_redirect_hops, shuffle,
-                                                         own_titles))
+                                                         own_titles,
+                                                         count_kept=not config.exclude_qa))
+  # Page: kept, unique titles (with --exclude_qa: none of a QA article, none holding a
+  # paragraph of one)
+  pages = resolved["pages"]
+  if config.exclude_qa:
+    pages = pages | "DropQaParagraphPages" >> beam.ParDo(
+        qa_exclusion.DropQaParagraphPages(), beam.pvalue.AsSingleton(qa["index"]))
   # (page_id, tuple[Passage])
   passage_config = config.passages
   if not config.text_cleanup:
     passage_config = dataclasses.replace(passage_config, min_passage_words=0)
-  passages = resolved["pages"] | "MakePassages" >> passages_lib.MakePassages(passage_config)
+  passages = pages | "MakePassages" >> passages_lib.MakePassages(passage_config)
   if per_input:
     _ = passages | "CountKeptPerInput" >> beam.ParDo(_CountKeptPerInput())
   _ = passages | "WritePassages" >> shards.WriteShards(
@@ -387,13 +412,14 @@ def output_settings(config: PairsConfig) -> dict:
        "pairs": config.pairs.settings()})
 
 
-#: Settings added after outputs were recorded: left out while off, so that a run without them
-#: records what runs before them recorded (and is recognised as the same run).
-_ADDED_OFF = ("recover_links",)
+#: Settings added after outputs were recorded, with their value when off: left out while off,
+#: so that a run without them records what runs before them recorded (and is recognised as
+#: the same run).
+_ADDED_OFF = {"recover_links": False, "exclude_qa": ""}
 
 
 def _without_default_off(settings: dict) -> dict:
-  return {k: v for k, v in settings.items() if not (k in _ADDED_OFF and v is False)}
+  return {k: v for k, v in settings.items() if not (k in _ADDED_OFF and v == _ADDED_OFF[k])}
 
 
 def run(config: PairsConfig) -> outputs.StageResult:
@@ -410,6 +436,10 @@ def run(config: PairsConfig) -> outputs.StageResult:
   # rather than an empty run. The one expansion of --dump in a run: the job reads these files.
   files = inputs_lib.match_inputs(config.dump)
   inputs = [f.path for f in files]
+  qa_files = None
+  if config.exclude_qa:  # a missing or malformed QA file is an error now, naming it
+    qa_files = qa_articles.match_qa_files(tio.absolute(config.exclude_qa))
+    inputs += [f.path for f in qa_files]
   with outputs.staged(config.out, "pairs", output_settings(config), inputs=inputs,
                       overwrite=config.overwrite) as out:
     # Absolute paths: the workers may run in another directory (a worker pool).
@@ -422,10 +452,11 @@ def run(config: PairsConfig) -> outputs.StageResult:
     if shuffle.on_disk:
       logger.info("disk shuffle: %d buckets in %s", shuffle.buckets, shuffle.directory)
     try:
-      stats = beam_jobs.run_beam_job(lambda pipeline: build(pipeline, staged, shuffle, files),
-                                     config.beam_args, stats_dir=out,
-                                     finish=functools.partial(pairs_stats.finish_stats,
-                                                              tasks=config.pairs.tasks))
+      stats = beam_jobs.run_beam_job(
+          lambda pipeline: build(pipeline, staged, shuffle, files, qa_files),
+          config.beam_args, stats_dir=out,
+          finish=functools.partial(pairs_stats.finish_stats, tasks=config.pairs.tasks,
+                                   qa_exclusion=bool(config.exclude_qa)))
     finally:
       if shuffle.on_disk:
         shutil.rmtree(shuffle.directory, ignore_errors=True)

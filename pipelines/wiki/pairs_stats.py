@@ -49,11 +49,13 @@ def check_inputs_gave_pages(stats: dict, files: Sequence[inputs_lib.InputFile],
 
 
 def finish_stats(counters: dict[str, int],
-                 tasks: tuple[str, ...] = contracts.PRETRAIN_TASKS) -> dict:
+                 tasks: tuple[str, ...] = contracts.PRETRAIN_TASKS,
+                 qa_exclusion: bool = False) -> dict:
   """stats.json: every counter, plus the Table 1 columns and the link resolution share;
-  `tasks`: those the run wrote (PairConfig.tasks), each counted, 0 included."""
+  `tasks`: those the run wrote (PairConfig.tasks), each counted, 0 included; `qa_exclusion`:
+  the run left the QA files' articles out (`--exclude_qa`), its counters then 0 included."""
   stats: dict = dict(counters)
-  for name in C.PAIRS_ALWAYS:
+  for name in C.PAIRS_ALWAYS + (C.QA_EXCLUSION_ALWAYS if qa_exclusion else ()):
     stats.setdefault(name, 0)
   if any(name in stats for name in C.CLEANUP_ALWAYS):  # a run that cleaned its text
     for name in C.CLEANUP_ALWAYS:
@@ -89,6 +91,17 @@ def tasks_in(stats: dict) -> tuple[str, ...]:
                                           and C.pairs(t) in stats)
 
 
+def qa_exclusion_line(stats: dict) -> list[str]:
+  """The summary's line on the QA articles left out (none for a run without --exclude_qa)."""
+  if C.QA_ARTICLES not in stats:
+    return []
+  return [f"qa articles {stats[C.QA_ARTICLES]} ({stats.get(C.QA_PARAGRAPHS, 0)} paragraphs, "
+          f"--exclude_qa): left out {stats.get(C.pages_skipped(C.PageSkip.QA_ARTICLE), 0)} "
+          f"page(s) by title ({stats.get(C.QA_ARTICLES_REDIRECTED, 0)} QA title(s) "
+          f"redirected), {stats.get(C.pages_skipped(C.PageSkip.QA_PARAGRAPH), 0)} holding a "
+          "QA paragraph"]
+
+
 def summary_table(stats: dict, out: str) -> str:
   """The command's result: page accounting, links, and the Table 1 columns per task."""
   tasks = tasks_in(stats)
@@ -100,6 +113,7 @@ def summary_table(stats: dict, out: str) -> str:
            f"redirects {stats.get('pages_redirect', 0)}, skipped {skipped}"
            + (f" ({same_title} sharing the title of a kept page: "
               f"{C.pages_skipped(C.PageSkip.DUPLICATE_TITLE)})" if same_title else ""),
+           *qa_exclusion_line(stats),
            f"links {stats.get('links_total', 0)}: resolved {stats.get('links_resolved', 0)} "
            f"({stats.get('links_resolved_percent', 0.0):.1f} %), unresolved "
            f"{stats.get('links_unresolved', 0)}, redirect loops "

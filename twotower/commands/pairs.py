@@ -56,6 +56,11 @@ HELP = {
                      "pages' titles in it, first mention, longest match "
                      "(pipelines.wiki.title_links), so that WLP has pairs; a dump's pages keep "
                      "their own links",
+    "exclude_qa": "QA files (SQuAD v1.1/v2.0 *.json, simplified Natural Questions *.jsonl[.gz]; "
+                  "comma-separated globs) whose articles are left out of every input: pages "
+                  "of their titles (or redirected from them), and pages holding one of their "
+                  "paragraphs (counted pages_skipped_qa_article / _qa_paragraph; "
+                  "pipelines.wiki.qa_exclusion)",
     "heldout_percent": "percent of pages held out (by a stable hash of the page id); a pair "
                        "with a held-out query or document page goes to the heldout split",
     "num_shards": "shards per output (pairs per task and split, passages); 0 = runner's choice",
@@ -78,9 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
       kwargs={"text_cleanup": dataclass_flags.ON_OFF})
   add(PairConfig, names=("doc_title_section",))
   add(PairConfig, exclude=("doc_title_section",))
-  add(pairs.PairsConfig, names=("max_redirect_hops", "recover_links", "heldout_percent", "num_shards", "shuffle",
-                                "shuffle_dir", "shuffle_buckets"),
-      kwargs={"shuffle": {"choices": pairs.SHUFFLES}})
+  add(pairs.PairsConfig, names=("max_redirect_hops", "recover_links", "exclude_qa",
+                                "heldout_percent", "num_shards", "shuffle", "shuffle_dir",
+                                "shuffle_buckets"),
+      kwargs={"shuffle": {"choices": pairs.SHUFFLES},
+              "exclude_qa": {"metavar": "FILE[,FILE]"}})
   flags.add_overwrite(p)
   return p
 

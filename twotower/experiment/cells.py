@@ -57,7 +57,8 @@ def _pairs(cell: Cell, ctx: Context, out: str) -> dict:
       dump=dump, out=out, heldout_percent=p.heldout_percent,
       pairs=pairs.PairConfig(**p.pairs),
       passages=pairs.PassageConfig(**p.passages),
-      text_cleanup=p.text_cleanup, recover_links=p.recover_links, beam_args=ctx.beam_args))
+      text_cleanup=p.text_cleanup, recover_links=p.recover_links, exclude_qa=p.exclude_qa,
+      beam_args=ctx.beam_args))
   return {"stats": result.stats}
 
 

@@ -223,6 +223,11 @@ class DataSpec:
   # --recover_links`): WLP pairs from the extracted-text corpus. Off unless the grid file turns
   # it on, for the same reason as `text_cleanup`.
   recover_links: bool = False
+  # The QA files' articles left out of the pre-training text, whichever input holds them
+  # (`twotower pairs --exclude_qa`: by title, redirect and paragraph). Off unless the grid
+  # file turns it on, for the same reason as `text_cleanup`; never for the text a row adds
+  # them to on purpose (`pretrain_text_from_squad`: the control row).
+  exclude_qa_articles: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,9 +8,10 @@ each marked where it is declared:
 * `added_later(value)`: a field added after the committed grids ran (docs/results/), left
   out while it holds the value those runs had, so their cells keep their keys (a key that
   moved would make every restored cell, and all it feeds, run again). These are the hash-key
-  branches of earlier code, in one place: `PairsParams.corpus`, `.text_cleanup` and `.recover_links`,
-  `PretrainParams.export`, `Bm25Params.golds`, `.doc_pieces` and `.query_pieces`,
-  `EvalParams.golds`, `FuseParams.untuned`, and `FinetuneParams.select` and `.carried_from`.
+  branches of earlier code, in one place: `PairsParams.corpus`, `.text_cleanup`,
+  `.recover_links` and `.exclude_qa`, `PretrainParams.export`, `Bm25Params.golds`,
+  `.doc_pieces` and `.query_pieces`, `EvalParams.golds`, `FuseParams.untuned`, and
+  `FinetuneParams.select` and `.carried_from`.
 * `not_in_demo()`: a grid row's field the demo's cells have none of (None, left out).
 
 A mapping field (`pairs`, `passages`, `config`) is the stage's settings as they are hashed
@@ -72,6 +73,7 @@ class PairsParams:
   corpus: Optional[str] = added_later(None)   # extracted text beside the dump (None: none)
   text_cleanup: bool = added_later(False)     # the passage cleanup of issue 36
   recover_links: bool = added_later(False)    # links found as titles in text without links
+  exclude_qa: str = added_later("")           # QA files whose articles are left out ("": none)
 
   def inputs(self) -> list[str]:
     """The inputs in the order the cell runs them: the dump, then the corpus (its page ids

@@ -260,12 +260,16 @@ def _pairs(spec: GridSpec, inputs: Inputs, p: Plan, squad_text: bool,
   grid's pair settings + `extra`."""
   data = spec.data
   squad_text = squad_text and bool(inputs.squad)  # (NQ's articles are not text here)
+  # The QA files whose articles stay out of this text: all of them, but the one whose
+  # articles it adds on purpose.
+  exclude = [path for name, path in inputs.datasets() if not (name == "squad" and squad_text)]
   # No corpus is None and the cleanup off is False: both left out of the key (added_later).
   return p.add(pairs_id(spec, squad_text, bool(inputs.squad), extra), PairsParams(
       dump=inputs.dump, squad_text=inputs.squad if squad_text else "",
       pairs={**data.pairs, **(extra or {})}, passages=dict(data.passages),
       heldout_percent=data.heldout_percent, corpus=inputs.corpus or None,
-      text_cleanup=bool(data.text_cleanup), recover_links=bool(data.recover_links)))
+      text_cleanup=bool(data.text_cleanup), recover_links=bool(data.recover_links),
+      exclude_qa=",".join(exclude) if data.exclude_qa_articles else ""))
 
 
 def _pretrain(g: _Grid, system: System, variant: Variant, seed: int) -> Optional[CellId]:

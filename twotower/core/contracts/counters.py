@@ -67,6 +67,11 @@ class PageSkip(enum.StrEnum):
   # no integer in [0, TEXT_ID_STRIDE), a title that is no valid page title.
   MALFORMED = "malformed"
   BAD_TITLE = "bad_title"
+  # pipelines.wiki.qa_exclusion (`--exclude_qa`): a page titled as an article of the QA files
+  # (or the target of a redirect from one's title), and a page under another title that
+  # holds a paragraph of one.
+  QA_ARTICLE = "qa_article"
+  QA_PARAGRAPH = "qa_paragraph"
 
 
 PAGES_SKIPPED_PREFIX = "pages_skipped_"
@@ -81,6 +86,12 @@ TEXT_STRAY_LINES = "text_stray_lines"
 def pages_skipped(reason: PageSkip) -> str:
   return f"{PAGES_SKIPPED_PREFIX}{PageSkip(reason).value}"
 
+
+# pipelines.wiki.qa_exclusion (`--exclude_qa`): what the QA files hold; the pages left out
+# for them are `pages_skipped_qa_article` and `pages_skipped_qa_paragraph`.
+QA_ARTICLES = "qa_articles"  # distinct article titles (normalised) of the QA files
+QA_PARAGRAPHS = "qa_paragraphs"  # paragraphs with text, fingerprinted
+QA_ARTICLES_REDIRECTED = "qa_articles_redirected"  # QA titles that are redirects in the inputs
 
 LINKS_TOTAL = "links_total"
 LINKS_RESOLVED = "links_resolved"
@@ -191,6 +202,9 @@ TITLE_LINKS_ALWAYS = (TITLE_LINKS_PAGES, TITLE_LINKS_PAGES_WITH_LINKS, TITLE_LIN
                       TITLE_LINKS_ONE_WORD, TITLE_LINKS_MULTI_WORD, TITLE_LINKS_VIA_ALIAS,
                       TITLE_LINKS_OWN_TITLE, TITLE_LINKS_HUB, TITLE_LINKS_COMMON_WORDS,
                       TITLE_LINKS_DISAMBIGUATION)
+#: What the QA exclusion (`--exclude_qa`) counts, always in a run that excludes.
+QA_EXCLUSION_ALWAYS = (QA_ARTICLES, QA_PARAGRAPHS, QA_ARTICLES_REDIRECTED,
+                       pages_skipped(PageSkip.QA_ARTICLE), pages_skipped(PageSkip.QA_PARAGRAPH))
 
 # ---------------------------------------------------------------------------------------------
 # twotower reqa (pipelines.reqa.squad, nq, reqa).
