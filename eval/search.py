@@ -12,7 +12,9 @@ An index built with its vectors beside it (`twotower index --type ivfpq_rerank` 
 that off. Search goes through eval.faiss_searcher.load_searcher, as a query service would.
 
 Query embeddings of another model than the index's are refused, naming both models; so are
-`--reference` embeddings of another model. The index's model is read where its record lives
+`--reference` embeddings of another model. The search itself goes through
+eval.searchers.DenseSearcher, the object a retriever bundle's dense side (`twotower query`,
+`serve`) searches with. The index's model is read where its record lives
 (eval.embeddings.index_record): `<file>.vectors.json` beside it, or, for a retriever bundle's
 `BUNDLE/index.faiss`, the bundle's manifest; the queries' from their `vectors.json`
 (twotower.core.fingerprints). Any of them without a record naming its model is refused unless
@@ -28,9 +30,11 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from typing import Optional, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from twotower.core import config_checks as checks
 from twotower.core import contracts
@@ -38,10 +42,12 @@ from twotower.core import file_outputs
 from twotower.core import fingerprints
 from twotower.core import files as tio
 from twotower.core import outputs
+from twotower.core.searching import SearchParams
 from twotower.eval import embeddings
 from twotower.eval import faiss_index
 from twotower.eval import runs
 from twotower.eval import faiss_searcher as searcher_lib
+from twotower.eval import searchers
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,21 @@ def to_run(qids: Sequence[str], scores: np.ndarray, ids: np.ndarray) -> runs.Run
     run_[str(qid)] = runs.Ranked(tuple(int(x) for x in i[keep]),
                                  tuple(float(x) for x in s[keep]))
   return run_
+
+
+def search_batches(dense: searchers.DenseSearcher, queries: np.ndarray, k: int,
+                   batch_size: int, params: SearchParams = SearchParams()
+                   ) -> tuple[np.ndarray, np.ndarray, float]:
+  """(scores float32[nq, k], ids int64[nq, k] with -1 past the hits, seconds): the dense
+  searcher over query vectors, `batch_size` queries per call, with a progress bar."""
+  queries = np.ascontiguousarray(queries, dtype=np.float32)
+  scores = np.full((len(queries), k), -np.inf, np.float32)
+  ids = np.full((len(queries), k), -1, np.int64)
+  t0 = time.perf_counter()
+  for i in tqdm(range(0, len(queries), batch_size), desc="search", disable=None):
+    s, found = dense.search_vectors(queries[i:i + batch_size], k, params)
+    scores[i:i + batch_size, :s.shape[1]], ids[i:i + batch_size, :s.shape[1]] = s, found
+  return scores, ids, time.perf_counter() - t0
 
 
 def compare_to_flat(ids: np.ndarray, seconds: float, queries: np.ndarray,
@@ -142,9 +163,8 @@ def run(job: SearchConfig) -> SearchResult:
                               "queries": len(qids), "k": job.k, "nprobe": job.nprobe,
                               "ef_search": job.ef_search, "rerank": index.rerank,
                               "mmap": job.mmap, "out": job.out})
-  scores, ids, seconds = faiss_index.search(index, queries, job.k, job.batch_size,
-                                            progress=True, nprobe=job.nprobe,
-                                            ef_search=job.ef_search)
+  scores, ids, seconds = search_batches(searchers.DenseSearcher(index), queries, job.k,
+                                       job.batch_size, SearchParams(job.nprobe, job.ef_search))
   logger.info("search: %d queries in %.2f s (%.0f queries/s) -> %s", len(qids), seconds,
               len(qids) / max(seconds, 1e-9), job.out)
   report = None

@@ -16,6 +16,12 @@ What a mode does (the batch path each one equals):
   hybrid  both, `hybrid.depth` deep, min-max normalised and interpolated with the bundle's
           weight (eval.fusion.interpolate)     == `twotower fuse --weight W`
 
+Each mode is one searcher object (twotower.core.searching's interface, what the batch stages
+search with too): `retriever.searchers["dense"]` an eval.searchers.DenseSearcher, "bm25" a
+twotower.core.lucene.Bm25Searcher, "hybrid" an eval.searchers.FusedSearcher of the two (BM25
+first, weighing the bundle's weight). A micro-batch embeds all its queries in one query-tower
+call and shares it between its dense and hybrid requests.
+
 Per-call FAISS parameters (`nprobe`, `ef_search`) go through FAISS's SearchParameters
 objects (eval.faiss_searcher), so concurrent callers with different settings never race on the
 shared index (a `ParameterSpace.set_index_parameter` would change it for everyone). A bundle
@@ -49,9 +55,10 @@ from twotower.core import lucene
 from twotower.core import tower_text as texts
 from twotower.core.contracts import bundle_manifest
 from twotower.core.contracts.bundle_manifest import BundleError, BundleManifest
+from twotower.core.searching import Queries, SearchParams, Searcher
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
-from twotower.eval import fusion
+from twotower.eval import searchers as searchers_lib
 from twotower.eval.runs import Ranked, Run
 
 logger = logging.getLogger(__name__)
@@ -67,7 +74,7 @@ VERIFY_CHECKS = {"sha256": "present, with its size and sha256", "size": "present
 #: Largest query-tower call (the embedding job's default batch, pipelines.embed).
 ENCODE_BATCH = query_encoders.ENCODE_BATCH
 #: Up to this many BM25 queries are searched one after another, more with batch_search.
-LUCENE_SEQUENTIAL = 64
+LUCENE_SEQUENTIAL = lucene.SEQUENTIAL_QUERIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +116,8 @@ class SearchRequest:
                          "or format characters)")
 
   @property
-  def params(self) -> tuple[Optional[int], Optional[int]]:
-    return (self.nprobe, self.ef_search)
+  def params(self) -> SearchParams:
+    return SearchParams(self.nprobe, self.ef_search)
 
 
 def warn_if_unverified(verify: str, flag: str = "--verify") -> None:
@@ -127,21 +134,40 @@ class Retriever:
   """A loaded bundle. Thread-safe: calls are serialised by one lock (the server's
   micro-batcher makes one call per batch)."""
 
-  def __init__(self, path: str, manifest: BundleManifest, encoder: Any, index: Any,
-               store: store_lib.PassageStore, searcher: Any, modes: Sequence[str] = MODES):
+  def __init__(self, path: str, manifest: BundleManifest, dense: searchers_lib.DenseSearcher,
+               store: store_lib.PassageStore, bm25: Optional[lucene.Bm25Searcher],
+               modes: Sequence[str] = MODES):
     self.path = path
     self.modes = tuple(modes)
     self.manifest = manifest
-    self._encoder = encoder
-    self._index = index
     self._store = store
-    self._searcher = searcher
     self._lock = threading.Lock()
-    #: Lucene's batch_search threads (FAISS's and TensorFlow's are process-wide: set_threads).
-    self.threads = max(1, os.cpu_count() or 1)
     self.weight = float(manifest.hybrid.weight)
     self.hybrid_depth = int(manifest.hybrid.depth)
-    self.size = int(index.ntotal)
+    self.dense = dense
+    self.bm25 = bm25
+    #: The searcher of each served mode (twotower.core.searching.Searcher).
+    self.searchers: dict[str, Searcher] = {"dense": dense}
+    if bm25 is not None:
+      self.searchers["bm25"] = bm25
+      self.searchers["hybrid"] = searchers_lib.FusedSearcher(bm25, dense, self.weight,
+                                                             self.hybrid_depth)
+    self.size = dense.size
+
+  @property
+  def threads(self) -> int:
+    """Lucene's batch_search threads (FAISS's and TensorFlow's are process-wide: set_threads)."""
+    return self.bm25.threads if self.bm25 is not None else 1
+
+  @threads.setter
+  def threads(self, value: int) -> None:
+    if self.bm25 is not None:
+      self.bm25.threads = max(1, int(value))
+
+  @property
+  def _index(self):
+    """The FAISS searcher (eval.faiss_searcher.Searcher) under the dense side."""
+    return self.dense.index
 
   # -------------------------------------------------------------------------------------------
   # Loading.
@@ -227,28 +253,27 @@ class Retriever:
       raise BundleError(f"{path}: part 'store.sqlite' holds {stored} documents; the "
                         f"manifest says {count}")
 
-    searcher = None
+    bm25 = None
     if "bm25" in modes or "hybrid" in modes:
-      from twotower.core import pyserini_env  # pylint: disable=import-outside-toplevel
-      searcher_cls = pyserini_env.import_lucene_searcher()
-      searcher = searcher_cls(part(contracts.BUNDLE_LUCENE_DIR))
-      searcher.set_bm25(float(manifest.bm25.k1), float(manifest.bm25.b))
-      if searcher.num_docs != count:
-        raise BundleError(f"{path}: part 'lucene' holds {searcher.num_docs} documents; the "
+      # Lucene through pyserini.pyclass only: the JVM, not PyTorch (twotower.core.lucene).
+      bm25 = lucene.Bm25Searcher(part(contracts.BUNDLE_LUCENE_DIR), float(manifest.bm25.k1),
+                                 float(manifest.bm25.b), threads or max(1, os.cpu_count() or 1))
+      if bm25.num_docs != count:
+        bm25.close()
+        store.close()
+        raise BundleError(f"{path}: part 'lucene' holds {bm25.num_docs} documents; the "
                           f"manifest says {count}")
     logger.info("bundle %s: %d documents, dim %d, index %s, hybrid weight %.2f, query tower "
                 "%s, modes %s", path, count, dim, manifest.index.factory,
                 float(manifest.hybrid.weight), query_encoder.kind, ",".join(modes))
-    retriever = cls(path, manifest, query_encoder, index, store, searcher, modes)
-    if threads:
-      retriever.threads = threads
-    return retriever
+    dense = searchers_lib.DenseSearcher(index, query_encoder, manifest.model.fingerprint)
+    return cls(path, manifest, dense, store, bm25, modes)
 
   def close(self) -> None:
     with self._lock:
       self._store.close()
-      if self._searcher is not None:
-        self._searcher.close()
+      if self.bm25 is not None:
+        self.bm25.close()
 
   def warm_up(self, rounds: int = 3) -> None:
     """A few queries in every mode, single and batched, at the hybrid's depth: the first
@@ -270,7 +295,7 @@ class Retriever:
       raise ValueError(f"mode {request.mode!r} is not served here (modes: "
                        f"{', '.join(self.modes)})")
     try:
-      self._index.check_params(*request.params)
+      self.searchers[request.mode].check(request.params)
     except ValueError as e:  # named by the part, not by where the server keeps it
       raise ValueError(str(e).replace(f"{self.path}/", "")) from e
 
@@ -286,102 +311,57 @@ class Retriever:
 
   def search_requests(self, requests: Sequence[SearchRequest]) -> list[list[list[Hit]]]:
     """Several requests in one go (the micro-batcher's call): every query that needs the
-    query tower goes through it in one call, FAISS is called once per distinct parameter
-    set, Lucene once for all BM25 queries. Returns hits per request, per query."""
+    query tower goes through it in one call; then one search per mode and parameter set (a
+    restriction included), at the deepest k its requests want, cut to each request's k.
+    Returns hits per request, per query."""
     for request in requests:
       if request.mode not in self.modes:
         raise ValueError(f"mode {request.mode!r} is not served here (modes: "
                          f"{', '.join(self.modes)})")
     with self._lock:
-      dense = self._dense_many(requests)
-      sparse = self._bm25_many(requests)
-      ranked: list[list[Ranked]] = []
-      for r, request in enumerate(requests):
-        if request.mode == "dense":
-          ranked.append([x.cut(request.k) for x in dense[r]])
-        elif request.mode == "bm25":
-          ranked.append([x.cut(request.k) for x in sparse[r]])
-        else:
-          ranked.append([self._fuse(s, d, request.k) for s, d in zip(sparse[r], dense[r])])
-      return self._with_text(ranked)
+      texts_of = [list(r.queries) for r in requests]
+      rows = _rows(texts_of)
+      everything = Queries(tuple(q for t in texts_of for q in t))
+      self.dense.embed_rows(everything, [row for n, r in enumerate(requests)
+                                         if r.mode in ("dense", "hybrid") for row in rows[n]])
+      return self._with_text(self._grouped(requests, everything, rows))
+
+  def _grouped(self, requests: Sequence[SearchRequest], everything: Queries,
+               rows: list[list[int]]) -> list[list[Ranked]]:
+    """Each request's lists: one search per (mode, parameters[, hybrid depth]) group."""
+    groups: dict[tuple, list[int]] = {}
+    for n, request in enumerate(requests):
+      key = (request.mode, request.params)
+      if request.mode == "hybrid":  # the fused lists depend on the sides' depth
+        key += (self.searchers["hybrid"].side_depth(request.k),)
+      groups.setdefault(key, []).append(n)
+    out: list[list[Ranked]] = [[] for _ in requests]
+    for (mode, params, *_), members in groups.items():
+      depth = max(requests[n].k for n in members)
+      found = self.searchers[mode].search(
+          everything.take([row for n in members for row in rows[n]]), depth, params)
+      at = 0
+      for n in members:
+        out[n] = [Ranked(r.candidate_ids[:requests[n].k], r.scores[:requests[n].k])
+                  for r in found[at:at + len(rows[n])]]
+        at += len(rows[n])
+    return out
 
   def runs(self, queries: Sequence[tuple[str, str]], depth: int) -> tuple[Run, Run]:
     """(dense run, BM25 run) of (question_id, question) pairs, `depth` deep: what a
     validation split's tuning reads."""
-    request = SearchRequest(tuple(q for _, q in queries), depth, "hybrid")
+    batch = Queries(tuple(q for _, q in queries))
     with self._lock:
-      (dense,) = self._dense_many([request])
-      (sparse,) = self._bm25_many([request])
+      dense = self.dense.search(batch, depth)
+      sparse = self.bm25.search(batch, depth)
     qids = [qid for qid, _ in queries]
-    return ({q: x.ranked for q, x in zip(qids, dense)},
-            {q: x.ranked for q, x in zip(qids, sparse)})
+    return dict(zip(qids, dense)), dict(zip(qids, sparse))
 
   def encode(self, queries: Sequence[str]) -> np.ndarray:
     """float32 [len(queries), d]: the query tower (SavedModel or ONNX), one call per
     ENCODE_BATCH queries (a server's micro-batch is one call; a file of a million queries
     does not become one)."""
-    return self._encoder.encode(queries)
-
-  def _depth(self, request: SearchRequest) -> int:
-    """How deep each side searches: k, or the hybrid's depth when fusing."""
-    return max(request.k, self.hybrid_depth) if request.mode == "hybrid" else request.k
-
-  def _dense_many(self, requests: Sequence[SearchRequest]) -> list[list["_Side"]]:
-    wanted = [r.mode in ("dense", "hybrid") for r in requests]
-    texts = [q for r, w in zip(requests, wanted) if w for q in r.queries]
-    out: list[list[_Side]] = [[] for _ in requests]
-    if not texts:
-      return out
-    vectors = self.encode(texts)
-    # One FAISS call per distinct parameter set, at the deepest k any request of it wants.
-    rows: dict[tuple, list[tuple[int, int]]] = {}
-    offset = 0
-    for r, (request, w) in enumerate(zip(requests, wanted)):
-      if not w:
-        continue
-      for i in range(len(request.queries)):
-        rows.setdefault(request.params, []).append((r, offset + i))
-      offset += len(request.queries)
-    results: dict[tuple[int, int], _Side] = {}
-    for params, members in rows.items():
-      depth = min(max(self._depth(requests[r]) for r, _ in members), self.size)
-      x = vectors[[row for _, row in members]]
-      scores, ids = self._index.search(x, depth, nprobe=params[0], ef_search=params[1])
-      for (r, row), s, i in zip(members, scores, ids):
-        # Each request's own depth: a hybrid normalises over exactly `hybrid.depth` hits,
-        # whatever deeper request shared its FAISS call.
-        keep = np.flatnonzero(i >= 0)[:self._depth(requests[r])]
-        results[(r, row)] = _Side(Ranked(tuple(int(v) for v in i[keep]),
-                                          tuple(float(v) for v in s[keep])))
-    for (r, row) in sorted(results):
-      out[r].append(results[(r, row)])
-    return out
-
-  def _bm25_many(self, requests: Sequence[SearchRequest]) -> list[list["_Side"]]:
-    out: list[list[_Side]] = [[] for _ in requests]
-    jobs = [(r, i, lucene.bound_query(q)) for r, request in enumerate(requests)
-            if request.mode in ("bm25", "hybrid") for i, q in enumerate(request.queries)]
-    if not jobs:
-      return out
-    depth = max(self._depth(requests[r]) for r, _, _ in jobs)
-    if len(jobs) <= LUCENE_SEQUENTIAL:
-      # A server's micro-batch: one query after another beats batch_search's thread pool
-      # (8 queries: 13 ms against 24 ms with 2 threads, on this 2-core machine under load).
-      found = {str(n): self._searcher.search(q, k=depth) for n, (_, _, q) in enumerate(jobs)}
-    else:
-      found = self._searcher.batch_search([q for _, _, q in jobs],
-                                          [str(n) for n in range(len(jobs))], k=depth,
-                                          threads=self.threads)
-    for n, (r, _, _) in enumerate(jobs):
-      docs = found.get(str(n), [])[:self._depth(requests[r])]
-      out[r].append(_Side(Ranked(tuple(int(d.docid) for d in docs),
-                                 tuple(float(d.score) for d in docs))))
-    return out
-
-  def _fuse(self, sparse: "_Side", dense: "_Side", k: int) -> Ranked:
-    depth = max(k, self.hybrid_depth)
-    fused = fusion.interpolate({"q": sparse.ranked}, {"q": dense.ranked}, self.weight, depth)
-    return _Side(fused["q"]).cut(k)
+    return self.dense.encoder.encode(queries)
 
   def _with_text(self, ranked: list[list[Ranked]]) -> list[list[list[Hit]]]:
     ids = [c for per_request in ranked for r in per_request for c in r.candidate_ids]
@@ -394,13 +374,13 @@ class Retriever:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Side:
-  """One query's ranked list from one side (dense or BM25)."""
-  ranked: Ranked
-
-  def cut(self, k: int) -> Ranked:
-    return Ranked(self.ranked.candidate_ids[:k], self.ranked.scores[:k])
+def _rows(texts_of: list[list[str]]) -> list[list[int]]:
+  """Each request's rows in the micro-batch's one list of queries."""
+  rows, at = [], 0
+  for texts_ in texts_of:
+    rows.append(list(range(at, at + len(texts_))))
+    at += len(texts_)
+  return rows
 
 
 def _hit(rank: int, doc_id: int, score: float, doc: Optional[store_lib.Document]) -> Hit:
