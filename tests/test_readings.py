@@ -219,37 +219,13 @@ def test_committed_reading_is_the_one_the_results_give():
   assert (RESULTS / readings.READING_FILE).read_text(encoding="utf-8") == expected
 
 
-def _grid_section() -> str:
-  text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-  return text.split("## The paper's grid at `cpu-small`", 1)[1].split("\n## ", 1)[0]
-
-
 def _blocks(text: str) -> dict[str, str]:
   return dict(re.findall(r"<!-- results:([\w.-]+) -->\n(.*?)\n<!-- /results:\1 -->", text,
                          flags=re.S))
 
 
-def test_results_page_types_no_number_of_the_grid():
-  """docs/results.md's grid section: every decimal number sits in a generated block, and
-  each block (and the project README's summary) holds what the renderer wrote."""
-  section = _grid_section()
-  blocks = _blocks(section)
-  assert set(blocks) == {"cpu-small", "cpu-small-tables1-2", "cpu-small-reading"}
-  prose = re.sub(r"<!-- results:([\w.-]+) -->.*?<!-- /results:\1 -->", "", section,
-                 flags=re.S)
-  prose = re.sub(r"```.*?```", "", prose, flags=re.S)   # commands, not readings
-  prose = re.sub(r"`[^`\n]*`", "", prose)               # file names and flags
-  assert re.findall(r"\d+\.\d+", prose) == []
-  assert blocks["cpu-small"] == (RESULTS / "summary.md").read_text(encoding="utf-8").strip()
-  assert blocks["cpu-small-tables1-2"] == \
-      (RESULTS / "tables1-2.md").read_text(encoding="utf-8").strip()
-  readme = _blocks((ROOT / "README.md").read_text(encoding="utf-8"))
-  assert readme["cpu-small"] == blocks["cpu-small"]
-  results = json.loads((RESULTS / "results.json").read_text(encoding="utf-8"))
-  spec = grid.load("cpu-small")
-  assert blocks["cpu-small-reading"] == \
-      readings.summary_markdown(spec, readings.compare(spec, results),
-                                "results/cpu-small/reading.md").strip()
+# docs/results.md's and the README's grid sections (their regions written from the results
+# folders, no count or decimal number outside them): tests/test_pages.py.
 
 
 def test_rerender_writes_a_results_folder_from_its_own_files(tmp_path):
