@@ -106,9 +106,10 @@ class _DedupeTitles(beam.DoFn):
     yield beam.pvalue.TaggedOutput("ids", (title, winner.page_id))
     if excluded:
       self.excluded.inc(len(pages))
-      logger.warning("leaving out page(s) %s (%s): %r is a QA article's title, or where a "
-                     "redirect from one leads", [p.page_id for p in pages],
-                     ", ".join(sorted({p.source for p in pages})), title[1])
+      # Asked for (--exclude_qa), and one per QA article: not a warning.
+      logger.info("leaving out page(s) %s (%s): %r is a QA article's title, or where a "
+                  "redirect from one leads", [p.page_id for p in pages],
+                  ", ".join(sorted({p.source for p in pages})), title[1])
       return
     if len(pages) > 1:
       self.duplicate.inc(len(pages) - 1)
