@@ -19,6 +19,9 @@ import yaml
 
 ENCODERS = ("transformer", "bow_mlp")
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+#: The Keras backends a run trains on (RuntimeConfig.backend); a Keras backend is chosen per
+#: process, so a run on another backend than its caller's trains in a process of its own.
+BACKENDS = ("tensorflow", "jax")
 #: How the pre-training tasks are mixed (DataConfig.mixture).
 MIXTURES = ("equal", "pooled")
 
@@ -223,14 +226,26 @@ class RuntimeConfig:
   Attributes:
     strategy: "default" (one device), "mirrored" (all local devices), "multi_worker"
       (TF_CONFIG cluster; custom `strategy.run` loop since Keras 3 `fit` fails there), "tpu".
+      TensorFlow's; on JAX only "default".
     tpu: TPU name or grpc address for TPUClusterResolver ("" = local / environment).
+    backend: the Keras backend that trains: "tensorflow" (tf.distribute, the default) or
+      "jax" (model/jax_train.py: `keras.distribution.DataParallel` over every local device,
+      input read and tokenized without TensorFlow). The run folder is the same either way;
+      MLM, the gradient cache, MoCo and the Condenser head train on TensorFlow only.
   """
   strategy: str = "default"
   tpu: str = ""
+  backend: str = "tensorflow"
 
   def __post_init__(self):
     if self.strategy not in STRATEGIES:
       raise ValueError(f"runtime.strategy={self.strategy!r}: expected one of {STRATEGIES}")
+    if self.backend not in BACKENDS:
+      raise ValueError(f"runtime.backend={self.backend!r}: expected one of {BACKENDS}")
+    if self.backend == "jax" and self.strategy != "default":
+      raise ValueError(f"runtime.strategy={self.strategy} is a tf.distribute strategy; on "
+                       "runtime.backend=jax the batch is split over every local device "
+                       "(keras.distribution.DataParallel): leave runtime.strategy=default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +277,17 @@ class TrainingConfig:
     if o.condenser_skip_layer > m.num_layers:
       raise ValueError(f"objective.condenser_skip_layer={o.condenser_skip_layer} > "
                        f"model.num_layers={m.num_layers}")
+    if self.runtime.backend == "jax":
+      refused = [name for name, on in (
+          ("data.tasks=mlm", tuple(self.data.tasks) == ("mlm",)),
+          (f"trainer.grad_cache_chunk={self.trainer.grad_cache_chunk}",
+           self.trainer.grad_cache_chunk),
+          (f"objective.moco_queue={o.moco_queue}", o.moco_queue),
+          (f"objective.condenser_head_layers={o.condenser_head_layers}",
+           o.condenser_head_layers)) if on]
+      if refused:
+        raise ValueError(f"{', '.join(refused)}: trained on runtime.backend=tensorflow only "
+                         "(their train steps are TensorFlow's); drop it or train on TensorFlow")
 
   def to_dict(self) -> dict[str, Any]:
     d = dataclasses.asdict(self)
@@ -272,6 +298,8 @@ class TrainingConfig:
       del d["objective"]
     if not self.model.bow_layer_norm:
       del d["model"]["bow_layer_norm"]
+    if self.runtime.backend == RuntimeConfig.backend:
+      del d["runtime"]["backend"]
     return d
 
   def to_yaml(self) -> str:

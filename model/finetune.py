@@ -26,7 +26,9 @@ first checkpoint whose window is full (the earliest best wins: selection.best_in
 small to choose on (one question of 18 moves R@100 by 5.6 points).
 
 `run(FinetuneConfig) -> train.TrainResult` is the typed entry point; `twotower finetune`
-(twotower.commands.finetune) is its flag parser.
+(twotower.commands.finetune) is its flag parser. With `runtime.backend: jax` the same run
+trains on JAX (jax_train.py; jax_launch.py starts its process), its validation embedded by
+jax_train.JaxEncoders, and `--init` takes a JAX run's checkpoints or a `.keras` file.
 """
 
 from __future__ import annotations
@@ -36,16 +38,14 @@ import logging
 import sys
 from typing import ClassVar, Sequence
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 from twotower.core import contracts
 from twotower.core import metrics as metrics_lib
 from twotower.core import tower_text as texts
 from twotower.core.contracts import manifests
 from twotower.model import config as config_lib
-from twotower.model import train
+from twotower.model import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ DEFAULT_SELECT = "R@100"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class FinetuneConfig(train.TrainRunConfig):
+class FinetuneConfig(jobs.TrainRunConfig):
   """A fine-tuning run on one ReQA train ratio.
 
   Attributes:
@@ -105,11 +105,48 @@ def logged_metrics(num_candidates: int, ks: Sequence[int] = contracts.DEFAULT_KS
   return [f"R@{k}" for k in ks if k <= num_candidates] + ["MRR"]
 
 
-class RecallAtK(keras.callbacks.Callback):
+class TfEncoders:
+  """Raw strings -> embeddings with the in-graph tokenizer and a tf.function per tower
+  (TensorFlow; jax_train.JaxEncoders is JAX's)."""
+
+  def __init__(self, tokenizer, model):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    @tf.function
+    def q_fn(q):
+      return model.query_tower(tokenizer.queries(q), training=False)
+
+    @tf.function
+    def d_fn(title, text):
+      return model.doc_tower(tokenizer.docs(title, text), training=False)
+    self._tf, self._q, self._d = tf, q_fn, d_fn
+
+  def queries(self, texts_) -> np.ndarray:
+    return self._q(self._tf.constant(list(texts_))).numpy()
+
+  def docs(self, titles, texts_) -> np.ndarray:
+    return self._d(self._tf.constant(list(titles)), self._tf.constant(list(texts_))).numpy()
+
+
+def encoders(tokenizer, model):
+  """The validation embedders of the Keras backend this process runs."""
+  import keras  # pylint: disable=import-outside-toplevel
+  if keras.backend.backend() == "jax":
+    from twotower.model import jax_train  # pylint: disable=import-outside-toplevel
+    return jax_train.JaxEncoders(tokenizer, model)
+  return TfEncoders(tokenizer, model)
+
+
+def _callback_base():
+  import keras  # pylint: disable=import-outside-toplevel
+  return keras.callbacks.Callback
+
+
+class RecallAtK(_callback_base()):
   """At each checkpoint: embeds the validation questions and every candidate, ranks the
   candidates by inner product and logs `val_R@k` and `val_MRR` (twotower.core.metrics:
   first-hit ranks under the paper's `pair` gold rule, then `summarize`; MRR over the top
-  max(ks))."""
+  max(ks)). On either backend (`encoders`)."""
 
   def __init__(self, tokenizer, questions: Sequence[contracts.Question],
                candidates: Sequence[dict], ks: Sequence[int] = contracts.DEFAULT_KS,
@@ -122,23 +159,15 @@ class RecallAtK(keras.callbacks.Callback):
     self.titles, self.bodies = candidate_fields(candidates, doc_text)
 
   def _embed(self, fn, *columns) -> np.ndarray:
-    out = [fn(*[tf.constant(c[i:i + self.batch_size]) for c in columns]).numpy()
+    out = [fn(*[c[i:i + self.batch_size] for c in columns])
            for i in range(0, len(columns[0]), self.batch_size)]
     return np.concatenate(out).astype(np.float32)
 
   def ranked(self) -> dict[str, list[int]]:
     """question id -> the top max(ks) candidate ids, best first."""
-    tok, model = self.tokenizer, self.model
-
-    @tf.function
-    def q_fn(q):
-      return model.query_tower(tok.queries(q), training=False)
-
-    @tf.function
-    def d_fn(title, text):
-      return model.doc_tower(tok.docs(title, text), training=False)
-    q = self._embed(q_fn, [x.question for x in self.questions])
-    d = self._embed(d_fn, self.titles, self.bodies)
+    embed = encoders(self.tokenizer, self.model)
+    q = self._embed(embed.queries, [x.question for x in self.questions])
+    d = self._embed(embed.docs, self.titles, self.bodies)
     depth = min(max(self.ks), d.shape[0])
     run = {}
     for start in range(0, len(q), 1024):  # bounded memory: 1024 x candidates scores at once
@@ -178,7 +207,7 @@ def _validation(job: FinetuneConfig) -> tuple[tuple[contracts.Question, ...], li
   return questions, candidates
 
 
-def run(job: FinetuneConfig) -> train.TrainResult:
+def run(job: FinetuneConfig) -> jobs.TrainResult:
   """Fine-tunes (or resumes) `job`; exports the checkpoint `job.select` chose."""
   if not isinstance(job, FinetuneConfig):
     raise TypeError(f"finetune.run takes a FinetuneConfig, not {type(job).__name__}; flags are "
@@ -204,8 +233,8 @@ def run(job: FinetuneConfig) -> train.TrainResult:
     hint = (f" (run `twotower hardneg --reqa {job.reqa} --ratios {job.split} --k {k}` first)"
             if k else "")
     raise FileNotFoundError(f"no ReQA fine-tuning shards match {pattern}{hint}")
-  from twotower.model import data  # pylint: disable=import-outside-toplevel
-  data.require_records(files, f"{train_split} fine-tuning pairs")
+  from twotower.model import pair_files  # pylint: disable=import-outside-toplevel
+  pair_files.require_records(files, f"{train_split} fine-tuning pairs")
   validation = _validation(job) if job.validation_recall else None
   select = ""
   if job.select and validation:
@@ -223,11 +252,10 @@ def run(job: FinetuneConfig) -> train.TrainResult:
   elif job.select:
     logger.warning("no validation to select on: exporting the last checkpoint")
 
-  def make_datasets(tokenizer):
-    from twotower.model import data  # pylint: disable=import-outside-toplevel
-    return data.pair_dataset({contracts.REQA_TASK: files}, tokenizer, t.finetune_batch_size,
-                             seed=t.seed, shuffle_buffer=cfg.data.shuffle_buffer,
-                             deterministic=t.deterministic, hard_negatives=k), None
+  if cfg.runtime.backend == "jax":
+    from twotower.model import jax_launch  # pylint: disable=import-outside-toplevel
+    if not jax_launch.on_jax():
+      return jax_launch.run("finetune", job)
 
   def callbacks(model, tokenizer):
     if not validation:
@@ -240,11 +268,29 @@ def run(job: FinetuneConfig) -> train.TrainResult:
     run_info.update(select_window=job.select_window, patience=job.patience)
   if job.stop_at:
     run_info["stop_at"] = job.stop_at
-  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets,
-                     learning_rate=t.finetune_learning_rate, steps=t.finetune_steps,
-                     callbacks=callbacks, select=select, select_window=job.select_window,
-                     patience=job.patience if select else 0, stop_at=job.stop_at,
-                     run_info=run_info)
+  schedule = {"learning_rate": t.finetune_learning_rate, "steps": t.finetune_steps,
+              "callbacks": callbacks, "select": select, "select_window": job.select_window,
+              "patience": job.patience if select else 0, "stop_at": job.stop_at,
+              "run_info": run_info}
+  if cfg.runtime.backend == "jax":
+    from twotower.model import jax_train, np_input  # pylint: disable=import-outside-toplevel
+
+    def make_batches(tokenizer, skip):
+      return np_input.pair_batches({contracts.REQA_TASK: files}, tokenizer,
+                                   t.finetune_batch_size, seed=t.seed,
+                                   shuffle_buffer=cfg.data.shuffle_buffer, hard_negatives=k,
+                                   skip=skip), None
+    return jax_train.train(job, jax_train.two_tower_builder(cfg, job.init), make_batches,
+                           **schedule)
+
+  from twotower.model import train  # pylint: disable=import-outside-toplevel
+
+  def make_datasets(tokenizer):
+    from twotower.model import data  # pylint: disable=import-outside-toplevel
+    return data.pair_dataset({contracts.REQA_TASK: files}, tokenizer, t.finetune_batch_size,
+                             seed=t.seed, shuffle_buffer=cfg.data.shuffle_buffer,
+                             deterministic=t.deterministic, hard_negatives=k), None
+  return train.train(job, train.two_tower_builder(cfg, job.init), make_datasets, **schedule)
 
 
 if __name__ == "__main__":

@@ -107,23 +107,38 @@ def pre_tokenizer():
 _DIFFERENCES: dict[str, str] | None = None
 
 
-def hf_tokenizer(vocab: list[str], max_length: int | None = None, specials_in_text: bool = True):
+def recorded_normalizer_differences() -> dict[str, str]:
+  """`normalizer_differences()` as recorded in normalizer_table.py, for a process that must
+  not import TensorFlow (the JAX trainer's input, model/np_tokenizer.py);
+  tests/test_jax_input.py checks it against the measurement with the installed
+  tensorflow-text, and `python -m twotower.model.normalizer_table` rewrites it."""
+  from twotower.model import normalizer_table  # pylint: disable=import-outside-toplevel
+  return {chr(c): replacement for replacement, ranges in normalizer_table.DIFFERENCES.items()
+          for start, end in ranges for c in range(start, end + 1)}
+
+
+def hf_tokenizer(vocab: list[str], max_length: int | None = None, specials_in_text: bool = True,
+                 differences: dict[str, str] | None = None):
   """A `tokenizers.Tokenizer` that gives the in-graph tokenizer's ids: `[CLS] text [SEP]`,
   cut from the end to `max_length` (None: no cut).
 
   `specials_in_text`: a literal `[SEP]` (`[CLS]`, ...) in the input is the special token, as
   the document layout `title [SEP] text` needs. False for a query tower: there it is three
-  word pieces, as in the trained model (a transformers tokenizer always matches them)."""
+  word pieces, as in the trained model (a transformers tokenizer always matches them).
+  `differences`: the normaliser's (`recorded_normalizer_differences()`); None measures
+  them with tensorflow-text (`normalizer_differences()`, once a process)."""
   global _DIFFERENCES  # pylint: disable=global-statement
   from tokenizers import AddedToken  # pylint: disable=import-outside-toplevel
   from tokenizers import Tokenizer  # pylint: disable=import-outside-toplevel
   from tokenizers import decoders, models, processors  # pylint: disable=import-outside-toplevel
-  if _DIFFERENCES is None:  # the same for every vocabulary: measured once a process
-    _DIFFERENCES = normalizer_differences()
+  if differences is None:
+    if _DIFFERENCES is None:  # the same for every vocabulary: measured once a process
+      _DIFFERENCES = normalizer_differences()
+    differences = _DIFFERENCES
   index = {t: i for i, t in enumerate(vocab)}
   tok = Tokenizer(models.WordPiece(index, unk_token=contracts.UNK, continuing_subword_prefix="##",
                                    max_input_chars_per_word=100))
-  tok.normalizer = tf_compatible_normalizer(_DIFFERENCES)
+  tok.normalizer = tf_compatible_normalizer(differences)
   tok.pre_tokenizer = pre_tokenizer()
   tok.decoder = decoders.WordPiece(prefix="##")
   if specials_in_text:
@@ -146,3 +161,49 @@ def transformers_tokenizer(vocab: list[str], max_length: int):
       tokenizer_object=tok, model_max_length=max_length, unk_token=contracts.UNK,
       sep_token=contracts.SEP, pad_token=contracts.PAD, cls_token=contracts.CLS,
       mask_token=contracts.MASK, padding_side="right", truncation_side="right")
+
+
+def normalizer_table_source(differences: dict[str, str]) -> str:
+  """The text of normalizer_table.py for `differences` (char -> replacement): each
+  replacement's code points as merged (first, last) ranges, with the library versions that
+  measured them."""
+  import importlib.metadata  # pylint: disable=import-outside-toplevel
+  by_replacement: dict[str, list[list[int]]] = {}
+  for char in sorted(differences, key=ord):
+    ranges = by_replacement.setdefault(differences[char], [])
+    if ranges and ranges[-1][1] == ord(char) - 1:
+      ranges[-1][1] = ord(char)
+    else:
+      ranges.append([ord(char), ord(char)])
+  versions = {name: importlib.metadata.version(name) for name in ("tensorflow-text", "tokenizers")}
+  dropped = len(by_replacement.get("", ()))
+  lines = [
+      '"""tensorflow-text\'s FastBertNormalizer where it differs from `tokenizers`\' NFKC +',
+      "BertNormalizer, code point by code point: `hf_tokenizer.normalizer_differences()` measured",
+      f"with tensorflow-text {versions['tensorflow-text']} and tokenizers "
+      f"{versions['tokenizers']} ({len(differences)} code points), recorded so that a",
+      "process without TensorFlow (the JAX trainer's input, model/np_tokenizer.py) tokenizes as the",
+      "in-graph tokenizer does. Generated; tests/test_jax_input.py checks it against the",
+      "measurement with the installed libraries. Rewrite it with",
+      "",
+      "    python -m twotower.model.hf_tokenizer",
+      '"""',
+      "",
+      "#: replacement -> the (first, last) code point ranges that become it",
+      f"#: ({dropped} ranges are dropped: replacement \"\").",
+      "DIFFERENCES: dict[str, tuple[tuple[int, int], ...]] = {"]
+  for replacement, ranges in sorted(by_replacement.items()):
+    pairs = [f"({a}, {b})" for a, b in ranges]
+    lines.append(f"    {replacement!r}: (")
+    for i in range(0, len(pairs), 5):
+      lines.append("        " + ", ".join(pairs[i:i + 5]) + ",")
+    lines.append("    ),")
+  lines.append("}")
+  return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+  import os  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "normalizer_table.py"), "w",
+            encoding="utf-8") as f:
+    f.write(normalizer_table_source(normalizer_differences()))

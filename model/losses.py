@@ -22,55 +22,48 @@ negative that is a query's own positive (same candidate id) is masked for that q
 MoCo queue (`objective.moco_queue`, Contriever's negatives): the last N documents' embeddings
 from the momentum encoder are columns after the batch's (`queue_logits`), masked where a slot
 is empty or holds the query's own document.
+
+Written in `keras.ops`, so the same functions run on TensorFlow and JAX. The one thing that
+differs is where the global batch is: under `tf.distribute` each replica holds its share and
+gathers the others' (model/tf_replicas.py); on JAX, `keras.distribution.DataParallel` shards
+one program over the devices, so the arrays already are the global batch and XLA inserts the
+collectives (`gather_global` is the identity there, the positives' columns start at 0).
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 #: A logit that contributes exp(...) = 0 in float32 and bfloat16 alike.
 MASKED_LOGIT = -1e9
 
 
-def _replica_context():
-  ctx = tf.distribute.get_replica_context()
-  return ctx if ctx is not None and ctx.num_replicas_in_sync > 1 else None
+def _tf_replicas():
+  """model/tf_replicas.py under TensorFlow, None under JAX (never imports TensorFlow there)."""
+  if keras.backend.backend() != "tensorflow":
+    return None
+  from twotower.model import tf_replicas  # pylint: disable=import-outside-toplevel
+  return tf_replicas
 
 
-def gather_global(x: tf.Tensor) -> tf.Tensor:
-  """[B_local, ...] -> [B_global, ...]: replica 0's rows first. Identity on one replica.
-
-  Needs a static batch dimension (`drop_remainder=True`), as TFRS's cross-replica concat.
-  """
-  ctx = _replica_context()
-  if ctx is None:
-    return x
-  if x.shape[0] is None:
-    raise ValueError("cross-replica negatives need a static batch dimension: batch the "
-                     "dataset with drop_remainder=True")
-  if not x.device:
-    # Under MultiWorkerMirroredStrategy, tensors that come straight from the distributed
-    # dataset carry no device inside `strategy.run`, and `all_gather` then fails with
-    # "destinations can not be empty": pin them to this worker's device first.
-    with tf.device(tf.distribute.get_strategy().extended.worker_devices[0]):
-      x = tf.identity(x)
-  gathered = ctx.all_gather(x, axis=0)
-  return tf.ensure_shape(gathered, [x.shape[0] * ctx.num_replicas_in_sync] + x.shape[1:])
+def gather_global(x):
+  """[B_local, ...] -> [B_global, ...]: replica 0's rows first; the identity on one replica
+  and on JAX (whose arrays are the global batch). Needs a static batch dimension under
+  `tf.distribute` (`drop_remainder=True`), as TFRS's cross-replica concat."""
+  replicas = _tf_replicas()
+  return x if replicas is None else replicas.gather_global(x)
 
 
-def positive_columns(local_batch: int | tf.Tensor) -> tf.Tensor:
+def positive_columns(local_batch):
   """int32 [B_local]: column of each local query's positive in the global logits."""
-  ctx = _replica_context()
-  offset = 0
-  if ctx is not None:
-    offset = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * local_batch
-  return offset + tf.range(local_batch, dtype=tf.int32)
+  replicas = _tf_replicas()
+  offset = 0 if replicas is None else replicas.replica_offset(local_batch)
+  return offset + ops.arange(local_batch, dtype="int32")
 
 
-def in_batch_logits(query_emb: tf.Tensor, doc_emb: tf.Tensor,
-                    doc_ids: tf.Tensor | None = None, temperature: float = 1.0,
-                    neg_emb: tf.Tensor | None = None, neg_ids: tf.Tensor | None = None,
-                    ) -> tuple[tf.Tensor, tf.Tensor]:
+def in_batch_logits(query_emb, doc_emb, doc_ids=None, temperature: float = 1.0, neg_emb=None,
+                    neg_ids=None):
   """Logits of every local query against every document of the global batch.
 
   Args:
@@ -91,32 +84,31 @@ def in_batch_logits(query_emb: tf.Tensor, doc_emb: tf.Tensor,
   """
   global_docs = gather_global(doc_emb)
   logits = _scores(query_emb, global_docs, temperature)
-  labels = positive_columns(tf.shape(query_emb)[0])
+  labels = positive_columns(ops.shape(query_emb)[0])
   if doc_ids is not None:
     global_ids = gather_global(doc_ids)
-    same_doc = tf.reduce_all(doc_ids[:, None, :] == global_ids[None, :, :], axis=-1)
-    is_positive = tf.one_hot(labels, tf.shape(global_ids)[0], on_value=True, off_value=False)
-    accidental = tf.logical_and(same_doc, tf.logical_not(is_positive))
-    logits = tf.where(accidental, tf.constant(MASKED_LOGIT, logits.dtype), logits)
+    same_doc = ops.all(ops.equal(doc_ids[:, None, :], global_ids[None, :, :]), axis=-1)
+    columns = ops.arange(ops.shape(global_ids)[0], dtype="int32")
+    is_positive = ops.equal(columns[None, :], labels[:, None])
+    accidental = ops.logical_and(same_doc, ops.logical_not(is_positive))
+    logits = ops.where(accidental, ops.cast(MASKED_LOGIT, logits.dtype), logits)
   if neg_emb is not None and neg_emb.shape[0] != 0:
     if neg_ids is None:
       raise ValueError("hard negatives need their ids (neg_ids; -1 marks padding)")
     positive_ids = None if doc_ids is None else doc_ids[:, -1]
-    logits = tf.concat([logits, hard_negative_logits(query_emb, neg_emb, neg_ids,
-                                                     positive_ids, temperature)], axis=1)
+    logits = ops.concatenate([logits, hard_negative_logits(query_emb, neg_emb, neg_ids,
+                                                           positive_ids, temperature)], axis=1)
   return logits, labels
 
 
-def _scores(query_emb: tf.Tensor, docs: tf.Tensor, temperature: float) -> tf.Tensor:
+def _scores(query_emb, docs, temperature: float):
   """float32 [B_q, B_d] = <q, d> / temperature, in float32 whatever the compute dtype."""
-  logits = tf.matmul(tf.cast(query_emb, tf.float32), tf.cast(docs, tf.float32),
-                     transpose_b=True)
+  logits = ops.matmul(ops.cast(query_emb, "float32"), ops.transpose(ops.cast(docs, "float32")))
   return logits / temperature if temperature != 1.0 else logits
 
 
-def hard_negative_logits(query_emb: tf.Tensor, neg_emb: tf.Tensor, neg_ids: tf.Tensor,
-                         positive_ids: tf.Tensor | None = None, temperature: float = 1.0,
-                         ) -> tf.Tensor:
+def hard_negative_logits(query_emb, neg_emb, neg_ids, positive_ids=None,
+                         temperature: float = 1.0):
   """Logits of every local query against every hard negative of the global batch.
 
   Args:
@@ -131,14 +123,13 @@ def hard_negative_logits(query_emb: tf.Tensor, neg_emb: tf.Tensor, neg_ids: tf.T
   """
   global_ids = gather_global(neg_ids)
   logits = _scores(query_emb, gather_global(neg_emb), temperature)
-  masked = tf.broadcast_to(global_ids[None, :] < 0, tf.shape(logits))
+  masked = ops.broadcast_to(ops.less(global_ids[None, :], 0), ops.shape(logits))
   if positive_ids is not None:
-    masked = tf.logical_or(masked, positive_ids[:, None] == global_ids[None, :])
-  return tf.where(masked, tf.constant(MASKED_LOGIT, logits.dtype), logits)
+    masked = ops.logical_or(masked, ops.equal(positive_ids[:, None], global_ids[None, :]))
+  return ops.where(masked, ops.cast(MASKED_LOGIT, logits.dtype), logits)
 
 
-def queue_logits(query_emb: tf.Tensor, queue_emb: tf.Tensor, queue_ids: tf.Tensor,
-                 positive_ids: tf.Tensor | None = None, temperature: float = 1.0) -> tf.Tensor:
+def queue_logits(query_emb, queue_emb, queue_ids, positive_ids=None, temperature: float = 1.0):
   """Logits of every local query against a MoCo queue of past documents' embeddings.
 
   Args:
@@ -154,17 +145,16 @@ def queue_logits(query_emb: tf.Tensor, queue_emb: tf.Tensor, queue_ids: tf.Tenso
     float32 [B_local, N].
   """
   logits = _scores(query_emb, queue_emb, temperature)
-  masked = tf.broadcast_to(tf.reduce_any(queue_ids < 0, axis=-1)[None, :], tf.shape(logits))
+  empty = ops.any(ops.less(queue_ids, 0), axis=-1)
+  masked = ops.broadcast_to(empty[None, :], ops.shape(logits))
   if positive_ids is not None:
-    same = tf.reduce_all(positive_ids[:, None, :] == queue_ids[None, :, :], axis=-1)
-    masked = tf.logical_or(masked, same)
-  return tf.where(masked, tf.constant(MASKED_LOGIT, logits.dtype), logits)
+    same = ops.all(ops.equal(positive_ids[:, None, :], queue_ids[None, :, :]), axis=-1)
+    masked = ops.logical_or(masked, same)
+  return ops.where(masked, ops.cast(MASKED_LOGIT, logits.dtype), logits)
 
 
-def in_batch_softmax_loss(query_emb: tf.Tensor, doc_emb: tf.Tensor,
-                          doc_ids: tf.Tensor | None = None, temperature: float = 1.0,
-                          neg_emb: tf.Tensor | None = None, neg_ids: tf.Tensor | None = None,
-                          ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def in_batch_softmax_loss(query_emb, doc_emb, doc_ids=None, temperature: float = 1.0,
+                          neg_emb=None, neg_ids=None):
   """Eq. 4 on this replica's queries: (mean loss [], logits [B_local, B_global * (1 + k)],
   labels [B_local]); arguments as `in_batch_logits`.
 
@@ -175,19 +165,20 @@ def in_batch_softmax_loss(query_emb: tf.Tensor, doc_emb: tf.Tensor,
   return softmax_loss(logits, labels)
 
 
-def softmax_loss(logits: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-  """(mean cross-entropy [], logits, labels) of logits whose positive is column `labels`."""
-  per_query = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-  return tf.reduce_mean(per_query), logits, labels
+def softmax_loss(logits, labels):
+  """(mean cross-entropy [], logits, labels) of logits whose positive is column `labels`
+  (TensorFlow: `tf.nn.sparse_softmax_cross_entropy_with_logits`; JAX: a log-softmax)."""
+  per_query = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+  return ops.mean(per_query), logits, labels
 
 
-def in_batch_accuracy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+def in_batch_accuracy(logits, labels):
   """float32 [B_local]: 1 where the positive has the largest logit (chance: 1 / columns)."""
-  return tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+  best = ops.cast(ops.argmax(logits, axis=-1), "int32")
+  return ops.cast(ops.equal(best, ops.cast(labels, "int32")), "float32")
 
 
-def masked_lm_loss(logits: tf.Tensor, mask_ids: tf.Tensor, mask_weights: tf.Tensor,
-                   ) -> tuple[tf.Tensor, tf.Tensor]:
+def masked_lm_loss(logits, mask_ids, mask_weights):
   """Masked-LM cross-entropy averaged over real predictions.
 
   Args:
@@ -197,10 +188,10 @@ def masked_lm_loss(logits: tf.Tensor, mask_ids: tf.Tensor, mask_weights: tf.Tens
   Returns:
     (loss [], accuracy []) over weighted positions.
   """
-  logits = tf.cast(logits, tf.float32)
-  per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=mask_ids, logits=logits)
-  total = tf.maximum(tf.reduce_sum(mask_weights), 1.0)
-  loss = tf.reduce_sum(per_token * mask_weights) / total
-  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
-                             tf.cast(mask_ids, tf.int32)), tf.float32)
-  return loss, tf.reduce_sum(correct * mask_weights) / total
+  logits = ops.cast(logits, "float32")
+  per_token = ops.sparse_categorical_crossentropy(mask_ids, logits, from_logits=True)
+  total = ops.maximum(ops.sum(mask_weights), 1.0)
+  loss = ops.sum(per_token * mask_weights) / total
+  correct = ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"),
+                               ops.cast(mask_ids, "int32")), "float32")
+  return loss, ops.sum(correct * mask_weights) / total

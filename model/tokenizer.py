@@ -27,39 +27,10 @@ import logging
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from twotower.core.contracts import CLS, MASK, PAD, RESERVED_TOKENS, SEP, UNK
+from twotower.core.contracts import CLS, MASK, PAD, SEP, UNK
+from twotower.model.vocab_file import read_vocab  # noqa: F401  (read here too, as always)
 
 logger = logging.getLogger(__name__)
-
-
-def read_vocab(path: str) -> list[str]:
-  """Tokens of a WordPiece vocabulary file, one per line, checked for the special tokens."""
-  if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-    raise FileNotFoundError(f"{path}: no such vocabulary file (`twotower vocab` writes one)")
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  if b"\0" in data[:4096]:
-    raise ValueError(f"{path}: a binary file, not a vocabulary (one UTF-8 token per line, "
-                     "as `twotower vocab` writes)")
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    line = data.count(b"\n", 0, e.start) + 1
-    raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}); a vocabulary is one UTF-8 "
-                     "token per line, as `twotower vocab` writes") from None
-  tokens = [line.rstrip("\r") for line in text.split("\n")]
-  while tokens and not tokens[-1]:
-    tokens.pop()
-  if not tokens or tokens[0] != PAD:
-    raise ValueError(f"{path}: line 1 must be {PAD} (id 0 is padding), got "
-                     f"{tokens[0] if tokens else 'an empty file'!r}")
-  missing = [t for t in RESERVED_TOKENS if t not in tokens]
-  if missing:
-    raise ValueError(f"{path}: vocabulary lacks the special tokens {missing}")
-  dupes = len(tokens) - len(set(tokens))
-  if dupes:
-    raise ValueError(f"{path}: {dupes} duplicate tokens")
-  return tokens
 
 
 @tf.autograph.experimental.do_not_convert  # plain ops, a Python loop over the segments

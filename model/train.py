@@ -20,12 +20,11 @@ because Keras 3 `fit` fails under MultiWorkerMirroredStrategy (keras-team/keras#
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 import time
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -35,10 +34,15 @@ from twotower.core import files as io
 from twotower.core import outputs
 from twotower.model import config as config_lib
 from twotower.model import loop
+# The run's types and bookkeeping (no backend: shared with jax_train.py) and the optimizer,
+# named here too, as callers have always found them.
+from twotower.model.jobs import (PROGRESS_MODES, TrainResult, TrainRunConfig,  # noqa: F401
+                                 checkpoint_interval, claim_run_dir, config_text, run_settings,
+                                 summary_table)
+from twotower.model.optimizer import WarmupLinearDecay, make_optimizer  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_MODES = loop.PROGRESS_MODES
 
 #: build_model(vocab_size) -> a compiled-to-be keras.Model, called in the strategy scope.
 BuildModel = Callable[[int], keras.Model]
@@ -46,67 +50,6 @@ BuildModel = Callable[[int], keras.Model]
 MakeDatasets = Callable[[Any], "tuple[tf.data.Dataset, tf.data.Dataset | None]"]
 #: make_callbacks(model, tokenizer) -> extra Keras callbacks, run first at each checkpoint.
 MakeCallbacks = Callable[[keras.Model, Any], "list[keras.callbacks.Callback]"]
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainRunConfig:
-  """One training run, besides its data (pretrain.PretrainConfig, finetune.FinetuneConfig add it).
-
-  Attributes:
-    training: model, data, trainer and runtime settings (`config.load(preset, overrides)`,
-      `config.replace`), read by pre-training and fine-tuning alike.
-    out: the run dir: config.yaml, checkpoints/, logs/, history.csv, export/.
-    vocab: the WordPiece vocabulary file (`twotower vocab`).
-    init: start the towers from this checkpoint (a prefix, a checkpoints/ dir or a run dir
-      of a two-tower or MLM run); None or "none": random initialisation.
-    export: write export/ (SavedModel with string signatures, .keras) at the end.
-    progress: "bar" (one tqdm bar over all steps), "epoch" (one line per checkpoint) or
-      "none" (loop.Progress).
-  """
-  training: config_lib.TrainingConfig
-  out: str
-  vocab: str
-  init: str | None = None
-  export: bool = True
-  progress: str = "bar"
-  overwrite: bool = False  # start over in an `out` that holds another run (twotower.core.outputs)
-
-  #: The stage named in the run dir's manifest.
-  STAGE: ClassVar[str] = "train"
-
-  def __post_init__(self):
-    if self.progress not in PROGRESS_MODES:
-      raise ValueError(f"progress={self.progress!r}: expected one of {PROGRESS_MODES}")
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainResult:
-  """What a run gives back, so that a caller never re-reads the run dir.
-
-  Attributes:
-    out: the run dir.
-    history: {metric: [value per checkpoint]} over the whole run (a resumed run includes the
-      checkpoints of earlier invocations): `step`, `epoch`, then e.g. loss,
-      in_batch_accuracy, val_loss, val_in_batch_accuracy; in fine-tuning val_R@k, val_MRR.
-    saved_model: the exported SavedModel; None without export, and for MLM.
-    steps: optimizer steps trained at the end of the run.
-    seconds: wall time of this invocation.
-    selected_step: the step whose weights are exported: the best checkpoint by `select`,
-      else the last step.
-    select: the logged metric that chose it ("" = the last checkpoint), e.g. "val_R@100",
-      or its moving average "val_R@100_avg3" (`select_window`).
-  """
-  out: str
-  history: dict[str, list[float]]
-  saved_model: str | None
-  steps: int
-  seconds: float
-  selected_step: int | None = None
-  select: str = ""
-
-  def curve(self, metric: str) -> list[tuple[int, float]]:
-    """[(step, value)] of a logged metric, e.g. the validation curve `curve("val_R@100")`."""
-    return [(int(s), v) for s, v in zip(self.history.get("step", ()), self.history[metric])]
 
 
 # ------------------------------------------------------------------------------------------
@@ -165,33 +108,6 @@ def _worker(strategy) -> int | None:
   return int(resolver.task_id)
 
 
-@keras.saving.register_keras_serializable(package="twotower")
-class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
-  """0 -> peak linearly over `warmup_steps`, then linearly to 0 at `total_steps`."""
-
-  def __init__(self, peak: float, warmup_steps: int, total_steps: int):
-    self.peak, self.warmup_steps, self.total_steps = float(peak), int(warmup_steps), int(total_steps)
-
-  def __call__(self, step):
-    step = tf.cast(step, tf.float32)
-    warm = self.peak * (step + 1.0) / max(self.warmup_steps, 1)
-    decay_len = max(self.total_steps - self.warmup_steps, 1)
-    decay = self.peak * tf.maximum(0.0, 1.0 - (step - self.warmup_steps) / decay_len)
-    return tf.where(step < self.warmup_steps, warm, decay)
-
-  def get_config(self):
-    return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
-
-
-def make_optimizer(learning_rate: float, steps: int, warmup_fraction: float,
-                   weight_decay: float) -> keras.optimizers.Optimizer:
-  schedule = WarmupLinearDecay(learning_rate, int(round(warmup_fraction * steps)), steps)
-  opt = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=weight_decay,
-                               beta_1=0.9, beta_2=0.999, epsilon=1e-6)
-  opt.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])
-  return opt
-
-
 # ------------------------------------------------------------------------------------------
 # Initialisation from another run.
 # ------------------------------------------------------------------------------------------
@@ -225,13 +141,22 @@ def _children(prefix: str, *path: str) -> set[str]:
 
 
 def init_towers(model, path: str) -> None:
-  """Restores named towers from a two-tower or MLM checkpoint, loudly.
+  """Restores named towers from a two-tower or MLM checkpoint, or from a run trained on JAX
+  (h5_checkpoints.init_towers_from_weights), loudly.
 
   Two-tower run: `query_tower` and `doc_tower` (projection included). MLM run: its
   `backbone` goes into the backbone of both towers (their projections stay random), as the
   paper's MLM baseline. Every variable of what we restore must be found in the checkpoint.
   """
-  prefix = resolve_checkpoint(path)
+  try:
+    prefix = resolve_checkpoint(path)
+  except FileNotFoundError:
+    from twotower.model import h5_checkpoints  # pylint: disable=import-outside-toplevel
+    found = h5_checkpoints.init_weights(path)  # a run trained on JAX
+    if not found:
+      raise
+    h5_checkpoints.init_towers_from_weights(model, *found)
+    return
   saved = _children(prefix, "model")
   if "query_tower" in saved:
     parts = {"query_tower": model.query_tower}
@@ -285,39 +210,6 @@ def two_tower_builder(cfg: config_lib.TrainingConfig, init: str | None) -> Build
 # ------------------------------------------------------------------------------------------
 
 
-def config_text(cfg: config_lib.TrainingConfig, extra: Mapping | None = None) -> str:
-  """OUT/config.yaml: the resolved config, then the run's own fields under `run:`."""
-  text = cfg.to_yaml()
-  if extra:
-    import yaml  # pylint: disable=import-outside-toplevel
-    text += yaml.safe_dump({"run": dict(extra)}, sort_keys=False)
-  return text
-
-
-def run_settings(text: str) -> dict:
-  """The settings of a run that decide what it trains, from its config.yaml text: where it
-  runs (`runtime`, the replica count) may change when a run resumes, nothing else may."""
-  import yaml  # pylint: disable=import-outside-toplevel
-  settings = yaml.safe_load(text) or {}
-  settings.pop("runtime", None)
-  (settings.get("run") or {}).pop("replicas", None)
-  return settings
-
-
-def claim_run_dir(job: TrainRunConfig, text: str) -> None:
-  """Refuses (outputs.claim) a run dir that holds another run: fine-tuning split 10 into a
-  split-5 run, other --tasks, another hidden_dim would resume or overwrite it. Then records
-  this run's manifest, before anything is trained, so that a killed run resumes."""
-  settings = run_settings(text)
-  # --init is read where the run writes its checkpoints: never the run dir or inside it.
-  # The vocabulary may sit in it: kept, as every file the run did not write (outputs).
-  if job.init and job.init.lower() != "none":
-    outputs.check_inputs(job.out, [job.init], inside=False)
-  resumed = outputs.claim(job.out, job.STAGE, settings, overwrite=job.overwrite,
-                          inputs=[job.vocab])
-  outputs.start(job.out, job.STAGE, settings, inputs=[job.vocab], resumed=resumed)
-
-
 def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
           learning_rate: float, steps: int, callbacks: MakeCallbacks | None = None,
           select: str = "", select_window: int = 1, patience: int = 0, stop_at: int = 0,
@@ -356,18 +248,6 @@ def train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatas
     _set_op_determinism(before)
 
 
-def checkpoint_interval(steps: int, every: int) -> int:
-  """Steps between checkpoints (one Keras epoch): `every`, or the largest divisor of `steps`
-  between every/2 and `every`, so that a run trains exactly `steps` (640 steps at
-  checkpoint_every=100 checkpoint every 80, not 700 steps). Without such a divisor the run
-  rounds up to a multiple of `every` and says so."""
-  every = max(1, min(every, steps))
-  for interval in range(every, (every + 1) // 2 - 1, -1):
-    if interval > 0 and steps % interval == 0:
-      return interval
-  return every
-
-
 def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeDatasets, *,
            learning_rate: float, steps: int, callbacks: MakeCallbacks | None, select: str,
            select_window: int, patience: int, stop_at: int, exportable: bool,
@@ -395,6 +275,10 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
                           "learning_rate": learning_rate,
                           "replicas": strategy.num_replicas_in_sync, "select": select,
                           **(run_info or {})})
+  from twotower.model import h5_checkpoints  # pylint: disable=import-outside-toplevel
+  if h5_checkpoints.latest(contracts.checkpoint_dir(job.out)):
+    raise ValueError(f"{job.out} holds a JAX run's checkpoints: resume it with "
+                     "runtime.backend=jax (or start over in another folder)")
   if worker in (None, 0):
     # The chief owns the run dir: its manifest and config.yaml. Another worker writes only
     # under its own folder, and only after the model's variables are made (the strategy's
@@ -430,8 +314,9 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
                    int(model.optimizer.iterations.numpy()))
   step = int(model.optimizer.iterations.numpy())
   history = loop.History(contracts.history_path(job.out) if worker is None else None, step)
-  keep_best = (loop.KeepBest(select, contracts.best_checkpoint_dir(own_dir), history, model,
-                             window=select_window, patience=patience)
+  keep_best = (loop.KeepBest(select, loop.TfBestCheckpoint(model,
+                                                          contracts.best_checkpoint_dir(own_dir)),
+                             history, window=select_window, patience=patience)
                if select else None)
   initial_epoch = step // per_epoch
   if initial_epoch >= epochs:
@@ -474,18 +359,3 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
                      select=keep_best.key if keep_best else select)
 
 
-def summary_table(result: TrainResult) -> str:
-  """The command's result: the last value of each metric, the exported step and paths."""
-  if not result.history.get("step"):
-    return f"nothing trained: {result.out} has no history"
-  metrics = {k: v for k, v in result.history.items() if k not in ("step", "epoch")}
-  width = max([len(k) for k in metrics] + [14])
-  lines = [f"{'steps':<{width}}  {result.steps}"]
-  lines += [f"{k:<{width}}  {v[-1]:.4f}" for k, v in metrics.items() if v]
-  if result.select:
-    lines.append(f"{'selected step':<{width}}  {result.selected_step} (best {result.select})")
-  lines.append(f"{'run dir':<{width}}  {result.out}")
-  if result.saved_model:
-    lines.append(f"{'saved model':<{width}}  {result.saved_model}")
-  lines.append(f"{'seconds':<{width}}  {result.seconds:.0f}")
-  return "\n".join(lines)

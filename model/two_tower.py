@@ -1,9 +1,12 @@
 """`TwoTowerModel`: score(q, d) = <phi(q), psi(d)>, trained with the in-batch softmax.
 
-A `keras.Model` subclass with its own `train_step` / `test_step`, so one model runs under
-`fit` on one device, under MirroredStrategy and on TPU: each replica embeds its share of
-the batch, gathers the documents of all replicas as negatives (losses.py), and divides its
-loss by the number of replicas because Keras sums gradients across replicas.
+One model on both Keras backends. On TensorFlow it has its own `train_step` / `test_step`
+(tf_steps.py), so it runs under `fit` on one device, under MirroredStrategy and on TPU: each
+replica embeds its share of the batch, gathers the documents of all replicas as negatives
+(losses.py), and divides its loss by the number of replicas because Keras sums gradients
+across replicas. On JAX it has no step of its own: Keras's JAX `train_step` differentiates
+`compute_loss` (the same loss in `keras.ops`), and `keras.distribution.DataParallel` makes
+the arrays the global batch (model/jax_train.py).
 
 Batches are dicts (data.py):
   {"query": {"token_ids", "padding_mask"}: int32 [B, query_len],
@@ -36,10 +39,9 @@ from __future__ import annotations
 
 import keras
 import keras_hub
-import tensorflow as tf
+import numpy as np
 from keras import ops
 
-from twotower.model import grad_cache
 from twotower.model import losses
 from twotower.model.encoders import TransformerBackbone
 
@@ -47,28 +49,24 @@ from twotower.model.encoders import TransformerBackbone
 TOWER_INPUTS = {"query": "query", "doc": "doc", "neg_doc": "doc"}
 
 
-def _num_replicas() -> int:
-  return tf.distribute.get_strategy().num_replicas_in_sync
+def _backend_steps(kind: str) -> tuple:
+  """The bases before `keras.Model` that give a model its train / test steps: TensorFlow's
+  (tf_steps.py) under TensorFlow; none under JAX, where Keras's own steps differentiate
+  `compute_loss`. Read once, when this module is imported: a Keras backend is per process."""
+  if keras.backend.backend() != "tensorflow":
+    return ()
+  from twotower.model import tf_steps  # pylint: disable=import-outside-toplevel
+  return ({"two_tower": tf_steps.TwoTowerSteps, "mlm": tf_steps.MlmSteps}[kind],)
 
 
 def apply_gradients(model: keras.Model, grads) -> None:
-  """`optimizer.apply` with dense gradients.
-
-  An embedding lookup's gradient is an IndexedSlices with one slice per occurrence of a
-  token, and Keras 3.15's Adam squares the slices one by one: a token that occurs n times in
-  a batch ([CLS] and [SEP] occur in every row) gets the sum of its n squared slices as its
-  second moment instead of the square of their sum, so its embedding moves by up to sqrt(n)
-  times Adam's step. Measured on tests/test_grad_cache.py's batch: after 3 steps, the direct
-  path's slices and the cache's dense gradients ended 0.02 apart; dense on both sides, 2e-6.
-  Dense gradients give Adam's update, and replicas' gradients sum instead of concatenating
-  their slices (which would repeat the error across replicas).
-  """
-  grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-  model.optimizer.apply(grads, model.trainable_variables)
+  """`optimizer.apply` with dense gradients (TensorFlow; tf_steps.apply_gradients)."""
+  from twotower.model import tf_steps  # pylint: disable=import-outside-toplevel
+  tf_steps.apply_gradients(model, grads)
 
 
 @keras.saving.register_keras_serializable(package="twotower")
-class TwoTowerModel(keras.Model):
+class TwoTowerModel(*_backend_steps("two_tower"), keras.Model):
   """Query tower phi and document tower psi (the same layer when towers are shared).
 
   Call: a batch dict with any of "query", "doc", "neg_doc" -> the same keys, each
@@ -149,17 +147,6 @@ class TwoTowerModel(keras.Model):
     for key, query in self._momentum_pairs():
       key.assign(m * key + (1.0 - m) * ops.cast(query, key.dtype))
 
-  def enqueue(self, keys, doc_ids) -> None:
-    """Pushes the global batch's document embeddings (and ids) into the queue, oldest out."""
-    keys, doc_ids = losses.gather_global(keys), losses.gather_global(doc_ids)
-    rows = tf.shape(keys)[0]
-    slots = (self.queue_next + tf.range(rows, dtype=tf.int64)) % self.moco_queue
-    self.queue.assign(tf.tensor_scatter_nd_update(self.queue.value, slots[:, None],
-                                                  tf.cast(keys, tf.float32)))
-    self.queue_ids.assign(tf.tensor_scatter_nd_update(self.queue_ids.value, slots[:, None],
-                                                      tf.cast(doc_ids, tf.int64)))
-    self.queue_next.assign((self.queue_next + tf.cast(rows, tf.int64)) % self.moco_queue)
-
   def moco_loss(self, data, query_emb, keys):
     """(loss, logits [B_local, B_global + N], labels): the in-batch softmax against the
     momentum encoder's documents, with the queue's documents as further columns."""
@@ -167,21 +154,7 @@ class TwoTowerModel(keras.Model):
     logits, labels = losses.in_batch_logits(query_emb, keys, doc_ids, self.temperature)
     queued = losses.queue_logits(query_emb, self.queue.value, self.queue_ids.value,
                                  doc_ids, self.temperature)
-    return losses.softmax_loss(tf.concat([logits, queued], axis=1), labels)
-
-  def moco_step(self, data):
-    """One MoCo step: momentum update, keys, the queries' gradients, then the queue."""
-    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-    self.momentum_update()
-    # Dropout on as in Contriever, whose key encoder runs in training mode too.
-    keys = tf.stop_gradient(self.momentum_tower(data["doc"], training=True))
-    with tf.GradientTape() as tape:
-      query_emb = self.query_tower(data["query"], training=True)
-      loss, logits, labels = self.moco_loss(data, query_emb, keys)
-      objective = self._objective(loss)
-    apply_gradients(self, tape.gradient(objective, self.trainable_variables))
-    self.enqueue(keys, data["doc_id"])
-    return loss, logits, labels
+    return losses.softmax_loss(ops.concatenate([logits, queued], axis=1), labels)
 
   def build_from_config(self, config):
     """Rebuilds the towers' variables when a `.keras` file is loaded."""
@@ -215,73 +188,28 @@ class TwoTowerModel(keras.Model):
     self.accuracy_tracker.update_state(losses.in_batch_accuracy(logits, labels))
     return {m.name: m.result() for m in self.metrics}
 
-  # -- Gradients: direct (one tape over the batch) or cached (grad_cache.py). ----------------
-
-  def _objective(self, loss):
-    """What a replica differentiates: its loss over the replicas (Keras sums the replicas'
-    gradients), scaled for mixed precision (`apply` unscales)."""
-    return self.optimizer.scale_loss(loss / _num_replicas())
-
-  def direct_gradients(self, data):
-    """((loss, logits, labels), gradient of each trainable variable), one tape."""
-    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-    with tf.GradientTape() as tape:
-      loss, logits, labels = self.compute_retrieval_loss(data, training=True)
-      objective = self._objective(loss)
-    return (loss, logits, labels), tape.gradient(objective, self.trainable_variables)
-
   def tower_inputs(self, data) -> dict:
     """The entries of a batch that go through a tower."""
     return {name: data[name] for name in TOWER_INPUTS if name in data}
 
-  def num_chunks(self, data) -> int:
-    """Per-replica batch / grad_cache_chunk; an error unless it divides."""
-    local = data["query"]["token_ids"].shape[0]
-    if local is None:
-      raise ValueError("gradient caching needs a static batch dimension (drop_remainder=True)")
-    if local % self.grad_cache_chunk:
-      raise ValueError(f"trainer.grad_cache_chunk={self.grad_cache_chunk} does not divide the "
-                       f"per-replica batch {local} (global batch / {_num_replicas()} replicas)")
-    return local // self.grad_cache_chunk
-
   def _dims(self, inputs) -> dict[str, int]:
     return {name: self._tower(name).embedding_dim for name in inputs}
 
-  def seed_states(self) -> list:
-    """The towers' dropout RNG states (grad_cache.seed_states)."""
-    return grad_cache.seed_states([self.query_tower, self.doc_tower])
+  # -- What Keras differentiates on JAX (no train_step of ours there: tf_steps.py is TF's). --
 
-  def cached_gradients(self, data):
-    """((loss, logits, labels), gradients) as `direct_gradients`, by the gradient cache."""
-    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-    inputs = self.tower_inputs(data)
+  def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    """The in-batch softmax of batch `x` embedded as `y_pred` (`self(x)`): Keras's JAX
+    `train_step` takes its gradient. Under `keras.distribution.DataParallel` the arrays are
+    the global batch, so every query meets every document of it, as under tf.distribute's
+    all_gather."""
+    del y, sample_weight, training
+    return self.retrieval_loss(x, y_pred)[0]
 
-    def loss_fn(emb):
-      loss, logits, labels = self.retrieval_loss(data, emb)
-      return self._objective(loss), (loss, logits, labels)
-    return grad_cache.cached_gradients(
-        lambda chunk: self(chunk, training=True), inputs, self.num_chunks(data),
-        self._dims(inputs), loss_fn, self.trainable_variables, self.seed_states())
-
-  def train_step(self, data):
-    if self.moco_queue:
-      return self._update_metrics(*self.moco_step(data))
-    if self.grad_cache_chunk:
-      (loss, logits, labels), grads = self.cached_gradients(data)
-    else:
-      (loss, logits, labels), grads = self.direct_gradients(data)
-    apply_gradients(self, grads)
-    return self._update_metrics(loss, logits, labels)
-
-  def test_step(self, data):
-    data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-    if self.grad_cache_chunk:  # a held-out batch as large as training's must fit too
-      inputs = self.tower_inputs(data)
-      emb, _ = grad_cache.embed_in_chunks(lambda chunk: self(chunk, training=False), inputs,
-                                          self.num_chunks(data), self._dims(inputs))
-    else:
-      emb = self(data, training=False)
-    return self._update_metrics(*self.retrieval_loss(data, emb))
+  def compute_metrics(self, x, y, y_pred, sample_weight=None):
+    """The loss and in-batch accuracy, as the TensorFlow steps log them (the logits again
+    from the embeddings: a [B, B] product beside the towers' cost)."""
+    del y, sample_weight
+    return self._update_metrics(*self.retrieval_loss(x, y_pred))
 
   def towers_only(self) -> "TwoTowerModel":
     """A plain `TwoTowerModel` on the same towers (no copy), built: what export writes. A
@@ -317,7 +245,7 @@ class TwoTowerModel(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package="twotower")
-class MlmModel(keras.Model):
+class MlmModel(*_backend_steps("mlm"), keras.Model):
   """BERT masked-LM pre-training of one `TransformerBackbone`.
 
   Batches: {"token_ids", "padding_mask"} int32 [B, L]; "mask_positions", "mask_ids" int32
@@ -342,9 +270,9 @@ class MlmModel(keras.Model):
 
   @staticmethod
   def _dummy(length, max_predictions):
-    return {"token_ids": tf.zeros((1, length), tf.int32),
-            "padding_mask": tf.ones((1, length), tf.int32),
-            "mask_positions": tf.zeros((1, max_predictions), tf.int32)}
+    return {"token_ids": np.zeros((1, length), np.int32),
+            "padding_mask": np.ones((1, length), np.int32),
+            "mask_positions": np.zeros((1, max_predictions), np.int32)}
 
   @property
   def metrics(self):
@@ -354,21 +282,6 @@ class MlmModel(keras.Model):
     data, _, _ = keras.utils.unpack_x_y_sample_weight(data)
     logits = self(data, training=training)
     return losses.masked_lm_loss(logits, data["mask_ids"], data["mask_weights"])
-
-  def train_step(self, data):
-    with tf.GradientTape() as tape:
-      loss, accuracy = self._loss(data, training=True)
-      scaled = self.optimizer.scale_loss(loss / _num_replicas())
-    apply_gradients(self, tape.gradient(scaled, self.trainable_variables))
-    self.loss_tracker.update_state(loss)
-    self.accuracy_tracker.update_state(accuracy)
-    return {m.name: m.result() for m in self.metrics}
-
-  def test_step(self, data):
-    loss, accuracy = self._loss(data, training=False)
-    self.loss_tracker.update_state(loss)
-    self.accuracy_tracker.update_state(accuracy)
-    return {m.name: m.result() for m in self.metrics}
 
   def get_config(self):
     return {"backbone": keras.saving.serialize_keras_object(self.backbone), "name": self.name}

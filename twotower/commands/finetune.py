@@ -11,7 +11,7 @@ from typing import Iterable
 from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.commands import pretrain as pretrain_cmd
-from twotower.model import finetune, train
+from twotower.model import finetune, jobs
 
 _STEPS, _BATCH = "trainer.finetune_steps", "trainer.finetune_batch_size"
 
@@ -62,4 +62,4 @@ def parse(argv: Iterable[str] | None) -> finetune.FinetuneConfig:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  print(train.summary_table(finetune.run(parse(argv))))
+  print(jobs.summary_table(finetune.run(parse(argv))))

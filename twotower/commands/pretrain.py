@@ -12,9 +12,9 @@ from typing import Any, Iterable
 from twotower.core import contracts
 from twotower.commands import dataclass_flags, flags
 from twotower.model import config as config_lib
-from twotower.model import pretrain, train
+from twotower.model import jobs, pretrain
 
-#: The help of the training flags that are train.TrainRunConfig fields (name, type and
+#: The help of the training flags that are jobs.TrainRunConfig fields (name, type and
 #: default from the dataclass, commands.dataclass_flags), shared with `twotower finetune`.
 TRAINING_HELP = {
     "out": "run dir: config.yaml, checkpoints/, logs/, history.csv, export/",
@@ -36,12 +36,12 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   """The flags of every training command; `steps` and `batch` name the config fields that
   --steps and --batch_size override.
 
-  Those of the run's own fields come from train.TrainRunConfig; the others are written out
+  Those of the run's own fields come from jobs.TrainRunConfig; the others are written out
   here: --config and --set choose the TrainingConfig, and the rest override one of its nested
   fields only when given (default None or SUPPRESS: the preset's value, which no dataclass
   default can say), --steps / --batch_size a different field per command."""
   g = p.add_argument_group("config")
-  add = functools.partial(dataclass_flags.add_fields, g, train.TrainRunConfig, TRAINING_HELP)
+  add = functools.partial(dataclass_flags.add_fields, g, jobs.TrainRunConfig, TRAINING_HELP)
   g.add_argument("--config", required=True,
                  help=f"preset name ({', '.join(config_lib.preset_names())}) or a YAML file")
   g.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -53,6 +53,9 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   g.add_argument("--strategy", choices=config_lib.STRATEGIES, default=None,
                  help="tf.distribute strategy (overrides runtime.strategy)")
   g.add_argument("--tpu", default=None, help="TPU name/address for TPUClusterResolver")
+  g.add_argument("--backend", choices=config_lib.BACKENDS, default=None,
+                 help="Keras backend that trains (overrides runtime.backend): tensorflow, or "
+                      "jax in a process of its own, the batch over every local device")
   g.add_argument("--mixed_precision", "--mixed-precision", action="store_true", default=None,
                  help="bfloat16 compute, float32 variables")
   g.add_argument("--jit_compile", "--jit-compile", action="store_true", default=None,
@@ -75,7 +78,7 @@ def add_training_flags(p: argparse.ArgumentParser, *, steps: str, batch: str) ->
   g.add_argument("--allow_untrained", "--allow-untrained", action="store_true",
                  help=f"let {steps}=0 export the initial towers untrained (random, or "
                       "--init's: the No-SSL baseline); without it 0 steps is refused")
-  add(names=("progress",), kwargs={"progress": {"choices": train.PROGRESS_MODES}})
+  add(names=("progress",), kwargs={"progress": {"choices": jobs.PROGRESS_MODES}})
 
 
 def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, steps: str,
@@ -83,7 +86,7 @@ def training_config(p: argparse.ArgumentParser, args: argparse.Namespace, *, ste
   """The preset or file, then --set, then the dedicated flags (and `sections`); a usage
   error for a negative step count, or 0 steps without --allow_untrained."""
   cfg = config_lib.load(args.config, args.set)
-  chosen = {"runtime": {"strategy": args.strategy, "tpu": args.tpu},
+  chosen = {"runtime": {"strategy": args.strategy, "tpu": args.tpu, "backend": args.backend},
             "trainer": {"mixed_precision": args.mixed_precision,
                         "jit_compile": args.jit_compile,
                         "grad_cache_chunk": args.grad_cache_chunk,
@@ -132,4 +135,4 @@ def parse(argv: Iterable[str] | None) -> pretrain.PretrainConfig:
 
 
 def main(argv: Iterable[str] | None = None) -> None:
-  print(train.summary_table(pretrain.run(parse(argv))))
+  print(jobs.summary_table(pretrain.run(parse(argv))))
