@@ -265,12 +265,24 @@ def test_a_text_holds_a_paragraph_cleaned_otherwise_or_half_of_it_but_not_a_stra
   assert index.held_in("too short") == []
 
 
+def test_an_anchor_counts_once_however_often_a_text_repeats_it():
+  index = qa_articles.index_paragraphs([qa_articles.QaParagraph("Paris", PARIS)])
+  words = qa_articles.words(PARIS)
+  at = qa_articles.shingles(PARIS).tolist().index(int(index.anchors[0]))
+  run = " ".join(words[at:at + qa_articles.SHINGLE_WORDS])
+  assert index.held_in(" and ".join([run] * 5)) == []  # one anchor, five times: not three
+  two = qa_articles.shingles(PARIS).tolist().index(int(index.anchors[1]))
+  three = qa_articles.shingles(PARIS).tolist().index(int(index.anchors[2]))
+  runs = [" ".join(words[i:i + qa_articles.SHINGLE_WORDS]) for i in (at, two, three)]
+  assert index.held_in(" and ".join(runs)) == [0]  # three of its anchors
+
+
 def test_shingles_are_the_same_in_every_process():
-  """The fingerprint is a stable hash (contracts.stable_hash), not Python's salted hash():
-  this value is what every worker computes."""
-  assert qa_articles.shingles("one two three four five six seven eight nine").tolist() == \
-      qa_articles.shingles("One, two; three four five six seven eight nine!").tolist()
-  assert len(qa_articles.shingles("one two three four five six seven eight nine")) == 2
+  """The fingerprint is a stable hash (contracts.stable_hash), not Python's salted hash(): the
+  anchors are made in one worker and looked up in others, so these values are what every
+  process computes (a change of them is a change of the fingerprint: on purpose only)."""
+  assert qa_articles.shingles("One, two; three four five six seven eight nine!").tolist() == [
+      10145351720748227553, 3337624901970703190]
 
 
 # ---------------------------------------------------------------------------------------------

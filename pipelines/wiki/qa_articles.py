@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import re
 import unicodedata
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -139,10 +138,19 @@ def words(text: str) -> list[str]:
   return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
-@functools.lru_cache(maxsize=1 << 18)
+#: Word -> its hash, per process; emptied when it holds _WORD_CACHE_SIZE words.
+_word_hashes: dict[str, int] = {}
+_WORD_CACHE_SIZE = 1 << 20
+
+
 def _word_hash(word: str) -> int:
   # stable_hash: the same in every worker process, unlike hash().
-  return contracts.stable_hash("qa-word", word)
+  value = _word_hashes.get(word)
+  if value is None:
+    if len(_word_hashes) >= _WORD_CACHE_SIZE:
+      _word_hashes.clear()
+    value = _word_hashes[word] = contracts.stable_hash("qa-word", word)
+  return value
 
 
 def shingles(text: str) -> np.ndarray:
@@ -199,14 +207,15 @@ class QaIndex:
     of their anchors among the text's shingles."""
     if not len(self.anchors):
       return []
-    found = np.unique(shingles(text))
-    lo = np.searchsorted(self.anchors, found, side="left")
-    hi = np.searchsorted(self.anchors, found, side="right")
-    hit = hi > lo
-    if not hit.any():
+    found = shingles(text)
+    hit = np.searchsorted(self.anchors, found, side="left")
+    hit = np.unique(hit[self.anchors[np.minimum(hit, len(self.anchors) - 1)] == found])
+    if not len(hit):
       return []
-    # An anchor two paragraphs share (a run of words both hold) counts for both.
-    owners = np.concatenate([self.owners[a:b] for a, b in zip(lo[hit], hi[hit])])
+    # Each anchor once, however often the text repeats its words; an anchor two paragraphs
+    # share (a run of words both hold) counts for both.
+    hi = np.searchsorted(self.anchors, self.anchors[hit], side="right")
+    owners = np.concatenate([self.owners[a:b] for a, b in zip(hit, hi)])
     counts = np.bincount(owners, minlength=len(self.needed))
     return np.flatnonzero(counts >= self.needed).tolist()
 
