@@ -194,6 +194,16 @@ def test_pages_linking_to_a_left_out_page_keep_their_own_pairs(excluded, without
   assert wlp and all(p.query_page_id <= len(TOPICS) for p in wlp)
 
 
+def test_beams_own_shuffle_leaves_out_the_same_pages(inputs, excluded):
+  """Off the local runner the title join is Beam's CoGroupByKey, not the disk shuffle."""
+  tmp, dump, qa, paragraphs = inputs
+  out, stats = _run(tmp, dump, "beam-shuffle", "--exclude_qa", qa, "--shuffle", "beam")
+  _, disk = excluded
+  assert {k: stats[k] for k in C.QA_EXCLUSION_ALWAYS} == {k: disk[k] for k in
+                                                          C.QA_EXCLUSION_ALWAYS}
+  assert qa_articles.find_leaks(out, paragraphs) == []
+
+
 def _config(out: str) -> dict:
   return json.loads((pathlib.Path(out) / contracts.PAIRS_CONFIG_FILE).read_text())
 
