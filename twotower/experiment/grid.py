@@ -96,6 +96,9 @@ class System:
     seeds: the seeds this row runs at, of the grid's (() = all of them): a costly row the
       readings need once, beside rows they compare over three seeds.
     note: a line for the README (what the row is, where it departs from the paper).
+    backend: the Keras backend its towers train on ("tensorflow" or "jax"; "" = the
+      config's, TensorFlow by default): `runtime.backend` of both phases, so its cells'
+      keys name it and its training runs in a JAX process (model/jax_launch.py).
   """
   name: str
   encoder: str
@@ -122,6 +125,7 @@ class System:
   seeds: tuple[int, ...] = ()
   note: str = ""
   caveat: str = ""   # printed beside every verdict of a reading that reads the row
+  backend: str = ""
 
   @property
   def pretrained(self) -> bool:
@@ -311,6 +315,10 @@ def _system(name: str, raw: Mapping[str, Any], where: str) -> System:
                      "the towers do; say `truncate: tower` with them")
   if system.doc_pieces < 0 or system.query_pieces < 0:
     raise ValueError(f"{where}: system {name!r}: doc_pieces / query_pieces below 0")
+  from twotower.model.config import BACKENDS  # pylint: disable=import-outside-toplevel
+  if system.backend and (system.kind != "dense" or system.backend not in BACKENDS):
+    raise ValueError(f"{where}: system {name!r} backend {system.backend!r}: a dense row "
+                     f"trains on one of {BACKENDS}")
   return system
 
 

@@ -30,6 +30,8 @@ def model_overrides(spec: GridSpec, system: System, variant: Variant,
   """(preset, overrides) of a row's model for "pretrain" or "finetune"."""
   phase_overrides = (system.pretrain_overrides if phase == "pretrain"
                      else system.finetune_overrides)
+  if system.backend:
+    phase_overrides += (f"runtime.backend={system.backend}",)
   if system.model:
     return system.model, tuple(_sized_like(spec.model, variant)) + phase_overrides
   return spec.model, variant.overrides + phase_overrides
