@@ -72,9 +72,12 @@ def test_a_verdict_that_changed_says_what_moved_under_it():
   # The transition counts: one observation became contradicted, one has no after.
   rows = {x.split(" | ")[0]: x for x in text.splitlines() if x.startswith("| observation")}
   assert rows["| observation, as claimed"] == "| observation, as claimed | 1 | 1 | 2 |"
+  # The changed verdict with its paired seeds' gains (one seed before, three after) and
+  # its interval before and after (none for an observation; the seed-SD bar of 2 x SD 1).
   assert ("| Transformer, ICT (readable text) | Transformer, MLM | 5 % | R@100 | "
           "observation, as claimed (+10.00, observation, seeds 1/1) | contradicted (-20.00, "
-          "seed SDs, seeds 3/3) | the rows swapped places: gain +10.00 -> -20.00;") in text
+          "seed SDs, seeds 3/3) | +10.00 → -20.00 / -20.00 / -20.00 | – → [-22.00, -18.00] | "
+          "the rows swapped places: gain +10.00 -> -20.00;") in text
 
 
 def test_an_unchanged_reading_lists_no_change():

@@ -1,6 +1,7 @@
 """The reading of a grid: claims parsed from the grid file, verdicts by the rule
-(experiment.verdict_rule: per-question bootstrap intervals with paired seeds; the two-SD rule on sample
-standard deviations and a sign test where no ranks were recorded; qualifier thresholds), the
+(experiment.verdict_rule: seed-aware bootstrap intervals with paired seeds; the two-SD rule on
+sample standard deviations and a sign-flip test where no ranks were recorded; qualifier
+thresholds), the
 bootstrap itself, counts per (pair, metric, ratio), caveats beside verdicts, and the committed
 reading and docs/results.md true to the committed results."""
 
@@ -449,9 +450,31 @@ def test_paired_runs_over_ratios_count_equal_runs_apart_from_a_sign():
   assert readings._pair_signs(equal)[2] == (
       "* row against row, R@1: the gain is above 0 in 0 of 4 paired "
       "runs (4 equal) over 4 ratios.")               # no sign, so no sign test
+  # Four ratios of one seed are one pre-training: no test (the rule before issue 67 counted
+  # them as four runs, p = 0.125).
   lower = [compare(r, 58.0) for r in (1, 5, 10, 80)]
-  assert readings._pair_signs(lower)[2].endswith(
-      "0 of 4 paired runs over 4 ratios; all of one sign: two-sided sign test p = 0.125.")
+  assert readings._pair_signs(lower)[2] == (
+      "* row against row, R@1: the gain is above 0 in 0 of 4 paired runs over 4 ratios.")
+
+
+def test_paired_runs_over_ratios_are_tested_per_pre_training():
+  """15 paired runs (3 seeds x 5 ratios) all above 0 are 3 pre-trainings: p = 2 / 2^3, not
+  2 / 2^15; seeds whose mean gains disagree give the sign-flip test's p by hand."""
+  def compare(ratio, a, b):
+    a, b = rule.Side("A", a, seeds=(0, 1, 2)), rule.Side("B", b, seeds=(0, 1, 2))
+    return readings.Comparison("c", "squad", ratio, "R@100", a, b, rule.judge(a, b))
+
+  agree = [compare(r, (12.0, 13.0, 14.0), (10.0, 10.0, 10.0)) for r in (0, 1, 5, 10, 80)]
+  assert readings._pair_signs(agree)[2] == (
+      "* A against B, R@100: the gain is above 0 in 15 of 15 paired runs over 5 ratios; per "
+      "seed, the mean gain over its ratios: +2.00 (seed 0), +3.00 (seed 1), +4.00 (seed 2); "
+      "exact sign-flip test over the 3 seeds: p = 0.25.")
+  # Seed gains +3, +1, -0.5 at both ratios: |sum| 3.5; of the 8 sign flips, |+-3 +-1 +-0.5|
+  # is 4.5, 3.5, 2.5, 1.5 and their mirrors: 4 of 8 reach 3.5, p = 0.5.
+  mixed = [compare(r, (13.0, 11.0, 9.5), (10.0, 10.0, 10.0)) for r in (5, 10)]
+  assert readings._pair_signs(mixed)[2].endswith(
+      "+3.00 (seed 0), +1.00 (seed 1), -0.50 (seed 2); exact sign-flip test over the 3 "
+      "seeds: p = 0.5.")
 
 
 def test_the_rule_text_names_every_verdict():

@@ -7,11 +7,11 @@ typed by hand.
         --results_dir docs/results/cpu-small   # re-renders it from results.json + cells.json
 
 Each claim is compared per (pair, metric, ratio): the two rows' per-seed values from
-results.json, and, where a `RanksOf` gives both rows' per-question gold ranks, the per-question
-paired bootstrap interval of the difference (experiment.bootstrap). The rule (rule.RULE) reads
-the interval, the paired seeds and the claim's qualifier threshold; without ranks it falls back
-to the seed-SD interval and a sign test over paired seeds. A claim's `caveat` and its rows'
-are printed beside its verdicts.
+results.json, and, where a `RanksOf` gives both rows' per-question gold ranks, the seed-aware
+bootstrap interval of the difference (experiment.bootstrap: seeds, then questions). The rule
+(rule.RULE) reads the interval, the paired seeds and the claim's qualifier threshold; without
+ranks it falls back to the seed-SD interval and a sign-flip test over paired seeds. A claim's
+`caveat` and its rows' are printed beside its verdicts.
 
 A second section checks each pre-training run's held-out in-batch accuracy at its last step
 against chance (1 / the documents a held-out query is ranked among: the batch, or the run's
@@ -37,7 +37,7 @@ from twotower.experiment.grid import Claim, GridSpec, RowRef
 from twotower.experiment.verdict_rule import (  # noqa: F401  (the reading's words, re-exported)
     CONTRADICTED, EQUAL, HOLDS, NOT_RESOLVED, RULE, SEEDS_AGAINST, SEEDS_AS, SEEN_AGAINST,
     SEEN_AS, SIZE_MISSED, SIZE_OPEN, VERDICTS, Judgement, Side, Size, judge, mean_and_sd,
-    sign_test)
+    paired_seeds, sign_flip_test)
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +130,15 @@ def caveats(spec: GridSpec, claim: Claim, comparisons: Sequence[Comparison]) -> 
   return out + [f"{'; '.join(labels)}: {text}" for text, labels in rows.items()]
 
 
-def compare(spec: GridSpec, results: Mapping,
-            ranks_of: Optional[RanksOf] = None) -> list[Comparison]:
+def compare(spec: GridSpec, results: Mapping, ranks_of: Optional[RanksOf] = None,
+            seed_aware: bool = True,
+            resampler: Optional[bootstrap.Resampler] = None) -> list[Comparison]:
   """Every claim x pair x ratio x metric that the results hold both sides of; with
-  `ranks_of`, each with its bootstrap interval where both rows recorded ranks."""
+  `ranks_of`, each with its bootstrap interval where both rows recorded ranks: seed-aware,
+  or (`seed_aware` False, the rule before issue 67) over the questions alone. `resampler`
+  keeps the runs' resampled sums for another call over the same ranks."""
   values = _per_seed(results)
+  boot = _Boot(resampler or bootstrap.Resampler(), seed_aware)
   tables = {t.id: t for t in spec.tables}
   datasets = sorted({key[1] for key in values})
   split_ids = _split_questions(values, ranks_of) if ranks_of else None
@@ -147,26 +151,35 @@ def compare(spec: GridSpec, results: Mapping,
         for metric in claim.metrics:
           for index, refs in enumerate(claim.pairs):
             c = _compare(spec, values, claim, dataset, ratio, metric, refs, index, ranks_of,
-                         split_ids)
+                         split_ids, boot)
             if c is None:
               continue
             if spec.budget is not None and c.verdict in budget_lib.AGAINST:
               c = budget_lib.recheck(spec, spec.budget, c, refs, lambda longer: _compare(
                   spec, values, claim, dataset, ratio, metric, longer, index, ranks_of,
-                  split_ids))
+                  split_ids, boot))
             out.append(c)
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Boot:
+  """How a reading's intervals are drawn: its Resampler and whether the seeds are drawn."""
+  resampler: bootstrap.Resampler
+  seed_aware: bool = True
 
 
 def _compare(spec: GridSpec, values, claim: Claim, dataset: str, ratio: int, metric: str,
              refs: Sequence[RowRef], index: int,
              ranks_of: Optional[RanksOf],
-             split_ids: Optional[_SplitIds] = None) -> Optional[Comparison]:
+             split_ids: Optional[_SplitIds] = None,
+             how: Optional[_Boot] = None) -> Optional[Comparison]:
   """One pair of rows judged at a ratio on a metric (None: the results lack a side)."""
   a, b = (_side(spec, values, claim.table, dataset, ratio, metric, ref) for ref in refs)
   if a is None or b is None:
     return None
-  boot = _interval(a, b, metric, ranks_of, split_ids) if ranks_of else None
+  how = how or _Boot(bootstrap.Resampler())
+  boot = _interval(a, b, metric, ranks_of, split_ids, how) if ranks_of else None
   return Comparison(claim.id, dataset, ratio, metric, a[0], b[0],
                     judge(a[0], b[0], claim.expect, size_of(claim), boot), boot, index)
 
@@ -187,37 +200,48 @@ def _side(spec: GridSpec, values, claim_table: str, dataset: str, ratio: int, me
 
 def _interval(a: tuple[Side, list[_Run]], b: tuple[Side, list[_Run]], metric: str,
               ranks_of: RanksOf,
-              split_ids: Optional[_SplitIds] = None) -> Optional[bootstrap.Interval]:
+              split_ids: Optional[_SplitIds] = None,
+              how: Optional[_Boot] = None) -> Optional[bootstrap.Interval]:
   """The bootstrap interval of A - B over the questions their table entries were scored on:
   those both rows' ranks hold, or, where both rows hold more (two BM25 cells: each ranks
   every split in one run), the entries' split's questions as the split's other cells
   recorded them (`split_ids`). None where a row has no ranks or neither gives the entries'
   questions."""
+  how = how or _Boot(bootstrap.Resampler())
   sides = []
   for side, runs in (a, b):
     # A seedless row's seeds are one run: the same ranks on every seed.
     ranks = [ranks_of(run.cell) for run in (runs[:1] if side.seedless else runs)]
     if any(r is None for r in ranks):
       return None
-    sides.append(ranks)
-  questions = bootstrap.common_questions(*sides)
+    sides.append(bootstrap.Runs(tuple(ranks), () if side.seedless else side.seeds))
+
+  def interval(questions: Optional[Sequence[str]] = None) -> Optional[bootstrap.Interval]:
+    return how.resampler.interval(*sides, metric, questions, how.seed_aware)
+  questions = bootstrap.common_questions(sides[0].runs, sides[1].runs)
   scored = {r.questions for r in a[1] + b[1] if r.questions is not None}
   if questions and scored and scored != {len(questions)}:
     splits = {r.split for r in a[1] + b[1]}
     ids = split_ids(*splits) if split_ids and len(splits) == 1 else None
     held = set(questions)
     if ids is not None and scored == {len(ids)} and ids <= held:
-      return bootstrap.paired(*sides, metric, questions=sorted(ids))
+      return interval(sorted(ids))
   if not questions or (scored and scored != {len(questions)}):
     logger.warning("no interval for %s against %s (%s): %d question(s) in both rows' ranks, "
                    "entries scored on %s", a[0].label, b[0].label, metric, len(questions),
                    sorted(scored))
     return None
-  return bootstrap.paired(*sides, metric)
+  return interval(questions)
 
 
 #: A split's name ("test-5") -> the ids of its questions, None where no cell says.
 _SplitIds = Callable[[str], Optional[frozenset]]
+
+
+def split_questions(results: Mapping, ranks_of: RanksOf) -> _SplitIds:
+  """The question ids of each split of `results` (results.json), from the cells scored on
+  that split alone (`_split_questions`)."""
+  return _split_questions(_per_seed(results), ranks_of)
 
 
 def _split_questions(values, ranks_of: RanksOf) -> _SplitIds:
@@ -306,9 +330,14 @@ def where_text(c: Comparison, several_datasets: bool) -> str:
 
 
 def interval_text(c: Comparison) -> str:
-  """The bootstrap interval of A − B (the table's direction), or the seed-SD bar's."""
+  """The bootstrap interval of A − B (the table's direction) over its questions (q) and,
+  where it drew them, its seeds; or the seed-SD bar's."""
   if c.boot is not None:
-    return f"[{c.boot.low:+.2f}, {c.boot.high:+.2f}] ({c.boot.questions:,} q)"
+    drawn = [k for k in (c.boot.seeds_a, c.boot.seeds_b) if k]
+    seeds = ("" if not drawn else
+             f" × {drawn[0]} seeds" if c.boot.paired_seeds or len(drawn) == 1 else
+             f" × {c.boot.seeds_a} / {c.boot.seeds_b} seeds")
+    return f"[{c.boot.low:+.2f}, {c.boot.high:+.2f}] ({c.boot.questions:,} q{seeds})"
   if c.a.measured and c.b.measured:
     return f"± {2 * max(c.a.sd, c.b.sd):.2f} (2 × max SD)"
   return "–"
@@ -323,26 +352,34 @@ def _seeds_text(c: Comparison) -> str:
 
 
 def _pair_signs(comparisons: Sequence[Comparison]) -> list[str]:
-  """Per (pair, metric): the paired seeds' gains above 0 over every ratio. The ratios share
-  each seed's pre-training, so this is a guide to consistency, not a test of its own."""
+  """Per (pair, metric): the paired seeds' gains above 0 over every ratio, and the test whose
+  unit is the seed: a seed's ratios fine-tune one pre-training, so they are averaged into one
+  gain per seed (over the ratios that seed was run at) before the exact sign-flip test."""
   lines = []
   for key in dict.fromkeys((c.pair, c.metric) for c in comparisons):
     these = [c for c in comparisons if (c.pair, c.metric) == key]
     gains = [g for c in these for g in c.judgement.paired]
     if len(these) > 1 and len(gains) >= 3:
       up, down = sum(1 for g in gains if g > 0), sum(1 for g in gains if g < 0)
-      # A sign test counts the runs with a sign; an equal run (gain exactly 0) has none.
-      p = (f"; all of one sign: two-sided sign test p = {sign_test(len(gains)):.3g}"
-           if len(gains) in (up, down) else "")
       equal = len(gains) - up - down
       ties = f" ({equal} equal)" if equal else ""
-      lines.append(f"* {these[0].a.label} against {these[0].b.label}, {key[1]}: the gain "
-                   f"is above 0 in {up} of {len(gains)} paired runs{ties} over "
-                   f"{len(these)} ratios{p}.")
+      line = (f"* {these[0].a.label} against {these[0].b.label}, {key[1]}: the gain is above "
+              f"0 in {up} of {len(gains)} paired runs{ties} over {len(these)} ratios")
+      by_seed: dict[int, list[float]] = {}
+      for c in these:
+        for seed, gain in zip(paired_seeds(c.a, c.b), c.judgement.paired):
+          by_seed.setdefault(seed, []).append(gain)
+      if len(by_seed) >= 2:
+        means = {seed: sum(g) / len(g) for seed, g in sorted(by_seed.items())}
+        line += ("; per seed, the mean gain over its ratios: "
+                 + ", ".join(f"{m:+.2f} (seed {seed})" for seed, m in means.items())
+                 + f"; exact sign-flip test over the {len(means)} seeds: "
+                   f"p = {sign_flip_test(list(means.values())):.3g}")
+      lines.append(line + ".")
   if lines:
-    lines = ["Paired runs over every ratio (seed i of A against seed i of B at each ratio; "
-             "the ratios share each seed's pre-training, so the runs are not independent):",
-             ""] + lines + [""]
+    lines = ["Paired runs over every ratio (seed i of A against seed i of B at each ratio). A "
+             "seed's ratios share its pre-training, so the runs are not independent: the test "
+             "counts seeds, not runs.", ""] + lines + [""]
   return lines
 
 
@@ -371,8 +408,9 @@ def _claim_section(spec: GridSpec, claim: Claim, comparisons: Sequence[Compariso
            f"> {claim.sentence}", "", f"Source: {claim.source}. Read from Table {claim.table}; "
            f"claimed: A {relation} B" + (f"; \"{size.word}\" tested as {size.text()}"
                                          if size.bounded else "") + ". Metrics in percent; "
-           "the interval is the bootstrap's 95 % interval of A − B over the questions (q), "
-           "or ± 2 × max SD where the rows recorded no ranks; seeds: the paired seeds whose "
+           "the interval is the bootstrap's 95 % interval of A − B over the seeds and the "
+           "questions (q; the seeds where it drew them), or ± 2 × max SD where the rows "
+           "recorded no ranks; seeds: the paired seeds whose "
            "gain (A − B, or B − A for a claim that A is below) is above 0.", ""]
   notes = caveats(spec, claim, comparisons)
   lines += [f"**Caveat.** {c}" for c in notes] + ([""] if notes else [])
@@ -400,19 +438,23 @@ _pretrain_section = pretrain_check.markdown
 
 
 def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] = (),
-             ranks_of: Optional[RanksOf] = None) -> str:
+             ranks_of: Optional[RanksOf] = None,
+             comparisons: Optional[Sequence[Comparison]] = None, note: str = "") -> str:
   """reading.md: the rule, a summary line per claim, each claim's comparisons, and the
   pre-training check. Every number in it is computed from `results` (results.json), the
   per-question ranks `ranks_of` gives (None: no ranks anywhere) and the pre-training and pair
-  records (cells.json)."""
-  comparisons = compare(spec, results, ranks_of)
+  records (cells.json); `comparisons`: `compare`'s, where the caller has them already.
+  `note`: a paragraph under the heading (what questions a variant leaves out)."""
+  if comparisons is None:
+    comparisons = compare(spec, results, ranks_of)
   lines = [f"# Reading of the `{spec.name}` grid against its claims", "",
            "Generated by `twotower experiment` (`twotower/experiment/readings.py`) from "
            "`results.json`, the per-question ranks where the runs recorded them, and the "
            "pre-training records in `cells.json`; the claims are the "
            f"`readings:` of `twotower/experiment/grids/{spec.name}.yaml`. Do not edit by hand: "
            f"`python -m twotower.experiment.rerender --grid {spec.name} --results_dir "
-           f"docs/results/{spec.name}` writes it again.", "", "## The rule", "", RULE, "",
+           f"docs/results/{spec.name}` writes it again.", ""] + ([note, ""] if note else []) + [
+           "## The rule", "", RULE, "",
            "## Summary", "", summary_markdown(spec, comparisons), "## Claims", ""]
   for claim in spec.readings:
     these = [c for c in comparisons if c.claim == claim.id]
@@ -428,10 +470,11 @@ def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] =
 
 
 def write(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping],
-          results_dir: str, ranks_of: Optional[RanksOf] = None) -> Optional[str]:
+          results_dir: str, ranks_of: Optional[RanksOf] = None,
+          comparisons: Optional[Sequence[Comparison]] = None, note: str = "") -> Optional[str]:
   """Writes `<results_dir>/reading.md` where the grid has readings; returns its text."""
   if not spec.readings:
     return None
-  text = markdown(spec, results, cell_records, ranks_of)
+  text = markdown(spec, results, cell_records, ranks_of, comparisons, note)
   tio.write_text(os.path.join(results_dir, READING_FILE), text)
   return text

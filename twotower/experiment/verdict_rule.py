@@ -1,6 +1,7 @@
 """The reading's verdict rule: one comparison of two rows (A against B, one metric, one
-ratio) -> a verdict, from each row's per-seed values, the per-question bootstrap interval
-where both rows recorded ranks (experiment.bootstrap), and the claim's qualifier threshold.
+ratio) -> a verdict, from each row's per-seed values, the seed-aware bootstrap interval
+(seeds, then questions) where both rows recorded ranks (experiment.bootstrap), and the
+claim's qualifier threshold.
 `RULE` states it in the words the reading prints; `judge` applies it.
 
 Everything is read in the claim's frame: the **gain** is A - B for a claim that A is above B
@@ -12,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Optional, Sequence
+
+import numpy as np
 
 from twotower.experiment.bootstrap import Interval
 
@@ -27,7 +30,8 @@ SEEN_AGAINST = "observation, against the claim"
 EQUAL = "equal"
 VERDICTS = (HOLDS, SIZE_MISSED, SIZE_OPEN, CONTRADICTED, NOT_RESOLVED, SEEDS_AS,
             SEEDS_AGAINST, SEEN_AS, SEEN_AGAINST, EQUAL)
-#: Paired seeds that must all agree in sign before agreement counts (sign test p = 2 / 2^n).
+#: Paired seeds that must all agree in sign before agreement counts (sign-flip test
+#: p = 2 / 2^n).
 MIN_SIGN_SEEDS = 3
 
 RULE = (
@@ -35,21 +39,30 @@ RULE = (
     "is above B (B − A for one that A is below), the **ratio** A / B (B / A). A claim with a "
     "qualifier (\"only marginally\", \"much more\") states its size in the grid file as a "
     "threshold on the gain in points or on the ratio; a claim without one claims a gain above "
-    "0. Each comparison gets an interval of the gain:\n\n"
-    "* **Where both rows recorded per-question ranks**: the per-question paired bootstrap "
-    "(2,000 resamples of the questions both rows were scored on, a fixed generator seed; each "
-    "question's value averaged over the row's seeds first), 95 % percentile interval. It "
-    "measures question sampling; the seeds are checked apart: each **paired seed** (seed i of "
-    "A against seed i of B; a BM25 row, which has no seed, against every seed of the other) "
-    "must show a gain of the sign the verdict states. **holds, resolved**: the interval lies "
+    "0. A **seed** is a whole training chain, pre-training i then fine-tuning i (a row "
+    "without pre-training: fine-tuning i), so a row's seeds are distinct pre-trainings and "
+    "its ratios share them; each **paired seed** is seed i of A against seed i of B (a BM25 "
+    "row, which has no seed, against every seed of the other). Each comparison gets an "
+    "interval of the gain:\n\n"
+    "* **Where both rows recorded per-question ranks**: a two-stage bootstrap with the seeds "
+    "in it (experiment/bootstrap.py; 2,000 resamples, a fixed generator seed). Each resample "
+    "draws a row's seeds with replacement (the same seed numbers on both sides where both "
+    "rows have the same seeds, so seed i of A stays with seed i of B), then the questions "
+    "both rows were scored on with replacement, one draw for every drawn seed and both rows "
+    "(the seeds answer the same questions); the interval is the 95 % percentile interval of "
+    "the mean gain over the drawn seeds and questions. It moves with another pre-training as "
+    "well as with other questions: with three seeds its lower end lies near the worst seed's "
+    "gain and its upper end near the best one's. **holds, resolved**: the interval lies "
     "above 0 and inside the qualifier's bounds, every paired seed above 0. **contradicted**: "
     "the interval lies below 0, every paired seed below 0. **direction holds, size "
     "contradicted**: above 0 (paired seeds too), but wholly outside the qualifier's bounds; "
     "**direction holds, size not resolved**: above 0, across a bound. Anything else: **not "
-    "resolved**. With one seed on a side that has seeds, the interval is shown but the "
-    "verdict is an **observation, as claimed** or **observation, against the claim** (by the "
-    "point estimate, the qualifier's bounds included): seed spreads of a few points are "
-    "common at this scale, and one seed cannot show them.\n"
+    "resolved**. Two rows without seeds (BM25 against BM25) have no seed to draw: their "
+    "interval is the question bootstrap's. With one seed on a side that has seeds, the "
+    "interval shown is the question bootstrap's alone and the verdict is an **observation, "
+    "as claimed** or **observation, against the claim** (by the point estimate, the "
+    "qualifier's bounds included): seed spreads of a few points are common at this scale, "
+    "and one seed cannot show them.\n"
     "* **Without ranks** (results recorded before ranks were): the interval is mean gain ± "
     "2 × max(SD A, SD B), the SDs being sample standard deviations (n − 1) over seeds, with "
     "at least two seeds on each side (a BM25 row: SD 0 by construction, one run serves). It "
@@ -57,16 +70,21 @@ RULE = (
     "a bootstrap over the questions would not. The same reading of the interval gives **holds, resolved** / **contradicted** / the two size "
     "verdicts. Where the interval crosses 0 but every one of n ≥ 3 paired seeds has the same "
     "sign, the verdict is **seeds agree, as claimed** (or **seeds agree, against the "
-    "claim**), with the two-sided sign test's p = 2 / 2^n beside it (0.25 at 3 seeds: "
-    "agreement, not proof; as claimed also needs the mean gain within the qualifier's "
-    "bounds); otherwise **not resolved**. One "
+    "claim**), with the exact two-sided sign-flip test over the paired seeds beside it: its "
+    "unit is the seed, a pre-training, never a run, and n paired seeds of one sign give "
+    "p = 2 / 2^n (0.25 at 3 seeds: agreement, not proof; as claimed also needs the mean gain "
+    "within the qualifier's bounds); otherwise **not resolved**. One "
     "seed on a side that has seeds: an observation, as above.\n\n"
     "**equal**: A and B score the same at every paired seed and, where they recorded "
     "ranks, on every question (a hybrid whose tuning kept BM25 alone is BM25): not the gain "
     "a claim of \"above\" asks for, and not a reversal either.\n\n"
     "A ratio threshold reads the bootstrap's interval of the ratio of means, or, without "
     "ranks, 1 + the gain's interval / the mean of the row claimed to be lower. Each claim is "
-    "counted per comparison: per (pair, metric, ratio), as its summary line says.")
+    "counted per comparison: per (pair, metric, ratio), as its summary line says. Below a "
+    "claim read at several ratios, its paired runs over every ratio are summed up per seed "
+    "(each seed's mean gain over the ratios, which share its pre-training), with the exact "
+    "sign-flip test over those seeds: one pre-training is one unit, however many ratios "
+    "fine-tune it (three seeds give p = 0.25 at best).")
 
 
 def mean_and_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -162,7 +180,7 @@ class Judgement:
   gain: float
   interval: Optional[tuple[float, float]]     # the gain's interval (None: an observation)
   paired: tuple[float, ...]                   # the paired seeds' gains
-  sign_p: Optional[float] = None              # the sign test's p where it decided
+  sign_p: Optional[float] = None              # the sign-flip test's p where it decided
 
 
 def paired_gains(a: Side, b: Side, sign: int) -> tuple[float, ...]:
@@ -178,9 +196,33 @@ def paired_gains(a: Side, b: Side, sign: int) -> tuple[float, ...]:
   return tuple(sign * (xa[s] - xb[s]) for s in sorted(set(xa) & set(xb)))
 
 
-def sign_test(n: int) -> float:
-  """Two-sided sign test p of n paired seeds all of one sign."""
-  return min(1.0, 2 / 2 ** n)
+def paired_seeds(a: Side, b: Side) -> tuple[int, ...]:
+  """The seed of each of `paired_gains`' gains, in its order (() for two seedless sides)."""
+  if a.seedless and b.seedless:
+    return ()
+  if b.seedless:
+    return tuple(sorted(a.by_seed()))
+  if a.seedless:
+    return tuple(sorted(b.by_seed()))
+  return tuple(sorted(set(a.by_seed()) & set(b.by_seed())))
+
+
+def sign_flip_test(gains: Sequence[float]) -> float:
+  """Exact two-sided sign-flip (paired permutation) test of a mean gain of 0, one unit per
+  gain: the share of the 2^n sign assignments whose |sum| is at least the observed |sum|.
+  Exact under the null that each unit's gain is as likely negative as positive (Fisher's
+  randomization test on paired differences); n gains all of one sign give 2 / 2^n, the sign
+  test's p. A unit is a seed, a pre-training: gains that share one are averaged into its
+  unit before they come here."""
+  values = np.asarray(gains, dtype=np.float64)
+  n = len(values)
+  if n == 0:
+    return 1.0
+  signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)   # [2^n, n] of +-1
+  sums = np.abs(signs @ values)
+  observed = abs(values.sum())
+  # A tolerance for float sums: an assignment that reaches the observed sum counts.
+  return float(np.mean(sums >= observed - 1e-9 * max(1.0, observed)))
 
 
 def judge(a: Side, b: Side, expect: str = "higher", size: Size = Size(),
@@ -225,5 +267,5 @@ def judge(a: Side, b: Side, expect: str = "higher", size: Size = Size(),
     if all(g < 0 for g in paired) or (all(g > 0 for g in paired) and
                                       size.point_inside(gain, point_ratio)):
       return Judgement(SEEDS_AS if paired[0] > 0 else SEEDS_AGAINST, gain, interval, paired,
-                       sign_test(len(paired)))
+                       sign_flip_test(paired))
   return Judgement(NOT_RESOLVED, gain, interval, paired)
