@@ -18,7 +18,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower.core import contracts
 from twotower.core import files as tio
 from twotower.eval import report
-from twotower.experiment import execute, finetune_length, ranks, reading_changes, readings
+from twotower.experiment import (bootstrap, execute, finetune_length, leak_free, ranks,
+                                 reading_changes, readings)
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.cell_id import CellId
@@ -219,9 +220,16 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
 
 def write_results(spec: GridSpec, entries: Sequence[Entry],
                   values: Mapping[tuple[str, str], dict], stats: Sequence[tuple[str, dict]],
-                  cell_records: Sequence[Mapping], results_dir: str) -> Written:
+                  cell_records: Sequence[Mapping], results_dir: str,
+                  ranks_of: Optional[readings.RanksOf] = None, variant: str = "",
+                  resampler: Optional[bootstrap.Resampler] = None) -> Written:
   """What `write_tables` writes, from the result records (`collect`), the datastats records
-  [(dataset, record)] and the pre-training, pair and fuse records."""
+  [(dataset, record)] and the pre-training, pair and fuse records; the per-question ranks
+  from `ranks_of` (default: the results folder's). Where the folder holds the questions its
+  pre-training read (experiment.leak_free), everything again without them, in a subfolder.
+
+  `variant` (that subfolder's note): the tables, summary, results.json and reading of a
+  variant, without plots or the files that compare readings."""
   aggs = aggregate(spec, entries, values)
   sections, kept, tables1_2 = [], [], ""
   if stats:
@@ -250,7 +258,7 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
       tio.write_text(os.path.join(results_dir, f"{stem}.md"), text)
       sections.append(text)
       kept += these
-      if table.layout == "recall":
+      if table.layout == "recall" and not variant:
         for ratio in table.ratios:
           records = [{"system": a.system if a.variant == "base" else f"{a.system} ({a.variant})",
                       "split": contracts.scored_split(ratio), "metrics": dict(a.mean)}
@@ -267,11 +275,54 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
   tio.write_json(os.path.join(results_dir, "results.json"), results)
   # The ranks the tables' cells recorded (ranks.export ran first): paired intervals where both
   # rows of a comparison have them; the committed grids before them read by seeds alone.
-  ranks_of = ranks.results_reader(results_dir)
-  readings.write(spec, results, cell_records, results_dir, ranks_of)
-  comparisons = tuple(readings.compare(spec, results, ranks_of))
-  reading_changes.write(spec, comparisons, results_dir)
+  ranks_of = ranks_of or ranks.results_reader(results_dir)
+  resampler = resampler or bootstrap.Resampler()
+  comparisons = tuple(readings.compare(spec, results, ranks_of, resampler=resampler))
+  readings.write(spec, results, cell_records, results_dir, ranks_of, comparisons, variant)
+  if not variant:
+    reading_changes.write(spec, comparisons, results_dir)
+    reading_changes.write_seed_aware(spec, results, ranks_of, comparisons, results_dir,
+                                     resampler)
+    headline = _write_leak_free(spec, entries, results, cell_records, results_dir, ranks_of,
+                                comparisons, resampler)
+    if headline:
+      # The headline beside the tables: the README's Results section ends with it.
+      sections.append("##" + headline)      # "# The headline ..." as "### ..."
   return Written(sections, summary, tables1_2, comparisons)
+
+
+def _write_leak_free(spec: GridSpec, entries: Sequence[Entry], results: Mapping,
+                     cell_records: Sequence[Mapping], results_dir: str,
+                     ranks_of: readings.RanksOf, comparisons: Sequence[readings.Comparison],
+                     resampler: bootstrap.Resampler) -> str:
+  """experiment.leak_free's files where the results folder names excluded questions:
+  `leak-free/` (its README holding its tables), its reading-changes.md, and headline.md.
+  Returns the headline's text ("" where nothing was written)."""
+  excluded = leak_free.read(results_dir)
+  if excluded is None:
+    return ""
+  folder = os.path.join(results_dir, leak_free.FOLDER)
+  values, left_out = leak_free.values(results, ranks_of, excluded)
+  note = leak_free.note(excluded, left_out)
+  kept = [e for e in entries if (e.cell, e.split) in values]
+  written = write_results(spec, kept, values, [], cell_records, folder,
+                          leak_free.filtered(ranks_of, excluded), note, resampler)
+  titles = ", ".join(a.title for a in excluded.articles)
+  tio.write_text(os.path.join(folder, "README.md"),
+                 f"# `{spec.name}` without the questions of {titles}\n\n{note}\n\n"
+                 "The reading: `reading.md`; what it changes: `reading-changes.md`; the "
+                 f"headline both ways: `../{leak_free.HEADLINE_FILE}`.\n\n"
+                 + "\n".join(written.sections))
+  every = reading_changes.Reading(spec, tuple(comparisons), "every question")
+  without = reading_changes.Reading(spec, written.readings, f"without {titles}")
+  intro = (f"# The reading of `{spec.name}` on every question against the one without "
+           f"{titles}\n\nGenerated by `twotower/experiment/render.py` "
+           "(`reading_changes.markdown`) from the results folder's per-question ranks, read "
+           "twice by reading.md's rule; do not edit by hand. " + note)
+  tio.write_text(os.path.join(folder, reading_changes.CHANGES_FILE),
+                 reading_changes.markdown(every, without, intro=intro))
+  return leak_free.write_headline(spec, comparisons, written.readings, excluded,
+                                  results_dir) or ""
 
 
 def from_results_dir(results_dir: str) -> tuple[list[Entry], dict, list, list]:
