@@ -134,6 +134,18 @@ def test_the_reading_regions_are_reading_md():
       assert sum(by_verdict.values()) == int(total), claim
 
 
+def test_the_headline_region_is_headline_md_with_the_pages_links():
+  """The README's headline (the pooled row against BM25, with and without the leaked
+  article's questions) is headline.md less its title, its links into the folder made the
+  README's; a link elsewhere or to an anchor is left as it is."""
+  headline = (RESULTS / "cpu-small-links" / "headline.md").read_text(encoding="utf-8")
+  body = _region("README.md", "cpu-small-links/headline")
+  assert "](docs/results/cpu-small-links/reading.md#dense-over-bm25)" in body
+  assert body.replace("](docs/results/cpu-small-links/", "](") in headline
+  assert pages._rebased("[a](x.md#b) [c](#d) [e](https://f) [g](/h)", "L") == \
+      "[a](L/x.md#b) [c](#d) [e](https://f) [g](/h)"
+
+
 def test_every_row_trained_on_recovered_links_says_so():
   """cpu-small-links: a row whose pre-training reads WLP pairs (its own, or the row it reuses,
   or the dense row a hybrid fuses) says "title links" in its label, which every table,
@@ -170,7 +182,8 @@ def _copy_pages(tmp_path) -> pathlib.Path:
 @pytest.mark.parametrize("page, name", [
     ("README.md", "cpu-small-links/cells"), ("README.md", "cpu-small-links/wlp"),
     ("README.md", "cpu-small-links/seeds"), ("README.md", "cpu-small-links/finetune"),
-    ("README.md", "cpu-small-links/summary"), ("docs/results.md", "cpu-small-links/reading"),
+    ("README.md", "cpu-small-links/summary"), ("README.md", "cpu-small-links/headline"),
+    ("docs/results.md", "cpu-small-links/reading"),
     ("docs/results.md", "cpu-small/against"), ("docs/results.md", "cpu-small/tables1-2")])
 def test_a_planted_wrong_count_is_caught(tmp_path, page, name):
   """One number of a region changed in a copy of the pages (the first count in it, plus

@@ -302,6 +302,18 @@ def tables1_2_piece(folder: Folder) -> str:
   return folder.text("tables1-2.md").strip()
 
 
+def _rebased(text: str, link: str) -> str:
+  """`text`'s relative Markdown links, written from within the folder, made the page's."""
+  return re.sub(r"\]\((?![a-z]+:|/|#)([^)]+)\)", lambda m: f"]({link}/{m.group(1)})", text)
+
+
+def headline_piece(folder: Folder) -> str:
+  """headline.md (experiment.leak_free: the pooled row against BM25 at every ratio, with and
+  without the questions of the article the pre-training read), its title left to the page."""
+  text = folder.text("headline.md").strip()
+  return _rebased(re.sub(r"\A# [^\n]*\n+", "", text), folder.link)
+
+
 def reading_piece(folder: Folder) -> str:
   """reading.md's Summary table, its links pointing into reading.md from the page."""
   text = folder.text(readings.READING_FILE)
@@ -346,7 +358,7 @@ def against_piece(folder: Folder) -> str:
 PIECES: dict[str, Callable[[Folder], str]] = {
     "summary": summary_piece, "tables1-2": tables1_2_piece, "reading": reading_piece,
     "against": against_piece, "seeds": seeds_piece, "finetune": finetune_piece,
-    "cells": cells_piece, "ranks": ranks_piece, "wlp": wlp_piece,
+    "cells": cells_piece, "ranks": ranks_piece, "wlp": wlp_piece, "headline": headline_piece,
 }
 
 
