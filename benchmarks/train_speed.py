@@ -35,13 +35,12 @@ import tempfile
 import time
 
 import numpy as np
-import tensorflow as tf
 
 from twotower.model import config as config_lib
-from twotower.model import data, train
-from twotower.model.tokenizer import Tokenizer
-from twotower.model.two_tower import build_two_tower
 from twotower.testing import pairs as testing
+
+# Keras, TensorFlow and the model are imported where they are used: `--backend_child jax`
+# runs in a process with KERAS_BACKEND=jax that keeps TensorFlow out (model/jax_launch.py).
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +66,8 @@ def train_flops_per_example(m: config_lib.ModelConfig, batch: int) -> float:
 
 
 def matmul_roofline(n: int = 2048, reps: int = 10) -> float:
-  """Best FLOP/s of an n x n float32 matmul on this machine, now."""
+  """Best FLOP/s of an n x n float32 matmul on this machine, now (TensorFlow's kernel)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   a = tf.random.normal((n, n))
   b = tf.random.normal((n, n))
   f = tf.function(lambda x, y: tf.matmul(x, y))
@@ -95,6 +95,10 @@ MODES = ("ordered", "op", "none")
 
 def measure(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds,
             determinism: str = "ordered") -> dict:
+  # pylint: disable=import-outside-toplevel
+  from twotower.model import data, train
+  from twotower.model.tokenizer import Tokenizer
+  from twotower.model.two_tower import build_two_tower
   cfg = config_lib.load(preset)
   m = dataclasses.replace(cfg.model, **overrides)
   deterministic = determinism != "none"
@@ -151,6 +155,123 @@ def compare_determinism(pairs: str, vocab: str, steps: int, warmup: int, rounds:
   return summary
 
 
+BACKENDS = ("tensorflow", "jax")
+
+
+class StepClock:
+  """A Keras callback that notes when each train step's loss is ready (reading it waits for
+  the step: JAX dispatches asynchronously, so a step's end is when its result exists)."""
+
+  def __init__(self):
+    import keras  # pylint: disable=import-outside-toplevel
+
+    class _Clock(keras.callbacks.Callback):
+      def __init__(self, times):
+        super().__init__()
+        self.times = times
+
+      def on_train_batch_end(self, batch, logs=None):
+        float(logs["loss"])
+        self.times.append(time.perf_counter())
+    self.times: list[float] = []
+    self.callback = _Clock(self.times)
+
+  def steps_per_second(self, warmup: int) -> float:
+    """Steps per second after the first `warmup` (tracing, compilation, buffers)."""
+    t = self.times[warmup - 1:]
+    return (len(t) - 1) / (t[-1] - t[0])
+
+
+def measure_backend(label, preset, overrides, batch, pairs, vocab, steps, warmup, rounds) -> dict:
+  """The setting trained as this process's backend trains it, through Keras `fit`:
+  TensorFlow with tf.data (in-graph tokenizer) and the model's own train step (no XLA, as
+  the trainer's default); JAX with np_input (numpy tokenizer on threads) and Keras's JAX
+  step over `compute_loss`, XLA-compiled. Examples/s with the real input and with 4 batches
+  held in memory, best of `rounds` fits of warmup + steps steps."""
+  # pylint: disable=import-outside-toplevel
+  import keras
+  from twotower.model.optimizer import make_optimizer
+  from twotower.model.two_tower import build_two_tower
+  backend = keras.backend.backend()
+  cfg = config_lib.load(preset)
+  m = dataclasses.replace(cfg.model, **overrides)
+  keras.backend.clear_session()
+  keras.utils.set_random_seed(0)
+  if backend == "jax":
+    from twotower.model import np_input
+    from twotower.model.np_tokenizer import NumpyTokenizer
+    tok = NumpyTokenizer.from_file(vocab, m.query_len, m.doc_len)
+    files = {"ict": data_files(pairs)}
+    cached_batches = np_input.first_batches(np_input.pair_batches(files, tok, batch), 4)
+
+    def cached():
+      while True:
+        for b in cached_batches:
+          yield (b,)
+    stream = np_input.pair_batches(files, tok, batch)
+
+    def real():
+      for b in stream:
+        yield (b,)
+    inputs = {"cached": cached, "pipeline": real}
+  else:
+    from twotower.model import data
+    from twotower.model.tokenizer import Tokenizer
+    tok = Tokenizer.from_file(vocab, m.query_len, m.doc_len)
+    ds = data.pretrain_dataset(pairs, ["ict"], "train", tok, batch)
+    inputs = {"cached": lambda: data.cached_batches(ds, 4), "pipeline": lambda: ds}
+  model = build_two_tower(m, tok.vocab_size)
+  model.compile(optimizer=make_optimizer(1e-4, 1000, 0.1, 0.01), jit_compile=backend == "jax")
+  best = {name: 0.0 for name in inputs}
+  generators = {name: make() for name, make in inputs.items()}
+  for _ in range(rounds):
+    for name in inputs:
+      clock = StepClock()
+      model.fit(generators[name], steps_per_epoch=warmup + steps, epochs=1, verbose=0,
+                shuffle=False, callbacks=[clock.callback])
+      best[name] = max(best[name], clock.steps_per_second(warmup) * batch)
+  flops = train_flops_per_example(m, batch)
+  return {"setting": label, "backend": backend, "params_M": model.count_params() / 1e6,
+          "batch": batch, "pipeline_ex_s": best["pipeline"], "cached_ex_s": best["cached"],
+          "gflop_s": flops * best["pipeline"] / 1e9,
+          "cached_gflop_s": flops * best["cached"] / 1e9}
+
+
+def data_files(pairs: str) -> list[str]:
+  from twotower.model import pair_files  # pylint: disable=import-outside-toplevel
+  return pair_files.pair_files(pairs, "ict", "train")
+
+
+def compare_backends(pairs: str, vocab: str, settings, steps: int, warmup: int,
+                     rounds: int) -> list[dict]:
+  """Each setting on each backend, each measurement in a process of its own (a Keras
+  backend is per process), alternating the backends round by round; per setting and
+  backend the best round."""
+  best: dict[tuple[str, str], dict] = {}
+  with tempfile.TemporaryDirectory(prefix="train_speed-backends-") as tmp:
+    for r in range(rounds):
+      for label, *_ in settings:
+        for backend in BACKENDS:
+          out = os.path.join(tmp, f"{r}-{backend}.json")
+          cmd = [sys.executable, "-m", "benchmarks.train_speed", "--pairs", pairs, "--vocab",
+                 vocab, "--only", label, "--steps", str(steps), "--warmup", str(warmup),
+                 "--rounds", "1", "--json", out, "--backend_child", backend]
+          env = {**os.environ, "KERAS_BACKEND": backend}
+          done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=env, check=False)
+          if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+          with open(out, encoding="utf-8") as f:
+            (row,) = json.load(f)
+          logger.warning("round %d %s %s: %.1f ex/s (cached %.1f)", r + 1, label, backend,
+                         row["pipeline_ex_s"], row["cached_ex_s"])
+          key = (label, backend)
+          if key not in best or row["pipeline_ex_s"] > best[key]["pipeline_ex_s"]:
+            best[key] = {**row, "cached_ex_s": max(row["cached_ex_s"],
+                                                   best.get(key, row)["cached_ex_s"])}
+  return [best[label, backend] for label, *_ in settings for backend in BACKENDS]
+
+
 #: (label, config overrides) of --compare_objectives: the paper's in-batch softmax first;
 #: the others are the cpu-small grid's successor rows.
 OBJECTIVES = (
@@ -165,7 +286,9 @@ def compare_objectives(pairs: str, vocab: str, steps: int, warmup: int, rounds: 
   """Seconds per cpu-small train step (cached batches, so the input pipeline is out) of each
   objective of OBJECTIVES, built and fed as `twotower pretrain` builds and feeds them,
   alternating, best of `rounds`."""
-  from twotower.model import condenser  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from twotower.model import condenser, data, train
+  from twotower.model.tokenizer import Tokenizer
   runs = []
   for label, overrides in OBJECTIVES:
     cfg = config_lib.load("cpu-small", list(overrides))
@@ -202,9 +325,16 @@ def run(argv: list[str] | None = None) -> None:
   p.add_argument("--compare_objectives", action="store_true",
                  help="cpu-small's train step with each pre-training objective (in-batch, MoCo, "
                       "Condenser head)")
+  p.add_argument("--compare_backends", action="store_true",
+                 help="each setting trained by fit on TensorFlow and on JAX (a process each, "
+                      "alternating): examples/s, FLOP/s against the roofline, JAX/TF")
+  p.add_argument("--backend_child", choices=BACKENDS, default=None, help=argparse.SUPPRESS)
   p.add_argument("--only", default="", help="only the settings whose label starts with this")
   p.add_argument("--json", default="", help="also write the rows to this JSON file")
   args = p.parse_args(argv)
+  if args.backend_child == "jax":
+    from twotower.model import jax_launch  # pylint: disable=import-outside-toplevel
+    jax_launch.keep_tensorflow_out()  # before Keras is imported, as the JAX trainer does
   logging.basicConfig(level=logging.WARNING)
   tmp = None
   pairs, vocab = args.pairs, args.vocab
@@ -224,6 +354,32 @@ def run(argv: list[str] | None = None) -> None:
 
 
 def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -> None:
+  settings = [s for s in SETTINGS if s[0].startswith(args.only)]
+  if args.backend_child:
+    rows = [measure_backend(*s, pairs, vocab, args.steps or 24, args.warmup, args.rounds)
+            for s in settings]
+    with open(args.json, "w", encoding="utf-8") as f:
+      json.dump(rows, f)
+    return
+  if args.compare_backends:
+    load_before = os.getloadavg()
+    roof = matmul_roofline()
+    rows = compare_backends(pairs, vocab, settings, args.steps or 24, args.warmup, args.rounds)
+    roof = max(roof, matmul_roofline())
+    load_after = os.getloadavg()
+    print(f"\nmatmul roofline (2048^2 float32, TensorFlow, best of 10): {roof / 1e9:.1f} GFLOP/s; "
+          f"data: {'synthetic' if synthetic else pairs}; fit, best of {args.rounds} alternating "
+          f"rounds of {args.steps or 24} steps after {args.warmup}; load average "
+          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} cores)")
+    print(f"{'setting':<28} {'backend':<10} {'params':>7} {'batch':>5} {'pipeline ex/s':>13} "
+          f"{'cached ex/s':>11} {'GFLOP/s':>8} {'of roof':>7} {'JAX/TF':>7}")
+    by = {(r["setting"], r["backend"]): r for r in rows}
+    for r in rows:
+      ratio = r["pipeline_ex_s"] / by[r["setting"], "tensorflow"]["pipeline_ex_s"]
+      print(f"{r['setting']:<28} {r['backend']:<10} {r['params_M']:>6.1f}M {r['batch']:>5} "
+            f"{r['pipeline_ex_s']:>13.1f} {r['cached_ex_s']:>11.1f} {r['gflop_s']:>8.1f} "
+            f"{r['gflop_s'] * 1e9 / roof:>7.1%} {ratio:>7.2f}")
+    return
   if args.compare_determinism:
     c = compare_determinism(pairs, vocab, args.steps or 24, args.warmup, args.rounds)
     print(f"\n{SETTINGS[0][0]}, data: {'synthetic' if synthetic else pairs}; {args.rounds} "

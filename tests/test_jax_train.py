@@ -28,7 +28,7 @@ def pairs_root(tmp_path_factory):
   testing.write_vocab(str(root / "vocab.txt"))
   for task, seed in (("ict", 0), ("bfs", 1)):  # 2 shards each: interleaved, then mixed
     testing.write_pairs(str(root), task, "train", testing.synthetic_pairs(64, seed, task))
-  testing.write_pairs(str(root), "ict", "heldout", testing.synthetic_pairs(16, seed=5))
+    testing.write_pairs(str(root), task, "heldout", testing.synthetic_pairs(16, seed + 5, task))
   return root
 
 
@@ -82,7 +82,7 @@ def test_a_jax_run_repeated_gives_the_same_floats_without_tensorflow(pairs_root,
   assert max(float(np.max(np.abs(a[n] - c[n]))) for n in a if a[n].dtype.kind == "f") > 1e-3
   assert first["result"]["history"]["loss"] != other["result"]["history"]["loss"]
   history = first["result"]["history"]
-  assert history["step"] == [5, 10] and len(history["val_loss"]) == 2  # held-out ict
+  assert history["step"] == [5, 10] and len(history["val_loss"]) == 2  # held-out pairs
   # An ordinary run folder: the resolved config names the backend, as its manifest lists.
   assert "backend: jax" in open(tmp_path / "a" / "config.yaml", encoding="utf-8").read()
   listed = json.load(open(tmp_path / "a" / "_twotower.json", encoding="utf-8"))["files"]
