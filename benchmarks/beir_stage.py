@@ -42,6 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -53,6 +54,8 @@ _SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")  # 70
 _BATCH = 10_000
 _RESULT = "RESULT "
 SPLIT = "test"
+#: The `--jvm_heap` the stage is compared at, against Java's default.
+DEFAULT_COMPARED_HEAP = "1g"
 
 
 def vocabulary(size: int) -> list[str]:
@@ -140,6 +143,32 @@ def _child_reader(folder: str) -> dict:
           "peak_mb": _status_mb("VmHWM")}
 
 
+class _Sampler:
+  """The largest RssAnon (the process's own memory: Python's, the JVM's heap and its other
+  allocations) and RssFile (file pages mapped in: libraries, and the Lucene index Lucene
+  mmaps while it searches) seen, read from /proc/self/status every `every` seconds in a
+  thread. VmHWM is their sum's peak; the split says what a heap cap can bound."""
+
+  def __init__(self, every: float = 0.1):
+    self.every, self.peak = every, {"RssAnon": 0.0, "RssFile": 0.0}
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._loop, daemon=True)
+
+  def _loop(self) -> None:
+    while not self._stop.is_set():
+      for field in self.peak:
+        self.peak[field] = max(self.peak[field], _status_mb(field))
+      self._stop.wait(self.every)
+
+  def __enter__(self) -> "_Sampler":
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+
+
 class _Marks(logging.Handler):
   """When each of the stage's phase log lines came (record.created)."""
 
@@ -157,7 +186,7 @@ class _Marks(logging.Handler):
       self.marks.setdefault("search", record.created)
 
 
-def _child_stage(folder: str, out: str, threads: int) -> dict:
+def _child_stage(folder: str, out: str, threads: int, jvm_heap: str) -> dict:
   from twotower.core import logs  # pylint: disable=import-outside-toplevel
   logs.setup()
   from twotower.eval import beir_bm25  # pylint: disable=import-outside-toplevel
@@ -169,21 +198,27 @@ def _child_stage(folder: str, out: str, threads: int) -> dict:
   beir_bm25.logger.propagate = False
   start_mb = _status_mb("VmRSS")
   started = time.time()
-  result = beir_eval.run(beir_eval.BeirConfig(data=folder, out=out, split=SPLIT,
-                                              systems=("bm25-flat",), threads=threads))
+  with _Sampler() as sampled:
+    result = beir_eval.run(beir_eval.BeirConfig(data=folder, out=out, split=SPLIT,
+                                                systems=("bm25-flat",), threads=threads,
+                                                jvm_heap=jvm_heap))
   ended = time.time()
   times = [started, *(marks.marks[k] for k in ("read", "index", "search")), ended]
   phases = dict(zip(("read_s", "index_s", "search_s", "metrics_s"), np.diff(times).tolist()))
   return {"documents": result.records[0]["candidates"], "wall_s": ended - started,
           **phases, "nDCG@10": result.records[0]["metrics"]["nDCG@10"], "start_mb": start_mb,
-          "peak_mb": _status_mb("VmHWM")}
+          "peak_mb": _status_mb("VmHWM"), "anon_mb": sampled.peak["RssAnon"],
+          "file_mb": sampled.peak["RssFile"]}
 
 
-def _measure(kind: str, folder: str, out: str, threads: int) -> dict:
-  """One child's result (`--child kind`), its progress lines passed on to stderr."""
+def _measure(kind: str, folder: str, out: str, threads: int, jvm_heap: str = "") -> dict:
+  """One child's result (`--child kind`), its progress lines passed on to stderr. The child
+  gets no TWOTOWER_JVM_HEAP of ours: its heap is `jvm_heap` alone ("": Java's default)."""
+  from twotower.core import pyserini_env  # pylint: disable=import-outside-toplevel
   cmd = [sys.executable, "-m", "benchmarks.beir_stage", "--child", kind, "--data", folder,
-         "--out", out, "--threads", str(threads)]
-  done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True,
+         "--out", out, "--threads", str(threads), "--jvm_heap", jvm_heap]
+  env = {k: v for k, v in os.environ.items() if k != pyserini_env.JVM_HEAP_ENV}
+  done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, env=env,
                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   line = next(l for l in reversed(done.stdout.splitlines()) if l.startswith(_RESULT))
   return json.loads(line[len(_RESULT):])
@@ -192,6 +227,10 @@ def _measure(kind: str, folder: str, out: str, threads: int) -> dict:
 # ------------------------------------------------------------------------------------------
 # The table.
 # ------------------------------------------------------------------------------------------
+
+
+def _heap_name(heap: str) -> str:
+  return f"-Xmx{heap}" if heap else "Java's default"
 
 
 def main(argv=None) -> int:
@@ -205,16 +244,22 @@ def main(argv=None) -> int:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1),
                  help="Lucene indexing and search threads")
+  p.add_argument("--jvm_heaps", default=f",{DEFAULT_COMPARED_HEAP}",
+                 help="comma list of `twotower beir --jvm_heap` values the stage is run with "
+                      "on each corpus, '' for Java's default (default: the default against "
+                      f"{DEFAULT_COMPARED_HEAP})")
   p.add_argument("--tmp", default=None, help="where the temporary folders go")
   p.add_argument("--child", choices=("reader", "stage"), help=argparse.SUPPRESS)
   p.add_argument("--data", help=argparse.SUPPRESS)
   p.add_argument("--out", help=argparse.SUPPRESS)
+  p.add_argument("--jvm_heap", default="", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if args.child:
     fn = _child_reader if args.child == "reader" else (
-        lambda d: _child_stage(d, args.out, args.threads))
+        lambda d: _child_stage(d, args.out, args.threads, args.jvm_heap))
     print(_RESULT + json.dumps(fn(args.data)), flush=True)
     return 0
+  heaps = [h.strip() for h in args.jvm_heaps.split(",")]
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
   scale = args.docs // 10 if args.scale_docs < 0 else args.scale_docs
   sizes = ([(scale, max(50, args.queries * scale // args.docs))] if scale else [])
@@ -229,9 +274,12 @@ def main(argv=None) -> int:
                   queries, time.perf_counter() - started)
       reader = _measure("reader", folder, "", args.threads)
       logger.info("reader: %s", reader)
-      stage = _measure("stage", folder, os.path.join(tmp, f"out-{docs}"), args.threads)
-      logger.info("stage: %s", stage)
-      rows.append((docs, queries, size, reader, stage))
+      stages = {}
+      for i, heap in enumerate(heaps):
+        stages[heap] = _measure("stage", folder, os.path.join(tmp, f"out-{docs}-{i}"),
+                                args.threads, heap)
+        logger.info("stage (%s): %s", _heap_name(heap), stages[heap])
+      rows.append((docs, queries, size, reader, stages))
       # The corpus this run generated in its own temporary folder: freed before the next
       # size is written, so the disk holds one corpus at a time.
       os.remove(os.path.join(folder, "corpus.jsonl"))
@@ -243,27 +291,37 @@ def main(argv=None) -> int:
     above = r["peak_mb"] - r["start_mb"]
     print(f"| {docs:,} | {size / 1e6:.0f} | {r['ids_s']:.1f} | {r['docs_s']:.1f} | "
           f"{r['peak_mb']:.0f} | {r['start_mb']:.0f} | {above:.0f} | {above * 1e6 / size:.3f} |")
-  print(f"\n`twotower beir --systems bm25-flat --threads {args.threads}` (eval.beir_eval.run), "
-        "each in a child process:\n\n"
-        "| documents | queries | wall s | read s | index s | search s | metrics s | "
-        "µs / document | peak RSS MB | nDCG@10 |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-  for docs, queries, _, _, s in rows:
-    print(f"| {docs:,} | {queries:,} | {s['wall_s']:.0f} | {s['read_s']:.1f} | "
-          f"{s['index_s']:.1f} | {s['search_s']:.1f} | {s['metrics_s']:.1f} | "
-          f"{s['wall_s'] / docs * 1e6:.0f} | {s['peak_mb']:.0f} | {s['nDCG@10']:.3f} |")
-  docs, _, size, r, s = rows[-1]
+  print(f"\n`twotower beir --systems bm25-flat --threads {args.threads} [--jvm_heap H]` "
+        "(eval.beir_eval.run), each in a child process:\n\n"
+        "| documents | queries | JVM heap | wall s | read s | index s | search s | metrics s | "
+        "µs / document | peak RSS MB | peak anon MB | peak file MB | nDCG@10 |\n"
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  for docs, queries, _, _, stages in rows:
+    for heap, s in stages.items():
+      print(f"| {docs:,} | {queries:,} | {_heap_name(heap)} | {s['wall_s']:.0f} | "
+            f"{s['read_s']:.1f} | {s['index_s']:.1f} | {s['search_s']:.1f} | "
+            f"{s['metrics_s']:.1f} | {s['wall_s'] / docs * 1e6:.0f} | {s['peak_mb']:.0f} | "
+            f"{s['anon_mb']:.0f} | {s['file_mb']:.0f} | {s['nDCG@10']:.3f} |")
+  docs, _, size, r, stages = rows[-1]
   print(f"\nreader's peak above imports / corpus bytes at {docs:,}: "
         f"{(r['peak_mb'] - r['start_mb']) * 1e6 / size:.3f}")
+  for docs_at, _, _, _, at in rows:
+    first = heaps[0]
+    for heap in heaps[1:]:
+      print(f"stage at {docs_at:,} documents, {_heap_name(heap)} / {_heap_name(first)}: peak "
+            f"RSS {at[heap]['peak_mb'] / at[first]['peak_mb']:.2f}x, peak anon "
+            f"{at[heap]['anon_mb'] / at[first]['anon_mb']:.2f}x, wall time "
+            f"{at[heap]['wall_s'] / at[first]['wall_s']:.2f}x")
   if len(rows) == 2:
     small = rows[0]
     print(f"reader's peak growth / corpus growth, {small[0]:,} -> {docs:,}: "
           f"{(r['peak_mb'] - small[3]['peak_mb']) * 1e6 / (size - small[2]):.3f} "
           f"({(r['peak_mb'] - small[3]['peak_mb']) * 1e6 / (docs - small[0]):.0f} bytes a "
           "document)")
-    print(f"stage seconds per document, {docs:,} / {small[0]:,}: "
-          f"{(s['wall_s'] / docs) / (small[4]['wall_s'] / small[0]):.2f}x "
-          "(1.00: linear)")
+    for heap in heaps:
+      s, s_small = stages[heap], small[4][heap]
+      print(f"stage seconds per document ({_heap_name(heap)}), {docs:,} / {small[0]:,}: "
+            f"{(s['wall_s'] / docs) / (s_small['wall_s'] / small[0]):.2f}x (1.00: linear)")
   return 0
 
 

@@ -443,6 +443,21 @@ class Split:
   def pairs(self) -> int:
     return sum(len(judged) for judged in self.qrels.values())
 
+  def only(self, query_ids: Sequence[str], name: str) -> "Split":
+    """The part of this split that `query_ids` name (a part held out of fine-tuning,
+    eval.beir_finetune), called `name`.
+
+    Raises:
+      ValueError: an id that is not a judged query of this split (named, with the count).
+    """
+    missing = [q for q in query_ids if q not in self.qrels]
+    if missing:
+      raise ValueError(f"{name}: {len(missing)} of its {len(query_ids)} queries are not "
+                       f"judged in split {self.name!r} (first: {missing[0]!r})")
+    wanted = sorted(set(query_ids))
+    return Split(name, {q: self.queries[q] for q in wanted},
+                 {q: self.qrels[q] for q in wanted}, self.problems)
+
 
 @dataclasses.dataclass(frozen=True)
 class BeirData:

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,12 +51,16 @@ class DenseRun:
   seconds: float
 
 
-def write_candidates(corpus: beir.Corpus, path: str) -> int:
+def write_candidates(corpus: beir.Corpus, path: str,
+                     on_document: Optional[Callable[[beir.Document], None]] = None) -> int:
   """The corpus as ReQA candidates (module docstring), streamed in row groups; returns the
-  number of rows."""
+  number of rows. `on_document` sees each document as it is written (one corpus pass for a
+  caller that needs more of it: eval.beir_finetune)."""
   n, batch = 0, []
   with pq.ParquetWriter(path, contracts.CANDIDATE_SCHEMA) as writer:
     for doc in corpus.documents():
+      if on_document is not None:
+        on_document(doc)
       batch.append({"candidate_id": doc.internal_id, "sentence": doc.text, "passage": "",
                     "title": doc.title, "source": SOURCE, "section": ""})
       if len(batch) == _ROWS_PER_GROUP:

@@ -4,6 +4,9 @@ TREC runs naming the dataset's own ids.
     twotower beir --data beir/scifact --split test --out beir/scifact-bm25
     twotower beir --data beir/scifact --split test --model runs/ict \
         --systems bm25-flat,bm25-multifield,dense,hybrid --out beir/scifact-ict
+    twotower beir --data beir/scifact-train --split train --heldout ft/scifact \
+        --model runs/ict --finetuned_model runs/ict-scifact \
+        --systems bm25-flat,dense,hybrid,dense-finetuned,hybrid-finetuned --out o/
 
 `run(BeirConfig)` is the typed entry point (twotower.commands.beir parses the flags).
 
@@ -18,11 +21,21 @@ searched by each system:
   * ``hybrid``: eval.fusion's interpolation of bm25-flat with dense (min-max normalised
     scores, `weight * bm25 + (1 - weight) * dense`). The weight is `--hybrid_weight` when
     given; otherwise it is tuned on another split of the dataset (`--tune_split`; by default
-    `dev`, else `train`, never the scored one) over eval.fusion.WEIGHT_GRID, whose weight 1
-    is BM25 alone: the tuned hybrid is never below BM25 on the tuning split's `tune_metric`
-    (nDCG@10; ties go to the weight nearer BM25 alone). A dataset without such a split (or
-    with fewer than `min_tune_queries` judged queries on it) gets UNTUNED_WEIGHT, 0.5: the
-    two normalised scores weighed equally, said so in `hybrid.json` and the log.
+    `dev`, else `train`, never the scored one; with `--heldout`, the conversion's validation
+    part) over eval.fusion.WEIGHT_GRID, whose weight 1 is BM25 alone: the tuned hybrid is
+    never below BM25 on the tuning split's `tune_metric` (nDCG@10; ties go to the weight
+    nearer BM25 alone). A dataset without such a split (or with fewer than
+    `min_tune_queries` judged queries on it) gets UNTUNED_WEIGHT, 0.5: the two normalised
+    scores weighed equally, said so in `hybrid.json` and the log.
+  * ``dense-finetuned``, ``hybrid-finetuned``: the same with `--finetuned_model`, a
+    `twotower finetune` run on a `twotower beir-to-reqa` conversion of this dataset
+    (eval.beir_finetune), beside the zero-shot `--model`.
+
+Fine-tuned models are never scored on what they learnt from: a model whose run was
+fine-tuned on a conversion of this corpus (`--model` or `--finetuned_model`) is refused
+when a scored query is in that conversion's train or validation part. A dataset with no
+judged split but the one fine-tuned on is scored on the part of it the conversion held out
+(`--heldout FT`: `beir-to-reqa --scored_percent`), split `<split>-heldout`.
 
 With `remove_query` (on, as Pyserini's BEIR runs), a hit whose doc id is the query's own id
 is dropped from every system's list (ArguAna and Quora hold their queries as documents).
@@ -41,7 +54,13 @@ failed run leaves OUT as it was):
     doc_ids.parquet                   internal id -> the dataset's doc id (eval.beir)
     data.json                         what was read: counts, and every problem found with
                                       its first lines named file:line
-    hybrid.json                       the hybrid's weight, how it was come by, the tuning
+    hybrid.json                       {hybrid system: its weight, how it was come by, the
+                                      tuning}
+    intervals.json (+ .md)            each system against the reference (bm25-flat when
+                                      scored, else the first system) on each of
+                                      `interval_metrics`: the mean difference in points and
+                                      its paired bootstrap 95 % interval over the scored
+                                      queries (twotower.core.paired_bootstrap)
     <system>/index/, dense/           the Lucene indexes (--keep_index), the embeddings and
                                       FAISS index (--keep_embeddings); dropped by default
 
@@ -57,7 +76,7 @@ import logging
 import os
 import sys
 import time
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -69,10 +88,13 @@ from twotower.core import files as tio
 from twotower.core import logs
 from twotower.core import lucene
 from twotower.core import outputs
+from twotower.core import paired_bootstrap
+from twotower.core import pyserini_env
 from twotower.core.contracts import Ranked, Run
 from twotower.eval import beir
 from twotower.eval import beir_bm25
 from twotower.eval import beir_dense
+from twotower.eval import beir_finetune
 from twotower.eval import fusion
 from twotower.eval import ir_metrics
 from twotower.eval import report
@@ -80,9 +102,18 @@ from twotower.eval import report
 logger = logging.getLogger(__name__)
 
 DENSE, HYBRID = "dense", "hybrid"
-SYSTEMS = (*beir_bm25.SYSTEMS, DENSE, HYBRID)
-#: The BM25 run the hybrid fuses with the dense one (Pyserini's headline BM25 on BEIR).
+DENSE_FINETUNED, HYBRID_FINETUNED = "dense-finetuned", "hybrid-finetuned"
+SYSTEMS = (*beir_bm25.SYSTEMS, DENSE, HYBRID, DENSE_FINETUNED, HYBRID_FINETUNED)
+#: Each hybrid and the dense system it fuses.
+HYBRIDS = {HYBRID: DENSE, HYBRID_FINETUNED: DENSE_FINETUNED}
+#: The BM25 run the hybrids fuse with a dense one (Pyserini's headline BM25 on BEIR).
 HYBRID_FIRST = beir_bm25.FLAT.name
+#: What the intervals compare every system with, when it is scored (else the first system).
+REFERENCE = beir_bm25.FLAT.name
+#: Metrics the intervals are of by default (BEIR's headline pair).
+INTERVAL_METRICS = ("nDCG@10", "R@100")
+#: The scored split's name with --heldout: `<split>` + this.
+HELDOUT_SUFFIX = "-heldout"
 #: The hybrid's weight on BM25 where none is tuned (module docstring).
 UNTUNED_WEIGHT = 0.5
 #: Splits a hybrid's weight is tuned on, the first the dataset has that is not scored.
@@ -91,6 +122,7 @@ TUNE_SPLITS = ("dev", "train")
 NO_TUNING = "none"
 DATA_FILE, HYBRID_FILE, PER_QUERY_FILE, RUNS_DIR = ("data.json", "hybrid.json",
                                                     "per_query.parquet", "runs")
+INTERVALS_STEM = "intervals"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +139,12 @@ class BeirConfig:
   model: str = dataclasses.field(default="", metadata={
       "help": "a training run directory (its export/saved_model) or a SavedModel: for dense "
               "and hybrid"})
+  finetuned_model: str = dataclasses.field(default="", metadata={
+      "help": "a `twotower finetune` run on a `twotower beir-to-reqa` conversion of --data: "
+              "for dense-finetuned and hybrid-finetuned"})
+  heldout: str = dataclasses.field(default="", metadata={
+      "help": "a `twotower beir-to-reqa` output of --data's --split: score only the queries "
+              "it held out of fine-tuning (and tune the hybrids on its validation part)"})
   metrics: tuple[str, ...] = dataclasses.field(default=ir_metrics.BEIR_METRICS, metadata={
       "help": "comma list of metrics (eval.ir_metrics: nDCG@k, R@k, MRR@k, MRR, MAP, "
               "Success@k, P@k)"})
@@ -125,6 +163,8 @@ class BeirConfig:
               f"{NO_TUNING}: never"})
   tune_metric: str = dataclasses.field(default="nDCG@10", metadata={
       "help": "what the tuning maximises (one of --metrics)"})
+  interval_metrics: tuple[str, ...] = dataclasses.field(default=INTERVAL_METRICS, metadata={
+      "help": "comma list of --metrics the paired bootstrap intervals are of"})
   min_tune_queries: int = dataclasses.field(default=fusion.MIN_TUNE_QUESTIONS, metadata={
       "help": "fewest judged queries a weight is tuned on"})
   threads: int = dataclasses.field(default=max(1, os.cpu_count() or 1), metadata={
@@ -137,12 +177,18 @@ class BeirConfig:
       "help": "keep the Lucene indexes in OUT/<system>/index"})
   keep_embeddings: bool = dataclasses.field(default=False, metadata={
       "help": "keep the embeddings and the FAISS index in OUT/dense"})
+  jvm_heap: str = dataclasses.field(default="", metadata={
+      "help": "the most heap Pyserini's JVM may take (-Xmx: 512m, 2g); unset: "
+              f"${pyserini_env.JVM_HEAP_ENV} if set, else Java's default (a quarter of the "
+              "machine's memory)"})
   overwrite: bool = False
   beam_args: tuple[str, ...] = ()
 
   def __post_init__(self):
     checks.positive(self, "hits", "threads", "batch_size", "embed_batch_size",
                     "min_tune_queries")
+    if self.jvm_heap:
+      pyserini_env.check_heap_size(self.jvm_heap)
     unknown = [s for s in self.systems if s not in SYSTEMS]
     if unknown or not self.systems:
       raise ValueError(f"--systems {','.join(self.systems)}: expected some of "
@@ -151,8 +197,16 @@ class BeirConfig:
       ir_metrics.measure(name)
     if (DENSE in self.systems or HYBRID in self.systems) and not self.model:
       raise ValueError("dense and hybrid need --model (a training run or a SavedModel)")
-    if HYBRID in self.systems and not {HYBRID_FIRST, DENSE} <= set(self.systems):
-      raise ValueError(f"hybrid fuses {HYBRID_FIRST} with {DENSE}: list both in --systems")
+    if {DENSE_FINETUNED, HYBRID_FINETUNED} & set(self.systems) and not self.finetuned_model:
+      raise ValueError(f"{DENSE_FINETUNED} and {HYBRID_FINETUNED} need --finetuned_model (a "
+                       "`twotower finetune` run on a `twotower beir-to-reqa` output)")
+    for hybrid, dense in HYBRIDS.items():
+      if hybrid in self.systems and not {HYBRID_FIRST, dense} <= set(self.systems):
+        raise ValueError(f"{hybrid} fuses {HYBRID_FIRST} with {dense}: list both in "
+                         "--systems")
+    unknown = [m for m in self.interval_metrics if m not in self.metrics]
+    if unknown:
+      raise ValueError(f"--interval_metrics {','.join(unknown)}: not among --metrics")
     if self.hybrid_weight is not None and not 0.0 <= self.hybrid_weight <= 1.0:
       raise ValueError(f"--hybrid_weight {self.hybrid_weight} is not in [0, 1]")
     if self.tune_metric not in self.metrics:
@@ -168,13 +222,17 @@ class BeirResult:
   records: list[dict]                              # metrics records, one per system
   evaluations: Mapping[str, ir_metrics.Evaluation]  # per-query values, per system
   data: Mapping                                    # data.json
-  hybrid: Optional[Mapping]                        # hybrid.json (with a hybrid)
+  hybrid: Mapping[str, Mapping]                   # hybrid.json: {hybrid system: weight ...}
+  intervals: list[dict]                            # intervals.json
   files: tuple[str, ...]
 
 
 def tune_split_of(config: BeirConfig, available: list[str]) -> str:
-  """The split the hybrid's weight is tuned on, "" for none (module docstring)."""
-  if config.hybrid_weight is not None or HYBRID not in config.systems:
+  """The split the hybrids' weights are tuned on, "" for none (module docstring); with
+  --heldout and no --tune_split, "" too: the conversion's validation part is (`run`)."""
+  if config.hybrid_weight is not None or not set(HYBRIDS) & set(config.systems):
+    return ""
+  if config.heldout and not config.tune_split:
     return ""
   if config.tune_split:
     return "" if config.tune_split == NO_TUNING else config.tune_split
@@ -203,8 +261,13 @@ def choose_weight(bm25: Run, dense: Run, tune: Optional[beir.Split], corpus: bei
             "text": "given (--hybrid_weight)"}
   why = ""
   if tune is None:
-    why = (f"the folder has no split to tune on ({' or '.join(TUNE_SPLITS)}, other than "
-           f"{config.split})") if config.tune_split != NO_TUNING else "--tune_split none"
+    if config.tune_split == NO_TUNING:
+      why = "--tune_split none"
+    elif config.heldout:
+      why = f"--heldout {config.heldout} has no validation part"
+    else:
+      why = (f"the folder has no split to tune on ({' or '.join(TUNE_SPLITS)}, other than "
+             f"{config.split})")
   elif len(tune.qrels) < config.min_tune_queries:
     why = (f"{tune.name} has {len(tune.qrels)} judged queries, fewer than "
            f"--min_tune_queries {config.min_tune_queries}")
@@ -257,28 +320,139 @@ def read_per_query(path: str) -> dict[str, ir_metrics.Evaluation]:
           for system, at in rows.items()}
 
 
+def scored_and_tune(config: BeirConfig, data: beir.BeirData
+                    ) -> tuple[beir.Split, Optional[beir.Split]]:
+  """The queries scored (the split, or with --heldout the part its conversion held out) and
+  those the hybrids are tuned on (None: no tuning).
+
+  Raises:
+    ValueError: a --heldout folder that is not a conversion of this corpus and split, or
+      that holds out nothing.
+  """
+  split = data.split(config.split)
+  if not config.heldout:
+    tune_name = tune_split_of(config, beir.splits(config.data))
+    return split, (data.split(tune_name) if tune_name else None)
+  parts = beir_finetune.read_parts(config.heldout, data.corpus)
+  if parts.split != config.split:
+    raise ValueError(f"--heldout {config.heldout} holds out queries of split {parts.split!r}, "
+                     f"not of --split {config.split}")
+  if not parts.test:
+    raise ValueError(f"--heldout {config.heldout} holds out no query (it was made with "
+                     "--scored_percent 0)")
+  scored = split.only(parts.test, f"{config.split}{HELDOUT_SUFFIX}")
+  tune = None
+  if config.tune_split and config.tune_split != NO_TUNING:
+    tune = data.split(config.tune_split)
+  elif (not config.tune_split and config.hybrid_weight is None
+        and set(HYBRIDS) & set(config.systems) and parts.validation):
+    tune = split.only(parts.validation, f"{config.split}-{beir_finetune.VALIDATION}")
+  return scored, tune
+
+
+def check_models(config: BeirConfig, corpus: beir.Corpus, scored: beir.Split) -> None:
+  """Refuses a model fine-tuned on a scored query (eval.beir_finetune), and a
+  --finetuned_model that is not fine-tuned on a conversion of this corpus."""
+  if config.model and {DENSE, HYBRID} & set(config.systems):
+    beir_finetune.check_not_trained_on(config.model, corpus, list(scored.qrels), "--model")
+  if config.finetuned_model and {DENSE_FINETUNED, HYBRID_FINETUNED} & set(config.systems):
+    parts = beir_finetune.check_not_trained_on(config.finetuned_model, corpus,
+                                               list(scored.qrels), "--finetuned_model")
+    if parts is None:
+      raise ValueError(
+          f"--finetuned_model {config.finetuned_model}: not a `twotower finetune` run on a "
+          f"`twotower beir-to-reqa` conversion of {config.data} (its config.yaml names none): "
+          "score a model fine-tuned elsewhere as dense, with --model")
+
+
+def paired_intervals(evaluations: Mapping[str, ir_metrics.Evaluation],
+                     metrics: Sequence[str]) -> list[dict]:
+  """Each system against the reference (REFERENCE when scored, else the first), per metric:
+  the paired bootstrap of the mean difference over the scored queries, in points."""
+  if len(evaluations) < 2:
+    return []
+  reference = REFERENCE if REFERENCE in evaluations else next(iter(evaluations))
+  base = evaluations[reference]
+  rows = []
+  for name, ev in evaluations.items():
+    if name == reference:
+      continue
+    for metric in metrics:
+      interval = paired_bootstrap.paired_values(ev.bootstrap_values(metric, base.query_ids),
+                                                base.bootstrap_values(metric))
+      rows.append({"system": name, "against": reference, "metric": metric,
+                   "queries": interval.questions, "mean": interval.mean_a,
+                   "mean_against": interval.mean_b, "difference": interval.difference,
+                   "low": interval.low, "high": interval.high,
+                   "resamples": interval.resamples, "seed": paired_bootstrap.SEED,
+                   "level": paired_bootstrap.LEVEL})
+  return rows
+
+
+def intervals_markdown(rows: Sequence[Mapping]) -> str:
+  """The intervals as a Markdown table (points: metric x 100)."""
+  if not rows:
+    return ""
+  lines = ["| system | vs | metric | mean | vs mean | difference | 95 % interval |",
+           "|---|---|---|---:|---:|---:|---:|"]
+  for r in rows:
+    lines.append(f"| {r['system']} | {r['against']} | {r['metric']} | {r['mean']:.2f} | "
+                 f"{r['mean_against']:.2f} | {r['difference']:+.2f} | "
+                 f"[{r['low']:+.2f}, {r['high']:+.2f}] |")
+  return "\n".join(lines) + "\n"
+
+
+def _search(name: str, config: BeirConfig, data: beir.BeirData, searched: Mapping[str, str],
+            runs: Mapping[str, Run], tune: Optional[beir.Split], work: str,
+            hybrids: dict) -> Run:
+  """One system's run over `searched` (its hybrid's weight into `hybrids`)."""
+  if name in beir_bm25.SYSTEMS:
+    found = beir_bm25.run_system(data.corpus, searched, beir_bm25.SYSTEMS[name],
+                                 f"{work}/{name}/index", k1=config.k1, b=config.b,
+                                 hits=config.hits, threads=config.threads,
+                                 batch_size=config.batch_size).run
+    if not config.keep_index:
+      outputs.discard(f"{work}/{name}")  # rebuildable; as large as the corpus
+    return found
+  if name in HYBRIDS:
+    dense = HYBRIDS[name]
+    hybrids[name] = choose_weight(runs[HYBRID_FIRST], runs[dense], tune, data.corpus, config)
+    return fusion.interpolate(runs[HYBRID_FIRST], runs[dense], hybrids[name]["weight"],
+                              config.hits)
+  model = config.model if name == DENSE else config.finetuned_model
+  found = beir_dense.run_dense(data.corpus, searched, model, f"{work}/{name}",
+                               hits=config.hits, batch_size=config.embed_batch_size,
+                               beam_args=config.beam_args, keep=config.keep_embeddings).run
+  if not config.keep_embeddings:
+    outputs.discard(f"{work}/{name}")
+  return found
+
+
 def run(config: BeirConfig) -> BeirResult:
   """Reads the folder, runs every system, scores them; writes OUT (module docstring)."""
   out = config.out.rstrip("/")
   tio.log_settings("beir", {k: v for k, v in dataclasses.asdict(config).items()
                             if k != "beam_args"})
   settings = outputs.settings_of(config, skip=("threads", "batch_size", "embed_batch_size",
-                                               "keep_index", "keep_embeddings"))
-  inputs = [config.data] + ([config.model] if config.model else [])
-  hybrid: Optional[dict] = None
-  # Written beside OUT and moved into place at the end: refused input (eval.beir) or a failed
-  # system leaves OUT as it was.
+                                               "keep_index", "keep_embeddings", "jvm_heap"))
+  pyserini_env.set_max_heap(config.jvm_heap)  # before the JVM starts (bm25 systems)
+  inputs = [config.data] + [p for p in (config.model, config.finetuned_model, config.heldout)
+                            if p]
+  hybrids: dict[str, dict] = {}
+  # Written beside OUT and moved into place at the end: refused input (eval.beir, a model
+  # trained on a scored query) or a failed system leaves OUT as it was.
   with outputs.staged(out, "beir", settings, inputs=inputs,
                       overwrite=config.overwrite) as work:
     started = time.perf_counter()
     data = beir.read(config.data)
-    scored = data.split(config.split)
-    tune_name = tune_split_of(config, beir.splits(config.data))
-    tune = data.split(tune_name) if tune_name else None
+    scored, tune = scored_and_tune(config, data)
+    check_models(config, data.corpus, scored)
     for problems in (data.problems, scored.problems, *([tune.problems] if tune else [])):
       problems.log()
     searched = {**scored.queries, **(tune.queries if tune else {})}
     record = dict(beir.summary(data, scored))
+    if config.heldout:
+      record["heldout"] = {"folder": config.heldout, "split": config.split}
     if tune is not None:
       record["tune_split"] = {"split": tune.name, "queries": len(tune.queries),
                               "problems": tune.problems.as_dict()}
@@ -288,26 +462,9 @@ def run(config: BeirConfig) -> BeirResult:
     beir.write_doc_ids(data.corpus, f"{work}/{beir.DOC_IDS_FILE}")
     tio.write_json(f"{work}/{DATA_FILE}", record)
     runs: dict[str, Run] = {}
-    for name in (s for s in SYSTEMS if s in config.systems):  # the hybrid after its two
+    for name in (s for s in SYSTEMS if s in config.systems):  # each hybrid after its two
       step = time.perf_counter()
-      if name in beir_bm25.SYSTEMS:
-        found = beir_bm25.run_system(data.corpus, searched, beir_bm25.SYSTEMS[name],
-                                     f"{work}/{name}/index", k1=config.k1, b=config.b,
-                                     hits=config.hits, threads=config.threads,
-                                     batch_size=config.batch_size).run
-        if not config.keep_index:
-          outputs.discard(f"{work}/{name}")  # rebuildable; as large as the corpus
-      elif name == DENSE:
-        found = beir_dense.run_dense(data.corpus, searched, config.model, f"{work}/{DENSE}",
-                                     hits=config.hits, batch_size=config.embed_batch_size,
-                                     beam_args=config.beam_args,
-                                     keep=config.keep_embeddings).run
-        if not config.keep_embeddings:
-          outputs.discard(f"{work}/{DENSE}")
-      else:
-        hybrid = choose_weight(runs[HYBRID_FIRST], runs[DENSE], tune, data.corpus, config)
-        found = fusion.interpolate(runs[HYBRID_FIRST], runs[DENSE], hybrid["weight"],
-                                   config.hits)
+      found = _search(name, config, data, searched, runs, tune, work, hybrids)
       runs[name] = without_query(found, data.corpus) if config.remove_query else found
       logs.progress("beir: %s: %d queries in %.0f s", name, len(found),
                     time.perf_counter() - step)
@@ -323,11 +480,16 @@ def run(config: BeirConfig) -> BeirResult:
                       "dataset": data.name})
     tio.write_parquet(f"{work}/{PER_QUERY_FILE}",
                       _per_query_table(evaluations, config.metrics))
-    if hybrid is not None:
-      tio.write_json(f"{work}/{HYBRID_FILE}", hybrid)
+    if hybrids:
+      tio.write_json(f"{work}/{HYBRID_FILE}", hybrids)
+    intervals = paired_intervals(evaluations, config.interval_metrics)
+    if intervals:
+      tio.write_json(f"{work}/{INTERVALS_STEM}.json", intervals)
+      tio.write_text(f"{work}/{INTERVALS_STEM}.md", intervals_markdown(intervals))
     report.write_report(records, work, stem="metrics",
                         title=f"BEIR {data.name} ({scored.name})")
-  return BeirResult(out, records, evaluations, record, hybrid, outputs.files_of(out))
+  return BeirResult(out, records, evaluations, record, hybrids, intervals,
+                    outputs.files_of(out))
 
 
 if __name__ == "__main__":

