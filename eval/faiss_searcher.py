@@ -16,7 +16,9 @@ puts an `IDSelector` in those parameters (`IDSelectorBatch` of the allowed ids, 
 `IDSelectorNot` of the excluded ones), so every index type skips what the restriction leaves
 out while it searches: flat scores exactly the allowed documents; IVF (flat or PQ, fast-scan
 included) scans its nprobe lists for them, visiting more lists (nprobe x 4 at a time, up to
-all) for queries that found fewer than k; HNSW walks its graph through them; a re-ranked index
+all) for queries that found fewer than k; HNSW walks its graph through them with its beam
+(efSearch) widened by 1 / selectivity, so that it holds as many allowed documents as it would
+unfiltered; a re-ranked index
 re-ranks the allowed candidates. When the restriction allows at most `exact_max` documents
 (EXACT_SCORING_MAX) they are scored exactly instead: their float32 vectors gathered (from the
 re-rank vectors beside the index, or a flat or HNSW index's own storage) and multiplied with
@@ -199,7 +201,7 @@ class Searcher:
     results = []
     for p in self.parts:  # one by one: IndexIDMap swaps params.sel in place while it searches
       results.append(self._search_part(p, queries, k, r, nprobe, ef_search, selector,
-                                       min(k, allowed)))
+                                       min(k, allowed), allowed))
     scores, ids = rr.merge_topk(results, k)
     short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, allowed))
     if short.size and self.can_score_exactly and restriction.include is not None:
@@ -209,10 +211,17 @@ class Searcher:
 
   def _search_part(self, p: Part, queries: np.ndarray, k: int, r: int,
                    nprobe: Optional[int], ef_search: Optional[int], selector,
-                   wanted: int) -> tuple[np.ndarray, np.ndarray]:
+                   wanted: int, allowed: int) -> tuple[np.ndarray, np.ndarray]:
     depth = k * r if r else k
     ivf = faiss.try_extract_index_ivf(p.index)
     probe = nprobe or (ivf.nprobe if ivf is not None else None)
+    inner = faiss_index._unwrap(p.index)  # pylint: disable=protected-access
+    if isinstance(inner, faiss.IndexHNSW):
+      # The beam holds every node it walks, allowed or not: widened by 1 / selectivity it
+      # holds about as many allowed ones as ef_search unfiltered (10 % allowed, 10 x ef).
+      ef = ef_search or inner.hnsw.efSearch
+      share = max(allowed, 1) / max(self.ntotal, 1)
+      ef_search = int(min(max(ef, np.ceil(ef / share)), max(self.ntotal, ef)))
     scores, ids = p.index.search(queries, depth, params=_selector_params(
         p.index, selector, probe, ef_search))
     if ivf is not None:

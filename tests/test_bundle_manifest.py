@@ -1,11 +1,14 @@
-"""A retriever bundle's manifest.json (contracts.bundle_manifest, format v2) is a contract:
+"""A retriever bundle's manifest.json (contracts.bundle_manifest, format v3) is a contract:
 
-* what `twotower bundle` writes is byte for byte what the writer before BundleManifest wrote
-  for the same inputs (tests/golden/bundle-manifest-*.json were captured from that code; the
-  values that differ between two builds of one bundle are masked: when, where, the stack, and
-  the digests of files holding timestamps, random ids or float round-off, and the sizes of
-  TensorFlow's fingerprint.pb and of Lucene's segment info, which names the machine);
-* a manifest read and written again is the same bytes;
+* what `twotower bundle` writes is byte for byte the golden manifest for the same inputs
+  (tests/golden/bundle-manifest-*.json; the values that differ between two builds of one
+  bundle are masked: when, where, the stack, and the digests of files holding timestamps,
+  random ids or float round-off, and the sizes of TensorFlow's fingerprint.pb and of Lucene's
+  segment info, which names the machine). The goldens were first captured from the writer
+  before BundleManifest (v2), and regenerated on purpose for v3 (issue 66, document metadata):
+  the diff adds `format_version` 3, `index.tombstones` 0, the `metadata` part's field list and
+  the `metadata/` files, and changes no other byte;
+* a manifest read and written again is the same bytes, a v2 manifest as v2 wrote it;
 * a field missing or of the wrong type is refused in one line naming the file and the field.
 """
 
@@ -53,11 +56,11 @@ def manifest_text(bundle_dir: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Format v2, byte for byte.
+# Format v3, byte for byte.
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_tuned_bundles_manifest_is_the_v2_format_byte_for_byte(serving_bundle):
+def test_a_tuned_bundles_manifest_is_the_v3_format_byte_for_byte(serving_bundle):
   text = manifest_text(serving_bundle["bundle"])
   assert masked(text, [serving_bundle["work"]]) == \
       (GOLDEN / "bundle-manifest-tuned.json").read_text(encoding="utf-8")
@@ -67,7 +70,7 @@ def test_a_tuned_bundles_manifest_is_the_v2_format_byte_for_byte(serving_bundle)
   assert manifest.files == bm.file_digests(serving_bundle["bundle"])
 
 
-def test_a_passages_bundles_manifest_is_the_v2_format_byte_for_byte(serving_bundle, tmp_path):
+def test_a_passages_bundles_manifest_is_the_v3_format_byte_for_byte(serving_bundle, tmp_path):
   out = str(tmp_path / "bundle")
   bundle.run(bundle.BundleConfig(model=serving_bundle["model"], passages=write_passages(tmp_path),
                                  out=out, weight=0.25))
@@ -75,7 +78,7 @@ def test_a_passages_bundles_manifest_is_the_v2_format_byte_for_byte(serving_bund
       (GOLDEN / "bundle-manifest-passages.json").read_text(encoding="utf-8")
 
 
-def test_the_grid_cells_manifest_is_the_v2_format_byte_for_byte(serving_bundle, tmp_path):
+def test_the_grid_cells_manifest_is_the_v3_format_byte_for_byte(serving_bundle, tmp_path):
   """What the grid's bundle cell (experiment.cells) asks for: the fuse cell's weight, with
   where it was chosen; the golden is the manifest the cell wrote by patching it before."""
   run_dir = str(tmp_path / "run")
@@ -98,6 +101,35 @@ def test_a_manifest_read_and_written_again_is_the_same_bytes(serving_bundle, tmp
     manifest.write(str(tmp_path))
     assert bm.read(str(tmp_path)) == manifest
   assert "partner" not in a_manifest().to_json()["hybrid"]  # written only where there is one
+
+
+def test_a_v2_manifest_reads_and_writes_back_as_v2(tmp_path):
+  """A bundle of format 2 (before metadata) keeps loading: its manifest reads, and writes back
+  byte for byte without the v3 parts (tests/test_filtered_search.py searches such a bundle)."""
+  v2 = a_manifest().to_json()
+  v2["format_version"] = 2
+  del v2["metadata"], v2["index"]["tombstones"]
+  path = bm.manifest_path(str(tmp_path))
+  pathlib.Path(path).write_text(json.dumps(v2, indent=2), encoding="utf-8")
+  manifest = bm.read(str(tmp_path))
+  assert manifest.format_version == 2 and manifest.metadata is None and manifest.lineage is None
+  assert manifest.parts == contracts.BUNDLE_PARTS  # no metadata/ to look for
+  manifest.write(str(tmp_path))
+  assert json.loads(manifest_text(str(tmp_path))) == v2
+  v2["index"]["tombstones"] = 0
+  pathlib.Path(path).write_text(json.dumps(v2), encoding="utf-8")
+  with pytest.raises(bm.BundleError, match="'tombstones', which format 2 does not"):
+    bm.read(str(tmp_path))
+
+
+def test_an_updated_bundles_lineage_reads_back(tmp_path):
+  lineage = bm.Lineage(bm.Parent("/b/parent", "2026-11-27T00:00:00+00:00", "c" * 64),
+                       (bm.Operation("delete", 2, "/in/ids.txt", "d" * 64),
+                        bm.Operation("add", 5, "/in/docs.jsonl", "e" * 64)))
+  manifest = dataclasses.replace(a_manifest(), lineage=lineage)
+  manifest.write(str(tmp_path))
+  assert bm.read(str(tmp_path)) == manifest
+  assert list(manifest.to_json())[-3:] == ["metadata", "lineage", "files"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -133,8 +165,15 @@ def _drop(section: str, field: str):
                                                             "'files.index.faiss' has no int "
                                                             "'bytes' (got '3')"),
     (lambda m: m.update(format="something-else"), "not a twotower-retriever-bundle manifest"),
+    (lambda m: m["metadata"].update(fields={}), "the manifest's 'metadata' has no 'fields' "
+                                                "list"),
+    (lambda m: m["metadata"]["fields"].append({"name": "wiki", "type": "str",
+                                               "documents": "3"}),
+     "the manifest's 'metadata.fields[0]' has no int 'documents' (got '3')"),
+    (lambda m: m.update(format_version=True), "bundle format version True"),
 ], ids=["created", "versions", "weight-str", "weight-bool", "questions-float", "no-k1",
-        "ids-list", "ids-sha256", "file-bytes", "format"])
+        "ids-list", "ids-sha256", "file-bytes", "format", "metadata-fields", "metadata-field",
+        "version-bool"])
 def test_a_bad_field_is_refused_in_one_line_naming_the_file_and_the_field(tmp_path, edit,
                                                                          message):
   value = a_manifest().to_json()
@@ -149,9 +188,9 @@ def test_a_bad_field_is_refused_in_one_line_naming_the_file_and_the_field(tmp_pa
 
 def test_files_that_differ_from_the_manifest_are_refused_by_part(tmp_path):
   folder = str(tmp_path)
-  for part in contracts.BUNDLE_PARTS:
-    os.makedirs(os.path.join(folder, part), exist_ok=True)
   manifest = a_manifest()
+  for part in manifest.parts:
+    os.makedirs(os.path.join(folder, part), exist_ok=True)
   with pytest.raises(bm.BundleError, match=f"{folder}: part 'index.faiss' is missing its "
                                            "file index.faiss"):
     manifest.check_files(folder, "none")

@@ -5,8 +5,6 @@ interpolation of their runs; a restriction is one value whatever order its ids c
 
 from __future__ import annotations
 
-import random
-
 import faiss
 import numpy as np
 import pytest
@@ -17,25 +15,7 @@ from twotower.core.contracts import Ranked
 from twotower.core.searching import Queries, Restriction, SearchParams
 from twotower.eval import faiss_searcher, fusion
 from twotower.eval.searchers import DenseSearcher, FusedSearcher
-
-WORDS = [f"w{i}" for i in range(60)]
-
-
-def corpus(n: int = 600, seed: int = 0) -> list[dict]:
-  """Short documents over a small vocabulary, every fifth a copy of another: many BM25 ties."""
-  rng = random.Random(seed)
-  docs = []
-  for i in range(n):
-    text = (docs[rng.randrange(len(docs))]["contents"] if docs and i % 5 == 0
-            else " ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 12))))
-    docs.append({"id": str(i * 3 + 1), "contents": text})
-  return docs
-
-
-def queries(n: int = 40, seed: int = 1) -> list[str]:
-  rng = random.Random(seed)
-  return [" ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 5))) for _ in range(n)]
-
+from search_fixtures import corpus, queries
 
 @pytest.fixture(scope="module")
 def lucene_index(tmp_path_factory) -> str:

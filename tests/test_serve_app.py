@@ -119,7 +119,7 @@ BAD_INPUTS = [
     ("GET nprobe = 0 (POST refuses it)", "GET", [("q", "x"), ("nprobe", "0")], 400,
      "'nprobe' must be between 1 and 65536, got 0"),
     ("GET unknown parameter (POST refuses it)", "GET", [("q", "x"), ("topk", "3")], 400,
-     "unknown field(s) ['topk']; expected some of ['ef_search', 'k', 'mode', 'nprobe', 'q']"),
+     "unknown field(s) ['topk']; expected some of ['ef_search', 'filter', 'k', 'mode', 'nprobe', 'q']"),
     ("GET q twice", "GET", [("q", "x"), ("q", "y")], 400, "parameter \"q\" is given more than once"),
     ("GET k '²'", "GET", [("q", "x"), ("k", "²")], 400, "'k' must be an integer, got \"²\""),
     ("GET q only \\u0000", "GET", [("q", "\u0000")], 400, "'query' has no searchable text"),

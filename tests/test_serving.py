@@ -62,7 +62,8 @@ def test_bundle_holds_every_part_with_a_manifest_that_describes_it(serving_bundl
   manifest = json.load(open(os.path.join(path, contracts.BUNDLE_MANIFEST_FILE)))
   # The parts, the bundle's manifest, and the stage's ownership record (twotower.core.outputs).
   assert sorted(os.listdir(path)) == sorted([contracts.BUNDLE_MANIFEST_FILE,
-                                             contracts.MANIFEST_FILE, *contracts.BUNDLE_PARTS])
+                                             contracts.MANIFEST_FILE, *contracts.BUNDLE_PARTS,
+                                             "metadata"])
   assert manifest["format_version"] == bundle_manifest.FORMAT_VERSION
   assert manifest["documents"]["count"] == manifest["index"]["vectors"] == \
       manifest["bm25"]["documents"] == len(candidates) == 48

@@ -12,6 +12,8 @@
     BUNDLE/index.faiss      FAISS index of the documents' embeddings (ids = document ids)
     BUNDLE/store.sqlite     document id -> title, text, sentence, page id (deploy.serving.store)
     BUNDLE/lucene/          Lucene index for BM25, built as `twotower bm25` builds it
+    BUNDLE/metadata/        per document: page id, title, section path, source, wiki,
+                            language, input (contracts.bundle_metadata): what filters name
 
 Documents are the candidates of a ReQA directory (`--reqa`: what the evaluation scores, so
 the bundle's answers can be checked against the batch path) or the passages of a pair
@@ -51,6 +53,7 @@ from twotower.core import lucene
 from twotower.core import outputs
 from twotower.core import tower_text as texts
 from twotower.core.contracts import bundle_manifest
+from twotower.core.contracts import bundle_metadata
 from twotower.core.contracts.bundle_manifest import BundleManifest, IdSet
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import embeddings as embeddings_lib
@@ -135,6 +138,14 @@ def _parquet_rows(pattern: str, columns: list[str]) -> Iterator[dict]:
 
 def iter_documents(config: BundleConfig) -> Iterator[store_lib.Document]:
   """The bundle's documents, streamed, with the ids the embedding job gives them."""
+  for document, _ in iter_documents_with_fields(config):
+    yield document
+
+
+def iter_documents_with_fields(config: BundleConfig
+                               ) -> Iterator[tuple[store_lib.Document, dict]]:
+  """(document, its metadata fields) of the bundle's documents, streamed: what the pipeline
+  knows of each (contracts.bundle_metadata.BUILTIN_FIELDS; None where it knows nothing)."""
   if config.reqa:
     for row in _parquet_rows(contracts.candidates_path(config.reqa),
                              ["candidate_id", "sentence", "passage", "title", "source",
@@ -144,16 +155,58 @@ def iter_documents(config: BundleConfig) -> Iterator[store_lib.Document]:
       # SQuAD/NQ candidates carry no page id.
       page = (contracts.passage_uid_page(cid) if row["source"] == contracts.HELDOUT_SOURCE
               else None)
-      yield store_lib.Document(cid, row["title"] or "", row["passage"] or "",
-                               row["sentence"] or "", page, row["source"] or "",
-                               row.get("section") or "")
+      document = store_lib.Document(cid, row["title"] or "", row["passage"] or "",
+                                    row["sentence"] or "", page, row["source"] or "",
+                                    row.get("section") or "")
+      yield document, {"page_id": page, "title": document.title,
+                       "section": row.get("section"), "source": document.source or None}
   else:
+    inputs = PageInputs(config.passages)
     for row in _parquet_rows(contracts.passages_pattern(config.passages),
                              ["page_id", "passage_id", "title", "text", "section"]):
-      yield store_lib.Document(contracts.passage_uid(row["page_id"], row["passage_id"]),
-                               row["title"] or "", row["text"] or "", "",
-                               int(row["page_id"]), contracts.WIKIPEDIA_SOURCE,
-                               row.get("section") or "")
+      document = store_lib.Document(contracts.passage_uid(row["page_id"], row["passage_id"]),
+                                    row["title"] or "", row["text"] or "", "",
+                                    int(row["page_id"]), contracts.WIKIPEDIA_SOURCE,
+                                    row.get("section") or "")
+      yield document, {"page_id": document.page_id, "title": document.title,
+                       "section": row.get("section"), "source": document.source,
+                       **inputs.of(document.page_id)}
+
+
+class PageInputs:
+  """Which wiki and which input of a pair pipeline output a page comes from: its page id's id
+  space (pipelines.wiki.inputs) against the output's `--dump` list (its config.json), each
+  dump's wiki read from its <siteinfo>. Empty when the inputs are no longer where the run read
+  them (logged once): the pages keep every other field."""
+
+  def __init__(self, pairs_dir: str):
+    self._spaces: dict[int, dict] = {}
+    self._files = None
+    config_path = contracts.pairs_config_path(pairs_dir)
+    dump = (tio.read_json(config_path).get("dump", "") if os.path.isfile(config_path)
+            else "")
+    if not dump:
+      return
+    from twotower.pipelines.wiki import inputs  # pylint: disable=import-outside-toplevel
+    self._inputs = inputs
+    try:
+      self._files = inputs.match_inputs(dump)
+    except (ValueError, OSError) as e:
+      logger.warning("%s: the pair pipeline's inputs (%s) cannot be read (%s): documents are "
+                     "bundled without their wiki and input", pairs_dir, dump, e)
+
+  def of(self, page_id: int) -> dict:
+    if self._files is None:
+      return {}
+    space = self._inputs.id_space(page_id)
+    if space not in self._spaces:
+      files = [f for f in self._files if self._inputs.id_space(f.id_offset) == space]
+      wiki = next((f.wiki for f in files if f.wiki), "")
+      patterns = list(dict.fromkeys(f.pattern for f in files))
+      self._spaces[space] = {"wiki": wiki or None,
+                             "language": bundle_metadata.language_of(wiki) or None,
+                             "input": ",".join(patterns) or None}
+    return self._spaces[space]
 
 
 def lucene_documents(config: BundleConfig) -> Iterator[dict]:
@@ -427,7 +480,14 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
     from twotower.deploy.serving import query_encoders  # pylint: disable=import-outside-toplevel
     from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
     export_hf.write_query_tower(saved_model, part(query_encoders.QUERY_ONNX_DIR))
-  documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE), iter_documents(config))
+  metadata = bundle_metadata.MetadataWriter()
+
+  def with_metadata() -> Iterator[store_lib.Document]:
+    for document, fields in iter_documents_with_fields(config):
+      metadata.add(document.id, fields)
+      yield document
+  documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE), with_metadata())
+  fields = metadata.write(bundle_dir, order=tuple(bundle_metadata.BUILTIN_FIELDS))
   if not documents:
     raise ValueError(f"{config.reqa or config.passages}: no documents to bundle")
   # Embeddings made here live in the new folder until the index is built from them.
@@ -461,7 +521,8 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
       index=index,
       bm25=bundle_manifest.Bm25Part(documents=lucene_docs, k1=config.k1, b=config.b,
                                     ids=bm25_set),
-      hybrid=_given_hybrid(config)).signed(bundle_dir)
+      hybrid=_given_hybrid(config),
+      metadata=bundle_manifest.MetadataPart(tuple(fields))).signed(bundle_dir)
   manifest.write(bundle_dir)
   if split is not None:  # with the bundle's own searches: the manifest is the one it loads
     manifest = dataclasses.replace(manifest, hybrid=_tune(config, split, bundle_dir,

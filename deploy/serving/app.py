@@ -9,8 +9,10 @@ API, version 1 (every path under /v1 stays stable; a change of meaning gets /v2)
                      ran; 503 (with the reason) before
   GET  /v1/info      the bundle's manifest, the service's limits and batching counts
   POST /v1/search    {"query": str} or {"queries": [str, ...]}, "k", "mode" (dense | bm25 |
-                     hybrid), optional "nprobe" / "ef_search" for this request only
-  GET  /v1/search    ?q=...&k=...&mode=...   (one query; the same checks as the POST)
+                     hybrid), optional "nprobe" / "ef_search" for this request only, and
+                     "filter" (deploy.serving.doc_filter: fields, section_prefix, ids,
+                     exclude_ids): the true top k among the documents it matches
+  GET  /v1/search    ?q=...&k=...&mode=...&filter={JSON}  (one query; the same checks)
   POST /v1/admin/swap {"bundle": path under --swap_root}: load another bundle, then serve it
                      from the next batch on; no request fails (only with --allow_swap, and
                      with 'Authorization: Bearer TOKEN' and a JSON content type)
@@ -386,6 +388,8 @@ def create_app(config: ServeConfig, load_in_background: bool = True,
     took = round((time.perf_counter() - t0) * 1000, 2)
     head = {"api": API_VERSION, "request_id": request.state.request_id, "mode": search.mode,
             "k": search.k, "took_ms": took}
+    if search.filter is not None:
+      head["filter"] = search.filter.to_json()
     if warnings:
       head["warnings"] = warnings
     # A JSONResponse as it is: FastAPI's jsonable_encoder pass over plain dicts costs more

@@ -4,7 +4,8 @@ of queries); the table and the flags are in twotower.commands.query.
 `run(QueryConfig) -> QueryResult` loads the bundle, searches (a file's queries in batches of
 `BATCH`, each batch one query-tower call) and, for a file, writes one JSON line per query:
 `{"id", "query", "mode", "hits": [{"rank", "id", "score", "title", "text", "sentence",
-"page_id"}, ...]}`.
+"page_id"}, ...]}`. `--filter JSON` keeps every search to the documents it matches
+(deploy.serving.doc_filter); a query line's own "filter" object replaces it for that line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from twotower.core import file_outputs
 from twotower.core import files as tio
 from twotower.core import outputs
 from twotower.deploy.serving import retriever as retriever_lib
-from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever
+from twotower.deploy.serving.doc_filter import DocFilter
+from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever, SearchRequest
 
 BATCH = 256  # queries per retriever call for a file
 
@@ -35,6 +37,7 @@ class QueryConfig:
   ef_search: Optional[int] = None
   verify: str = DEFAULT_VERIFY     # bundle check at load (the one default: serve's too)
   overwrite: bool = False          # replace an --out of other settings (file_outputs.owned_files)
+  filter: Optional[str] = None     # a filter as JSON text (deploy.serving.doc_filter)
 
   def __post_init__(self):
     if (self.question is None) == (self.jsonl is None):
@@ -43,6 +46,12 @@ class QueryConfig:
       raise ValueError("the question is empty")
     if self.k < 1:
       raise ValueError(f"k must be >= 1, got {self.k}")
+    if self.filter is not None:
+      DocFilter.parse(self.filter)  # its shape; the bundle checks its fields
+
+  @property
+  def doc_filter(self) -> Optional[DocFilter]:
+    return None if self.filter is None else DocFilter.parse(self.filter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +61,15 @@ class QueryResult:
   out: Optional[str]               # the JSONL written (None for a question)
 
 
-def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
-  """(id, query) of each non-blank line: a JSON object with "query" (or "question") and an
-  optional "id" (or "question_id"), a JSON string, or plain text; the id defaults to the
-  line number.
+def read_queries(lines: Iterable[str], name: str
+                 ) -> Iterator[tuple[str, str, Optional[DocFilter]]]:
+  """(id, query, filter) of each non-blank line: a JSON object with "query" (or "question"),
+  an optional "id" (or "question_id") and an optional "filter", a JSON string, or plain text;
+  the id defaults to the line number, the filter to None (the command's own).
 
   Raises:
-    ValueError: a line that starts like JSON but is not, or has no query (names file:line).
+    ValueError: a line that starts like JSON but is not, has no query, or a bad filter
+      (names file:line).
   """
   n = 0
   lines = iter(lines)
@@ -77,7 +88,7 @@ def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
     line = line.strip()
     if not line:
       continue
-    query, qid = line, str(n)
+    query, qid, filt = line, str(n), None
     if line[0] in "{\"":
       try:
         obj = json.loads(line)
@@ -86,22 +97,47 @@ def read_queries(lines: Iterable[str], name: str) -> Iterator[tuple[str, str]]:
       if isinstance(obj, dict):
         query = obj.get("query", obj.get("question"))
         qid = str(obj.get("id", obj.get("question_id", n)))
+        if obj.get("filter") is not None:
+          try:
+            filt = DocFilter.from_json(obj["filter"])
+          except ValueError as e:
+            raise ValueError(f"{name}:{n}: {e}") from None
       else:
         query = obj
     if not isinstance(query, str) or not query.strip():
       raise ValueError(f"{name}:{n}: no query (a JSON object needs a non-empty \"query\")")
-    yield qid, query
+    yield qid, query, filt
 
 
 def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: TextIO) -> int:
-  """Searches every query of `source`, writing a JSON line each to `out`; returns the count."""
+  """Searches every query of `source`, writing a JSON line each to `out`; returns the count.
+  Lines that share a filter are searched together (one request per filter and batch)."""
   n = 0
-  for batch in tio.batched(read_queries(source, config.jsonl or "-"), BATCH):
-    results = retriever.search([q for _, q in batch], k=config.k, mode=config.mode,
-                               nprobe=config.nprobe, ef_search=config.ef_search)
-    for (qid, query), hits in zip(batch, results):
-      out.write(json.dumps({"id": qid, "query": query, "mode": config.mode,
-                            "hits": [h.to_dict() for h in hits]}, ensure_ascii=False) + "\n")
+  default = config.doc_filter
+  name = config.jsonl or "-"
+  for batch in tio.batched(read_queries(source, name), BATCH):
+    requests: dict[Optional[DocFilter], list[int]] = {}
+    for i, (_, _, filt) in enumerate(batch):
+      requests.setdefault(filt or default, []).append(i)
+    hits_of: dict[int, list[Hit]] = {}
+    searches = []
+    for filt, rows in requests.items():
+      request = SearchRequest(tuple(batch[i][1] for i in rows), config.k, config.mode,
+                              config.nprobe, config.ef_search, filt)
+      try:
+        retriever.check(request)
+      except ValueError as e:
+        raise ValueError(f"{name}: line with query id {batch[rows[0]][0]}: {e}") from None
+      searches.append((rows, request))
+    results = retriever.search_requests([request for _, request in searches])
+    for (rows, _), per_query in zip(searches, results):
+      hits_of.update(zip(rows, per_query))
+    for i, (qid, query, filt) in enumerate(batch):
+      line = {"id": qid, "query": query, "mode": config.mode}
+      if filt or default:
+        line["filter"] = (filt or default).to_json()
+      line["hits"] = [h.to_dict() for h in hits_of[i]]
+      out.write(json.dumps(line, ensure_ascii=False) + "\n")
       n += 1
   return n
 
@@ -122,7 +158,8 @@ def run(config: QueryConfig) -> QueryResult:
   try:
     if config.question is not None:
       hits = retriever.search(config.question, k=config.k, mode=config.mode,
-                              nprobe=config.nprobe, ef_search=config.ef_search)
+                              nprobe=config.nprobe, ef_search=config.ef_search,
+                              filter=config.doc_filter)
       return QueryResult(hits, 1, None)
     # surrogateescape: a bad byte reaches read_queries, which names the file and line
     source = sys.stdin if config.jsonl == "-" else open(  # noqa: SIM115

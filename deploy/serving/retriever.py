@@ -54,8 +54,10 @@ from twotower.core import contracts
 from twotower.core import lucene
 from twotower.core import tower_text as texts
 from twotower.core.contracts import bundle_manifest
+from twotower.core.contracts import bundle_metadata
 from twotower.core.contracts.bundle_manifest import BundleError, BundleManifest
 from twotower.core.searching import Queries, SearchParams, Searcher
+from twotower.deploy.serving import doc_filter as filters_lib
 from twotower.deploy.serving import query_encoders
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import searchers as searchers_lib
@@ -96,14 +98,18 @@ class Hit:
 
 @dataclasses.dataclass(frozen=True)
 class SearchRequest:
-  """One call's worth of work: the unit the server's micro-batcher gathers."""
+  """One call's worth of work: the unit the server's micro-batcher gathers. `filter` keeps
+  the search to the documents it matches (deploy.serving.doc_filter)."""
   queries: tuple[str, ...]
   k: int = 10
   mode: str = "dense"
   nprobe: Optional[int] = None
   ef_search: Optional[int] = None
+  filter: Optional[filters_lib.DocFilter] = None
 
   def __post_init__(self):
+    if isinstance(self.filter, dict):
+      object.__setattr__(self, "filter", filters_lib.DocFilter.from_json(self.filter))
     if self.mode not in MODES:
       raise ValueError(f"unknown mode {self.mode!r}; expected one of {MODES}")
     if self.k < 1:
@@ -136,8 +142,12 @@ class Retriever:
 
   def __init__(self, path: str, manifest: BundleManifest, dense: searchers_lib.DenseSearcher,
                store: store_lib.PassageStore, bm25: Optional[lucene.Bm25Searcher],
-               modes: Sequence[str] = MODES):
+               modes: Sequence[str] = MODES,
+               filters: Optional[filters_lib.FilterResolver] = None):
     self.path = path
+    #: Checks and resolves each request's filter (the bundle's fields, ids and tombstones).
+    self.filters = filters or filters_lib.FilterResolver(
+        None, lambda: np.asarray(store.ids(), np.int64), {})
     self.modes = tuple(modes)
     self.manifest = manifest
     self._store = store
@@ -239,9 +249,12 @@ class Retriever:
     except (RuntimeError, ValueError) as e:
       raise BundleError(f"{path}: part 'index.faiss' does not load: "
                         f"{str(e).splitlines()[0]}") from e
-    if index.d != dim or index.ntotal != count:
+    tombstones = manifest.index.tombstones
+    if index.d != dim or index.ntotal != count + tombstones:
+      of = f"{count} documents' and {tombstones} deleted ones'" if tombstones else str(count)
       raise BundleError(f"{path}: part 'index.faiss' holds {index.ntotal} vectors of dim "
-                        f"{index.d}; the manifest says {count} of dim {dim}")
+                        f"{index.d}; the manifest says {of} of dim {dim}")
+    deleted = _tombstones(path, tombstones)
 
     try:
       store = store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE))
@@ -252,6 +265,22 @@ class Retriever:
       store.close()
       raise BundleError(f"{path}: part 'store.sqlite' holds {stored} documents; the "
                         f"manifest says {count}")
+
+    metadata = None
+    if manifest.format_version >= 3:
+      try:
+        metadata = bundle_metadata.Metadata.open(path)
+      except (ValueError, OSError) as e:
+        store.close()
+        raise BundleError(f"{path}: part 'metadata' does not load: {e}") from e
+      if len(metadata) != count:
+        store.close()
+        raise BundleError(f"{path}: part 'metadata' holds {len(metadata)} documents; the "
+                          f"manifest says {count}")
+    filters = filters_lib.FilterResolver(
+        metadata, (lambda: metadata.ids) if metadata is not None
+        else (lambda: np.asarray(store.ids(), np.int64)),
+        manifest.metadata.types() if manifest.metadata else {}, deleted)
 
     bm25 = None
     if "bm25" in modes or "hybrid" in modes:
@@ -267,7 +296,7 @@ class Retriever:
                 "%s, modes %s", path, count, dim, manifest.index.factory,
                 float(manifest.hybrid.weight), query_encoder.kind, ",".join(modes))
     dense = searchers_lib.DenseSearcher(index, query_encoder, manifest.model.fingerprint)
-    return cls(path, manifest, dense, store, bm25, modes)
+    return cls(path, manifest, dense, store, bm25, modes, filters)
 
   def close(self) -> None:
     with self._lock:
@@ -294,18 +323,23 @@ class Retriever:
     if request.mode not in self.modes:
       raise ValueError(f"mode {request.mode!r} is not served here (modes: "
                        f"{', '.join(self.modes)})")
+    if request.filter is not None:
+      self.filters.check(request.filter)
     try:
       self.searchers[request.mode].check(request.params)
     except ValueError as e:  # named by the part, not by where the server keeps it
       raise ValueError(str(e).replace(f"{self.path}/", "")) from e
 
   def search(self, queries: Union[str, Sequence[str]], k: int = 10, mode: str = "dense",
-             nprobe: Optional[int] = None, ef_search: Optional[int] = None
+             nprobe: Optional[int] = None, ef_search: Optional[int] = None,
+             filter: Union[filters_lib.DocFilter, dict, None] = None,  # noqa: A002
              ) -> Union[list[Hit], list[list[Hit]]]:
-    """Hits of one query (a list of Hit) or of each query of a list (a list of lists)."""
+    """Hits of one query (a list of Hit) or of each query of a list (a list of lists);
+    `filter` (a DocFilter or its JSON) keeps them to the documents it matches."""
     single = isinstance(queries, str)
     request = SearchRequest((queries,) if single else tuple(queries), k, mode, nprobe,
-                            ef_search)
+                            ef_search, filter)
+    self.check(request)
     (hits,) = self.search_requests([request])
     return hits[0] if single else hits
 
@@ -331,7 +365,9 @@ class Retriever:
     """Each request's lists: one search per (mode, parameters[, hybrid depth]) group."""
     groups: dict[tuple, list[int]] = {}
     for n, request in enumerate(requests):
-      key = (request.mode, request.params)
+      # Requests that share a filter share a restriction, and so one search.
+      key = (request.mode, request.params.with_restriction(
+          self.filters.restriction(request.filter)))
       if request.mode == "hybrid":  # the fused lists depend on the sides' depth
         key += (self.searchers["hybrid"].side_depth(request.k),)
       groups.setdefault(key, []).append(n)
@@ -351,9 +387,10 @@ class Retriever:
     """(dense run, BM25 run) of (question_id, question) pairs, `depth` deep: what a
     validation split's tuning reads."""
     batch = Queries(tuple(q for _, q in queries))
+    params = SearchParams(restriction=self.filters.restriction(None))  # tombstones out
     with self._lock:
-      dense = self.dense.search(batch, depth)
-      sparse = self.bm25.search(batch, depth)
+      dense = self.dense.search(batch, depth, params)
+      sparse = self.bm25.search(batch, depth, params)
     qids = [qid for qid, _ in queries]
     return dict(zip(qids, dense)), dict(zip(qids, sparse))
 
@@ -381,6 +418,21 @@ def _rows(texts_of: list[list[str]]) -> list[list[int]]:
     rows.append(list(range(at, at + len(texts_))))
     at += len(texts_)
   return rows
+
+
+def _tombstones(path: str, count: int) -> Optional[np.ndarray]:
+  """The deleted documents' ids the index still holds (bundle_manifest.TOMBSTONES_FILE)."""
+  if not count:
+    return None
+  try:
+    ids = np.load(contracts.bundle_path(path, bundle_manifest.TOMBSTONES_FILE))
+  except (ValueError, OSError) as e:
+    raise BundleError(f"{path}: part {bundle_manifest.TOMBSTONES_FILE!r} does not load: {e}"
+                      ) from e
+  if ids.dtype != np.int64 or ids.shape != (count,):
+    raise BundleError(f"{path}: part {bundle_manifest.TOMBSTONES_FILE!r} holds "
+                      f"{ids.dtype}{ids.shape}; the manifest counts {count} tombstones")
+  return ids
 
 
 def _hit(rank: int, doc_id: int, score: float, doc: Optional[store_lib.Document]) -> Hit:

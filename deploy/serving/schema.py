@@ -26,6 +26,7 @@ import pydantic
 import pydantic_core
 
 from twotower.core import tower_text as texts
+from twotower.deploy.serving.doc_filter import DocFilter
 from twotower.deploy.serving.retriever import MODES, SearchRequest
 
 #: Deepest JSON accepted: a search body nests 2 levels.
@@ -172,6 +173,10 @@ class SearchParams(pydantic.BaseModel):
                                          description="IVF lists to visit (IVF bundles)")
   ef_search: Optional[int] = pydantic.Field(None, ge=1, le=MAX_SEARCH_PARAM,
                                             description="HNSW beam width (HNSW bundles)")
+  filter: Optional[dict] = pydantic.Field(  # noqa: A003
+      None, description="only documents that match: {\"fields\": {name: value or [values]}, "
+                        "\"section_prefix\": str, \"ids\": [int], \"exclude_ids\": [int]} "
+                        "(deploy.serving.doc_filter); GET takes it as JSON text")
 
   @pydantic.field_validator("query", mode="before")
   @classmethod
@@ -212,6 +217,17 @@ class SearchParams(pydantic.BaseModel):
   def _search_param(cls, value: Any, info: pydantic.ValidationInfo) -> Optional[int]:
     return None if value is None else _integer(value, info.field_name, 1, MAX_SEARCH_PARAM)
 
+  @pydantic.field_validator("filter", mode="before")
+  @classmethod
+  def _filter(cls, value: Any) -> Optional[dict]:
+    if value is None:
+      return None
+    try:  # GET sends it as JSON text; the shape is checked here, the fields by the bundle
+      parsed = DocFilter.parse(value) if isinstance(value, str) else DocFilter.from_json(value)
+    except ValueError as e:
+      raise _refuse(str(e)) from None
+    return parsed.to_json()
+
   @pydantic.model_validator(mode="after")
   def _one_of(self) -> "SearchParams":
     if (self.query is None) == (self.queries is None):
@@ -224,7 +240,8 @@ class SearchParams(pydantic.BaseModel):
 
   def request(self) -> SearchRequest:
     queries = (self.query,) if self.single else tuple(self.queries)
-    return SearchRequest(queries, self.k, self.mode, self.nprobe, self.ef_search)
+    return SearchRequest(queries, self.k, self.mode, self.nprobe, self.ef_search,
+                         None if self.filter is None else DocFilter.from_json(self.filter))
 
 
 class SwapParams(pydantic.BaseModel):
@@ -246,7 +263,7 @@ class SwapParams(pydantic.BaseModel):
 
 #: GET /v1/search's parameters: SearchParams' fields, `q` for `query`.
 GET_PARAMS = {"q": "query", "k": "k", "mode": "mode", "nprobe": "nprobe",
-              "ef_search": "ef_search"}
+              "ef_search": "ef_search", "filter": "filter"}
 
 
 def get_params(items: Iterable[tuple[str, str]]) -> dict:

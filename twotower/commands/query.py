@@ -2,6 +2,8 @@
 
     twotower query runs/demo/bundle "who founded the city?" --mode hybrid --k 5
     twotower query runs/demo/bundle --jsonl questions.jsonl --out hits.jsonl --k 100
+    twotower query runs/demo/bundle "who founded the city?" \
+        --filter '{"fields": {"wiki": "enwiki"}, "section_prefix": "History"}'
 
 One question prints a table of its top hits (rank, score, title › section, the passage cut to the
 terminal's width); `--jsonl FILE` reads one query per line (a JSON object with "query" and
@@ -31,6 +33,9 @@ HELP = {
     "ef_search": "HNSW beam width (HNSW bundles)",
     "verify": "how the bundle's files are checked at load: sha256 (contents), size "
               "(cheaper, blind to a same-size file of another bundle) or none",
+    "filter": "only documents that match, as JSON: {\"fields\": {NAME: VALUE or [VALUES]}, "
+              "\"section_prefix\": \"History\", \"ids\": [..], \"exclude_ids\": [..]} "
+              "(a --jsonl line's own \"filter\" replaces it)",
 }
 
 
@@ -53,7 +58,10 @@ def parse(argv: Iterable[str] | None) -> query.QueryConfig:
     p.error("the question is empty")
   if args.k < 1:
     p.error(f"--k must be >= 1, got {args.k}")
-  return dataclass_flags.config_from(args, query.QueryConfig)
+  try:
+    return dataclass_flags.config_from(args, query.QueryConfig)
+  except ValueError as e:  # a --filter of the wrong shape
+    p.error(f"--filter: {e}")
 
 
 def table(question: str, hits: list, mode: str, width: int) -> str:

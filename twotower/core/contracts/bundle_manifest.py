@@ -1,5 +1,6 @@
-"""A retriever bundle's `manifest.json` (format v2), as one frozen record: what `twotower
-bundle` and the grid's bundle cell write, and what `Retriever.load` reads and checks.
+"""A retriever bundle's `manifest.json` (format v3; v2 still read), as one frozen record: what
+`twotower bundle`, `twotower bundle update` and the grid's bundle cell write, and what
+`Retriever.load` reads and checks.
 
     manifest = BundleManifest(created=..., versions=..., model=ModelPart(...), ...)
     manifest.signed(bundle_dir).write(bundle_dir)   # every file's size and sha256, then JSON
@@ -9,17 +10,29 @@ bundle` and the grid's bundle cell write, and what `Retriever.load` reads and ch
 
 The JSON, in the order it is written (a contract: the same inputs give the same bytes):
 
-    format, format_version   "twotower-retriever-bundle", 2 (a reader refuses other versions)
+    format, format_version   "twotower-retriever-bundle", 3 (READABLE_VERSIONS: 2 and 3)
     created, versions        when, and the stack that built it (Python, RECORDED_PACKAGES)
     model                    source, fingerprint (twotower.core.fingerprints), signature,
                              embedding_dim, config (the run's config.yaml text, or "")
     documents                count, source, kind, doc_text, ids (the store's id set)
-    index                    factory, vectors, dim, metric, ids (read back from the index)
+    index                    factory, vectors, dim, metric, ids (read back from the index:
+                             the ids its searches can return), tombstones (v3: vectors of
+                             deleted documents the index cannot remove, HNSW's; their ids in
+                             TOMBSTONES_FILE, filtered out of every search)
     bm25                     documents, k1, b, ids (read back from Lucene)
     hybrid                   weight, tuned_on, metric, questions, depth, method, note
                              [, partner: the dense row the grid's fuse cell chose]
+    metadata                 (v3) fields: [{name, type, documents}] stored in `metadata/`
+                             (contracts.bundle_metadata), what filters may name
+    lineage                  (v3, an updated bundle only) parent: {path, created,
+                             manifest_sha256}, operations: [{op: add | delete, documents,
+                             source, sha256}], what `twotower bundle update` did to the parent
     files                    relative path -> {bytes, sha256}, every file but the manifest
                              (and the stage's ownership record, twotower.core.outputs)
+
+Format 2 (before metadata) has no `metadata` part, no `lineage` and no tombstones: such a
+bundle loads and searches as before, filters by ids only, and a v2 manifest read and written
+again is the same bytes.
 
 It lives in contracts/ beside the other records because it is one: the writer
 (deploy.bundling.bundle), the grid (experiment.cells) and the reader (deploy.serving.retriever)
@@ -35,11 +48,20 @@ from typing import Any, Mapping, Optional
 
 from twotower.core import fingerprints
 from twotower.core import files as tio
+from twotower.core.contracts import bundle_metadata
 from twotower.core.contracts import layout
 
 FORMAT = "twotower-retriever-bundle"
 #: Bumped when the layout or the manifest's meaning changes; a reader refuses other versions.
-FORMAT_VERSION = 2  # 2: the model's fingerprint and each part's id set
+FORMAT_VERSION = 3  # 2: the model's fingerprint and each part's id set; 3: metadata/,
+                    # tombstones, lineage
+#: The versions this reader reads.
+READABLE_VERSIONS = (2, 3)
+#: Ids of deleted documents whose vectors the index keeps (HNSW cannot remove one): int64,
+#: sorted. Present only when the manifest counts tombstones.
+TOMBSTONES_FILE = "tombstones.npy"
+#: What an update's lineage records for each operation.
+OPERATIONS = ("add", "delete")
 #: Library versions recorded in the manifest (a difference at load is logged, not refused).
 RECORDED_PACKAGES = ("twotower", "tensorflow", "tensorflow-text", "faiss-cpu", "pyserini")
 #: How the hybrid combines the two sides (eval.fusion.interpolate), and what its weight means.
@@ -98,12 +120,14 @@ class DocumentsPart:
 
 @dataclasses.dataclass(frozen=True)
 class IndexPart:
-  """The FAISS index, as the index stage read it back."""
+  """The FAISS index, as the index stage read it back: `vectors` it holds, of which
+  `tombstones` are deleted documents' (v3), and the `ids` of the others."""
   factory: str
   vectors: int
   dim: int
   metric: str
   ids: IdSet
+  tombstones: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +155,42 @@ class Hybrid:
 
 
 @dataclasses.dataclass(frozen=True)
+class MetadataPart:
+  """The document fields `metadata/` stores (v3)."""
+  fields: tuple[bundle_metadata.FieldInfo, ...]
+
+  def types(self) -> dict[str, str]:
+    return {f.name: f.type for f in self.fields}
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+  """The bundle an update started from: where it was, when it was made, its manifest's
+  sha256 (which pins every file of it)."""
+  path: str
+  created: str
+  manifest_sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+  """One operation of an update: `op` (OPERATIONS), how many `documents`, from which file
+  (`source`, with its sha256)."""
+  op: str
+  documents: int
+  source: str
+  sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Lineage:
+  """Where an updated bundle comes from (v3): its parent and the operations applied, the
+  parent's own lineage's operations first."""
+  parent: Parent
+  operations: tuple[Operation, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class BundleManifest:
   """manifest.json of a retriever bundle (see the module docstring)."""
   created: str
@@ -141,20 +201,45 @@ class BundleManifest:
   bm25: Bm25Part
   hybrid: Hybrid
   files: Mapping[str, FileDigest] = dataclasses.field(default_factory=dict)
+  metadata: Optional[MetadataPart] = None
+  lineage: Optional[Lineage] = None
+  format_version: int = FORMAT_VERSION
+
+  def __post_init__(self):
+    if self.format_version >= 3 and self.metadata is None:  # v3 always lists its fields
+      object.__setattr__(self, "metadata", MetadataPart(()))
 
   def to_json(self) -> dict:
-    """The manifest as written, field for field in the format's order."""
+    """The manifest as written, field for field in the format's order (a v2 manifest as v2
+    wrote it)."""
     hybrid = dataclasses.asdict(self.hybrid)
     hybrid = {k: hybrid[k] for k in ("weight", "tuned_on", "metric", "questions", "depth",
                                      "method", "note")}
     if self.hybrid.partner is not None:
       hybrid["partner"] = self.hybrid.partner
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "created": self.created,
-            "versions": dict(self.versions), "model": dataclasses.asdict(self.model),
-            "documents": dataclasses.asdict(self.documents),
-            "index": dataclasses.asdict(self.index), "bm25": dataclasses.asdict(self.bm25),
-            "hybrid": hybrid,
-            "files": {rel: dataclasses.asdict(d) for rel, d in self.files.items()}}
+    index = dataclasses.asdict(self.index)
+    if self.format_version < 3:
+      del index["tombstones"]
+    value = {"format": FORMAT, "format_version": self.format_version, "created": self.created,
+             "versions": dict(self.versions), "model": dataclasses.asdict(self.model),
+             "documents": dataclasses.asdict(self.documents), "index": index,
+             "bm25": dataclasses.asdict(self.bm25), "hybrid": hybrid}
+    if self.format_version >= 3:
+      value["metadata"] = {"fields": [dataclasses.asdict(f) for f in self.metadata.fields]}
+      if self.lineage is not None:
+        value["lineage"] = {"parent": dataclasses.asdict(self.lineage.parent),
+                            "operations": [dataclasses.asdict(o)
+                                           for o in self.lineage.operations]}
+    value["files"] = {rel: dataclasses.asdict(d) for rel, d in self.files.items()}
+    return value
+
+  @property
+  def parts(self) -> tuple[str, ...]:
+    """The parts a bundle of this manifest's version holds."""
+    extra = (bundle_metadata.METADATA_DIR,) if self.format_version >= 3 else ()
+    if self.index.tombstones:
+      extra += (TOMBSTONES_FILE,)
+    return layout.BUNDLE_PARTS + extra
 
   @classmethod
   def from_json(cls, value: Any, path: str) -> "BundleManifest":
@@ -168,19 +253,35 @@ class BundleManifest:
                         f"not a {FORMAT} manifest (an object)")
     if value.get("format") != FORMAT:
       raise BundleError(f"{path}: not a {FORMAT} manifest")
-    if value.get("format_version") != FORMAT_VERSION:
-      raise BundleError(f"{path}: bundle format version {value.get('format_version')}, this "
-                        f"twotower reads version {FORMAT_VERSION}: rebuild it with "
+    version = value.get("format_version")
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:
+      raise BundleError(f"{path}: bundle format version {version}, this twotower reads "
+                        f"versions {', '.join(map(str, READABLE_VERSIONS))}: rebuild it with "
                         "`twotower bundle`")
     top = _Fields(path, value)
     versions, files = top.nested("versions"), top.nested("files")
+    index = top.record("index", IndexPart)
+    metadata = lineage = None
+    if version >= 3:
+      fields = top.nested("metadata").array("fields")
+      metadata = MetadataPart(tuple(fields.record_at(i, bundle_metadata.FieldInfo)
+                                    for i in range(len(fields.value))))
+      if "lineage" in value:
+        record = top.nested("lineage")
+        ops = record.array("operations")
+        lineage = Lineage(record.record("parent", Parent),
+                          tuple(ops.record_at(i, Operation) for i in range(len(ops.value))))
+    elif "tombstones" in top.nested("index").value:
+      raise BundleError(f"{path}: the manifest's 'index' has 'tombstones', which format 2 "
+                        "does not: rebuild the bundle")
     return cls(created=top.get("created", str),
                versions={name: versions.get(name, str) for name in versions.value},
                model=top.record("model", ModelPart),
                documents=top.record("documents", DocumentsPart),
-               index=top.record("index", IndexPart), bm25=top.record("bm25", Bm25Part),
+               index=index, bm25=top.record("bm25", Bm25Part),
                hybrid=top.record("hybrid", Hybrid),
-               files={rel: files.record(rel, FileDigest) for rel in files.value})
+               files={rel: files.record(rel, FileDigest) for rel in files.value},
+               metadata=metadata, lineage=lineage, format_version=version)
 
   # -------------------------------------------------------------------------------------------
   # Writing.
@@ -209,7 +310,7 @@ class BundleManifest:
       raise ValueError(f"verify must be one of {VERIFY}, got {verify!r}")
     if not self.files:
       raise BundleError(f"{bundle_dir}: manifest lists no files")
-    for part in layout.BUNDLE_PARTS:
+    for part in self.parts:
       if not os.path.exists(layout.bundle_path(bundle_dir, part)):
         raise BundleError(f"{bundle_dir}: part {part!r} is missing (an incomplete bundle)")
     for rel, want in self.files.items():
@@ -331,10 +432,20 @@ class _Fields:
                         "by `twotower bundle`, or edited): rebuild the bundle")
     return _Fields(self.path, value, f"{self.key}.{name}" if self.key else name)
 
+  def array(self, name: str) -> "_Items":
+    value = self.value.get(name)
+    if not isinstance(value, list):
+      raise BundleError(f"{self.path}: {self._where()} has no {name!r} list (not written by "
+                        "`twotower bundle`, or edited): rebuild the bundle")
+    return _Items(self.path, value, f"{self.key}.{name}" if self.key else name)
+
   def record(self, name: str, record: type) -> Any:
     """The object `name` as `record` (a dataclass of this module), each field checked by its
     annotation; a field with a default may be absent (it takes the default)."""
-    fields = self.nested(name)
+    return self._as_record(self.nested(name), record)
+
+  @staticmethod
+  def _as_record(fields: "_Fields", record: type) -> Any:
     values = {}
     for f in dataclasses.fields(record):
       if f.name not in fields.value and f.default is not dataclasses.MISSING:
@@ -343,3 +454,18 @@ class _Fields:
       values[f.name] = (fields.record(f.name, IdSet) if kind is IdSet
                         else fields.get(f.name, kind))
     return record(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Items:
+  """One JSON list of the manifest, its items objects."""
+  path: str
+  value: list
+  key: str
+
+  def record_at(self, i: int, record: type) -> Any:
+    item = self.value[i]
+    if not isinstance(item, dict):
+      raise BundleError(f"{self.path}: the manifest's '{self.key}[{i}]' is not an object: "
+                        "rebuild the bundle")
+    return _Fields._as_record(_Fields(self.path, item, f"{self.key}[{i}]"), record)
