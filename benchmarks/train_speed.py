@@ -4,6 +4,7 @@ against a matmul roofline measured in the same run.
 
   .venv/bin/python -m benchmarks.train_speed [--pairs DIR --vocab FILE] [--steps N]
       [--determinism ordered|op|none] [--compare_determinism] [--compare_objectives]
+      [--compare_backends]
 
 Without --pairs it writes synthetic ICT-like pairs (documents of ~doc_len word pieces) to a
 temp dir. A pipeline/cached ratio >= 0.9 says the input pipeline is not the bottleneck.
@@ -16,6 +17,10 @@ identical on CPU), `op` (plus TensorFlow op determinism, `trainer.op_determinism
 or `none` (unordered parallel input). `--compare_determinism` measures cpu-small in each mode,
 each in its own process (op determinism is process-wide and read when kernels are built),
 alternating them, and prints the examples/s ratio of each mode to `none`.
+`--compare_backends` trains each setting through Keras `fit` on TensorFlow (tf.data, the
+model's train step) and on JAX (np_input on threads, Keras's JAX step, XLA), each in a
+process of its own, alternating round by round: examples/s, FLOP/s against the roofline, the
+JAX/TF ratio and the load average before and after (issue 64).
 `--compare_objectives` measures a cpu-small train step (cached batches) with each
 pre-training objective the grid's rows use, alternating them, and prints each one's time per
 step against the paper's in-batch softmax: what a successor's row costs beside the paper's.
@@ -63,6 +68,21 @@ def tower_flops(m: config_lib.ModelConfig, length: int) -> float:
 def train_flops_per_example(m: config_lib.ModelConfig, batch: int) -> float:
   forward = tower_flops(m, m.query_len) + tower_flops(m, m.doc_len) + 2 * batch * m.embedding_dim
   return 3.0 * forward
+
+
+def jax_matmul_roofline(n: int = 2048, reps: int = 10) -> float:
+  """Best FLOP/s of an n x n float32 matmul through XLA:CPU (the JAX process's own)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n))
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n))
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, b).block_until_ready()
+  best = float("inf")
+  for _ in range(reps):
+    t = time.perf_counter()
+    f(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n ** 3 / best
 
 
 def matmul_roofline(n: int = 2048, reps: int = 10) -> float:
@@ -231,7 +251,9 @@ def measure_backend(label, preset, overrides, batch, pairs, vocab, steps, warmup
                 shuffle=False, callbacks=[clock.callback])
       best[name] = max(best[name], clock.steps_per_second(warmup) * batch)
   flops = train_flops_per_example(m, batch)
+  own_roof = jax_matmul_roofline() if backend == "jax" else matmul_roofline()
   return {"setting": label, "backend": backend, "params_M": model.count_params() / 1e6,
+          "own_roofline_gflop_s": own_roof / 1e9,
           "batch": batch, "pipeline_ex_s": best["pipeline"], "cached_ex_s": best["cached"],
           "gflop_s": flops * best["pipeline"] / 1e9,
           "cached_gflop_s": flops * best["cached"] / 1e9}
@@ -372,13 +394,16 @@ def _report(args: argparse.Namespace, pairs: str, vocab: str, synthetic: bool) -
           f"rounds of {args.steps or 24} steps after {args.warmup}; load average "
           f"{load_before[0]:.1f} before, {load_after[0]:.1f} after ({os.cpu_count()} cores)")
     print(f"{'setting':<28} {'backend':<10} {'params':>7} {'batch':>5} {'pipeline ex/s':>13} "
-          f"{'cached ex/s':>11} {'GFLOP/s':>8} {'of roof':>7} {'JAX/TF':>7}")
+          f"{'cached ex/s':>11} {'GFLOP/s':>8} {'of roof':>7} {'own matmul':>10} {'JAX/TF':>7}")
     by = {(r["setting"], r["backend"]): r for r in rows}
     for r in rows:
       ratio = r["pipeline_ex_s"] / by[r["setting"], "tensorflow"]["pipeline_ex_s"]
       print(f"{r['setting']:<28} {r['backend']:<10} {r['params_M']:>6.1f}M {r['batch']:>5} "
             f"{r['pipeline_ex_s']:>13.1f} {r['cached_ex_s']:>11.1f} {r['gflop_s']:>8.1f} "
-            f"{r['gflop_s'] * 1e9 / roof:>7.1%} {ratio:>7.2f}")
+            f"{r['gflop_s'] * 1e9 / roof:>7.1%} {r['own_roofline_gflop_s']:>10.0f} "
+            f"{ratio:>7.2f}")
+    print("own matmul: GFLOP/s of the 2048^2 float32 matmul in that backend's process (XLA:CPU "
+          "for JAX), the best of its round")
     return
   if args.compare_determinism:
     c = compare_determinism(pairs, vocab, args.steps or 24, args.warmup, args.rounds)

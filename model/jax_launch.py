@@ -25,6 +25,7 @@ happening.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import logging
 import math
@@ -39,7 +40,10 @@ logger = logging.getLogger(__name__)
 
 #: Modules a JAX training process keeps out.
 TENSORFLOW_MODULES = ("tensorflow", "tensorflow_text")
-STAGES = ("pretrain", "finetune")
+#: stage -> (its module, its job class), imported by name as cli.py imports the stages: the
+#: stages call this module, so naming them in an import would make a circle.
+STAGES = {"pretrain": ("twotower.model.pretrain", "PretrainConfig"),
+          "finetune": ("twotower.model.finetune", "FinetuneConfig")}
 
 
 def keep_tensorflow_out() -> None:
@@ -64,11 +68,10 @@ def on_jax() -> bool:
 
 
 def _stage_module(stage: str):
-  if stage == "pretrain":
-    from twotower.model import pretrain  # pylint: disable=import-outside-toplevel
-    return pretrain, pretrain.PretrainConfig
-  from twotower.model import finetune  # pylint: disable=import-outside-toplevel
-  return finetune, finetune.FinetuneConfig
+  """(the stage's module, its job class)."""
+  module_name, job_class = STAGES[stage]
+  module = importlib.import_module(module_name)
+  return module, getattr(module, job_class)
 
 
 def job_to_json(stage: str, job) -> dict:
@@ -96,7 +99,7 @@ def run(stage: str, job):
   """Trains `job` (a runtime.backend=jax PretrainConfig or FinetuneConfig) on JAX: in this
   process if it is on JAX, else in a child process; its TrainResult."""
   if stage not in STAGES:
-    raise ValueError(f"stage {stage!r}: expected one of {STAGES}")
+    raise ValueError(f"stage {stage!r}: expected one of {', '.join(STAGES)}")
   if on_jax():
     if "keras_hub" not in sys.modules:
       keep_tensorflow_out()

@@ -53,6 +53,12 @@ UNDECLARED_IMPORTS = {
     "grpcio": "apache-beam",       # the portable runner's services (deploy.portable.services)
 }
 
+#: Distributions imported only by a path an optional extra of pyproject installs (the worker
+#: image needs none of them): distribution -> the extra.
+EXTRA_IMPORTS = {
+    "jax": "jax",                  # runtime.backend: jax (model.jax_train, model.jax_launch)
+}
+
 
 def _pyproject() -> dict:
   return tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -225,12 +231,16 @@ def test_every_distribution_the_package_imports_is_installed_by_its_dependencies
   for top, modules in sorted(imports.items()):
     dists = {_canonical(d) for d in providers.get(top, [])}
     assert dists, f"{top} (imported by {sorted(modules)}) is not installed here"
-    if not dists & set(declared):
+    if not dists & set(declared) and not dists & set(EXTRA_IMPORTS):
       undeclared[top] = dists
   assert {d for ds in undeclared.values() for d in ds} == set(UNDECLARED_IMPORTS), (
       f"imported but not declared in pyproject.toml: {undeclared}; declare them, or (when a "
       "declared dependency installs them) list them in UNDECLARED_IMPORTS")
   from packaging.requirements import Requirement
+  extras = _pyproject()["project"]["optional-dependencies"]
+  for dist, extra in EXTRA_IMPORTS.items():
+    assert dist in {_canonical(Requirement(r).name) for r in extras.get(extra, ())}, (
+        f"the {extra!r} extra no longer installs {dist}")
   for dist, by in UNDECLARED_IMPORTS.items():
     requires = [Requirement(r) for r in importlib.metadata.requires(by) or []]
     assert any(_canonical(r.name) == dist and (r.marker is None or r.marker.evaluate(
