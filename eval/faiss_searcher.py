@@ -75,6 +75,11 @@ class _StoredVectors:
     self._order = np.argsort(ids, kind="stable")
     self._sorted = ids[self._order]
 
+  @property
+  def ids(self) -> np.ndarray:
+    """The ids the index holds, sorted."""
+    return self._sorted
+
   @classmethod
   def of(cls, index: faiss.Index) -> Optional["_StoredVectors"]:
     """For an IDMap over a flat index or an HNSW graph over flat storage; else None."""
@@ -204,10 +209,25 @@ class Searcher:
                                        min(k, allowed), allowed))
     scores, ids = rr.merge_topk(results, k)
     short = np.flatnonzero((ids >= 0).sum(axis=1) < min(k, allowed))
-    if short.size and self.can_score_exactly and restriction.include is not None:
+    if short.size and self.can_score_exactly:
       # A graph (HNSW) may not reach k allowed documents: score those queries exactly.
-      scores[short], ids[short] = self.score_exactly(queries[short], restriction.include, k)
+      scores[short], ids[short] = self.score_exactly(queries[short],
+                                                     self._allowed_ids(restriction), k)
     return scores, ids
+
+  def _allowed_ids(self, restriction: Restriction) -> np.ndarray:
+    """The ids a restriction allows among those the index holds (exact scoring only)."""
+    if restriction.include is not None:
+      return restriction.include
+    held = []
+    for n, p in enumerate(self.parts):
+      if p.vectors is not None:
+        held.append(np.arange(len(p.vectors.vectors), dtype=np.int64) if p.vectors.ids is None
+                    else np.asarray(p.vectors.ids))
+      else:
+        held.append(self._stored_vectors(n).ids)
+    ids = np.concatenate(held)
+    return ids[restriction.allows(ids)]
 
   def _search_part(self, p: Part, queries: np.ndarray, k: int, r: int,
                    nprobe: Optional[int], ef_search: Optional[int], selector,

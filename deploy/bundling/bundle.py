@@ -3,6 +3,8 @@
     twotower bundle --model runs/ict --reqa reqa/squad --out bundles/squad \
         --tune_split validation-5
     twotower bundle --model runs/ict --passages pairs/ --out bundles/wiki --weight 0.5
+    twotower bundle --model runs/ict --docs docs.jsonl --out bundles/docs --weight 0.5
+    twotower bundle update bundles/docs --add new.jsonl --delete gone.txt --out bundles/docs-2
 
     BUNDLE/manifest.json    versions, embedding dim, counts, model (path and fingerprint),
                             index type, the hybrid's weight (and where it was tuned), the id
@@ -16,8 +18,11 @@
                             language, input (contracts.bundle_metadata): what filters name
 
 Documents are the candidates of a ReQA directory (`--reqa`: what the evaluation scores, so
-the bundle's answers can be checked against the batch path) or the passages of a pair
-pipeline output (`--passages`). Embeddings come from `--embeddings` (a `twotower embed`
+the bundle's answers can be checked against the batch path), the passages of a pair
+pipeline output (`--passages`), or JSON lines (`--docs`, deploy.bundling.documents: an id,
+a title, a text and any fields of their own, which become filterable metadata; embedded here
+in this process, bad lines counted and skipped). `twotower bundle update` (deploy.bundling.
+update) adds and deletes documents of a bundle into a new one. Embeddings come from `--embeddings` (a `twotower embed`
 output of the same model and documents: its `vectors.json` must name the bundle's model
 by fingerprint, its digest of the rows embedded must be that of the documents' ids and text
 as the embedding job reads them, input shards must be of one input, and the index built from
@@ -55,6 +60,8 @@ from twotower.core import tower_text as texts
 from twotower.core.contracts import bundle_manifest
 from twotower.core.contracts import bundle_metadata
 from twotower.core.contracts.bundle_manifest import BundleManifest, IdSet
+from twotower.deploy.bundling import documents as documents_lib
+from twotower.deploy.bundling import index_part
 from twotower.deploy.serving import store as store_lib
 from twotower.eval import embeddings as embeddings_lib
 from twotower.eval import faiss_index
@@ -84,7 +91,8 @@ class BundleConfig:
   model: str                        # a training run dir or its export's SavedModel
   out: str                          # the bundle directory
   reqa: str = ""                    # documents = this ReQA dir's candidates, or
-  passages: str = ""                # documents = this pair pipeline output's passages
+  passages: str = ""                # documents = this pair pipeline output's passages, or
+  docs: str = ""                    # documents = these JSON lines (deploy.bundling.documents)
   embeddings: str = ""              # the documents' embeddings (else embedded here, Beam)
   doc_text: str = texts.DEFAULT_DOC_TEXT  # a candidate's text, as fine-tuning and BM25 read it
   index: faiss_index.IndexSpec = faiss_index.IndexSpec()  # default flat: exact search
@@ -101,8 +109,12 @@ class BundleConfig:
   beam_args: tuple[str, ...] = ()
 
   def __post_init__(self):
-    if bool(self.reqa) == bool(self.passages):
-      raise ValueError("give the documents as exactly one of --reqa DIR or --passages DIR")
+    if sum(map(bool, (self.reqa, self.passages, self.docs))) != 1:
+      raise ValueError("give the documents as exactly one of --reqa DIR, --passages DIR or "
+                       "--docs FILE")
+    if self.docs and self.embeddings:
+      raise ValueError("--docs documents are embedded here: --embeddings takes a `twotower "
+                       "embed` output of --reqa or --passages")
     if self.tune_split and not self.reqa:
       raise ValueError("--tune_split needs --reqa (the split's questions live there)")
     if self.tune_split and self.weight is not None:
@@ -142,11 +154,17 @@ def iter_documents(config: BundleConfig) -> Iterator[store_lib.Document]:
     yield document
 
 
-def iter_documents_with_fields(config: BundleConfig
+def iter_documents_with_fields(config: BundleConfig,
+                               writer: Optional[bundle_metadata.MetadataWriter] = None
                                ) -> Iterator[tuple[store_lib.Document, dict]]:
   """(document, its metadata fields) of the bundle's documents, streamed: what the pipeline
-  knows of each (contracts.bundle_metadata.BUILTIN_FIELDS; None where it knows nothing)."""
-  if config.reqa:
+  knows of each (contracts.bundle_metadata.BUILTIN_FIELDS; None where it knows nothing), and
+  a JSONL document's own fields (checked by `writer`)."""
+  if config.docs:
+    for document in documents_lib.read_jsonl(config.docs, documents_lib.DOCUMENTS,
+                                             config.doc_text, writer, strict=False):
+      yield document.row, {"input": config.docs, **document.fields}
+  elif config.reqa:
     for row in _parquet_rows(contracts.candidates_path(config.reqa),
                              ["candidate_id", "sentence", "passage", "title", "source",
                               "section"]):
@@ -216,7 +234,13 @@ def lucene_documents(config: BundleConfig) -> Iterator[dict]:
     yield from lucene.candidate_documents(config.reqa, config.doc_text)
     return
   for d in sorted(iter_documents(config), key=lambda d: d.id):
-    yield {"id": str(d.id), "contents": f"{d.title} {d.text}".strip()}
+    yield {"id": str(d.id), "contents": documents_lib.lucene_contents(d, _kind(config),
+                                                                      config.doc_text)}
+
+
+def _kind(config: BundleConfig) -> str:
+  return (documents_lib.CANDIDATES if config.reqa else documents_lib.PASSAGES
+          if config.passages else documents_lib.DOCUMENTS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,11 +380,9 @@ def check_embeddings_rows(config: BundleConfig, embeddings: str) -> None:
 
 def lucene_ids(index_dir: str) -> np.ndarray:
   """The collection ids a Lucene index holds, read from its stored `id` fields."""
-  from twotower.core import pyserini_env  # pylint: disable=import-outside-toplevel
-  searcher = pyserini_env.import_lucene_searcher()(index_dir)
+  searcher = lucene.Bm25Searcher(index_dir)
   try:
-    return np.array([int(searcher.doc(i).docid()) for i in range(searcher.num_docs)],
-                    dtype=np.int64)
+    return searcher.ids()
   finally:
     searcher.close()
 
@@ -448,7 +470,7 @@ def _refuse_unrecorded_parts(out: str) -> None:
 def run(config: BundleConfig) -> BundleResult:
   """Builds the bundle in a folder beside `out` (outputs.staged), then moves it into place."""
   out = config.out.rstrip("/")
-  inputs = [config.model, config.reqa, config.passages, config.embeddings]
+  inputs = [config.model, config.reqa, config.passages, config.docs, config.embeddings]
   # Nothing of `out` is carried into the new bundle's place but the user's files: an input
   # inside it would be read while it is replaced.
   outputs.check_inputs(out, inputs, inside=False)
@@ -469,7 +491,8 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
     check_embeddings_model(config.embeddings, model)
     check_embeddings_rows(config, config.embeddings)
   split = _tuning_split(config) if config.tune_split else None
-  tio.log_settings("bundle", {"model": saved_model, "documents": config.reqa or config.passages,
+  source = config.reqa or config.passages or config.docs
+  tio.log_settings("bundle", {"model": saved_model, "documents": source,
                               "embeddings": config.embeddings or "(embedded here)",
                               "index": config.index.factory or config.index.type,
                               "weight": config.weight, "tune_split": config.tune_split,
@@ -481,31 +504,43 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
     from twotower.model import export_hf  # pylint: disable=import-outside-toplevel
     export_hf.write_query_tower(saved_model, part(query_encoders.QUERY_ONNX_DIR))
   metadata = bundle_metadata.MetadataWriter()
+  rows: list[store_lib.Document] = []  # --docs: kept to embed in this process
 
   def with_metadata() -> Iterator[store_lib.Document]:
-    for document, fields in iter_documents_with_fields(config):
+    for document, fields in iter_documents_with_fields(config, metadata):
       metadata.add(document.id, fields)
+      if config.docs:
+        rows.append(document)
       yield document
   documents = store_lib.write_store(part(contracts.BUNDLE_STORE_FILE), with_metadata())
   fields = metadata.write(bundle_dir, order=tuple(bundle_metadata.BUILTIN_FIELDS))
   if not documents:
-    raise ValueError(f"{config.reqa or config.passages}: no documents to bundle")
-  # Embeddings made here live in the new folder until the index is built from them.
-  embeddings = config.embeddings or _embed(config, saved_model, part(".embeddings"))
-  index = _build_index(config, embeddings, part(contracts.BUNDLE_INDEX_FILE))
+    raise ValueError(f"{source}: no documents to bundle")
   lucene_docs = lucene.build_index(lucene_documents(config), part(contracts.BUNDLE_LUCENE_DIR),
                                    threads=1)
-  if not index.vectors == documents == lucene_docs:
-    raise ValueError(f"{config.embeddings or 'the embeddings'}: {index.vectors} vectors "
-                     f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
-                     "other documents?")
   with store_lib.PassageStore.open(part(contracts.BUNDLE_STORE_FILE)) as store:
     store_ids = np.asarray(store.ids(), dtype=np.int64)
-  store_set, bm25_set = check_same_ids(
-      store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
-      embeddings_lib.embedding_files(embeddings), config.embeddings or "the embeddings")
-  if not config.embeddings:
-    outputs.discard(embeddings)  # this run's own, not a part of the bundle
+  if config.docs:
+    vectors = documents_lib.embed(saved_model, rows, documents_lib.DOCUMENTS, config.doc_text)
+    index = index_part.build(config.index, np.asarray([d.id for d in rows], np.int64),
+                             vectors, part(contracts.BUNDLE_INDEX_FILE))
+    store_set = IdSet.of(fingerprints.ids_record(store_ids))
+    bm25_set = IdSet.of(fingerprints.ids_record(lucene_ids(part(contracts.BUNDLE_LUCENE_DIR))))
+    if not index.ids == store_set == bm25_set:
+      raise ValueError(f"{source}: the index, the store and Lucene hold other ids")
+  else:
+    # Embeddings made here live in the new folder until the index is built from them.
+    embeddings = config.embeddings or _embed(config, saved_model, part(".embeddings"))
+    index = _build_index(config, embeddings, part(contracts.BUNDLE_INDEX_FILE))
+    if not index.vectors == documents == lucene_docs:
+      raise ValueError(f"{config.embeddings or 'the embeddings'}: {index.vectors} vectors "
+                       f"for {documents} documents ({lucene_docs} in Lucene): embeddings of "
+                       "other documents?")
+    store_set, bm25_set = check_same_ids(
+        store_ids, index, lucene_ids(part(contracts.BUNDLE_LUCENE_DIR)),
+        embeddings_lib.embedding_files(embeddings), config.embeddings or "the embeddings")
+    if not config.embeddings:
+      outputs.discard(embeddings)  # this run's own, not a part of the bundle
   run_config = contracts.exported_config_path(saved_model)
   manifest = BundleManifest(
       created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -515,8 +550,7 @@ def _build(config: BundleConfig, bundle_dir: str) -> BundleManifest:
           signature=contracts.QUERY_SIGNATURE, embedding_dim=index.dim,
           config=tio.read_text(run_config) if os.path.isfile(run_config) else ""),
       documents=bundle_manifest.DocumentsPart(
-          count=documents, source=os.path.abspath(config.reqa or config.passages),
-          kind="candidates" if config.reqa else "passages",
+          count=documents, source=os.path.abspath(source), kind=_kind(config),
           doc_text=config.doc_text if config.reqa else "title+text", ids=store_set),
       index=index,
       bm25=bundle_manifest.Bm25Part(documents=lucene_docs, k1=config.k1, b=config.b,

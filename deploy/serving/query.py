@@ -20,7 +20,7 @@ from twotower.core import files as tio
 from twotower.core import outputs
 from twotower.deploy.serving import retriever as retriever_lib
 from twotower.deploy.serving.doc_filter import DocFilter
-from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever, SearchRequest
+from twotower.deploy.serving.retriever import DEFAULT_VERIFY, Hit, Retriever
 
 BATCH = 256  # queries per retriever call for a file
 
@@ -111,7 +111,7 @@ def read_queries(lines: Iterable[str], name: str
 
 def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: TextIO) -> int:
   """Searches every query of `source`, writing a JSON line each to `out`; returns the count.
-  Lines that share a filter are searched together (one request per filter and batch)."""
+  Lines that share a filter are searched together (one call per filter and batch)."""
   n = 0
   default = config.doc_filter
   name = config.jsonl or "-"
@@ -120,18 +120,14 @@ def search_file(retriever: Retriever, config: QueryConfig, source: TextIO, out: 
     for i, (_, _, filt) in enumerate(batch):
       requests.setdefault(filt or default, []).append(i)
     hits_of: dict[int, list[Hit]] = {}
-    searches = []
     for filt, rows in requests.items():
-      request = SearchRequest(tuple(batch[i][1] for i in rows), config.k, config.mode,
-                              config.nprobe, config.ef_search, filt)
       try:
-        retriever.check(request)
-      except ValueError as e:
+        found = retriever.search([batch[i][1] for i in rows], k=config.k, mode=config.mode,
+                                 nprobe=config.nprobe, ef_search=config.ef_search,
+                                 filter=filt)
+      except ValueError as e:  # a filter this bundle cannot honour
         raise ValueError(f"{name}: line with query id {batch[rows[0]][0]}: {e}") from None
-      searches.append((rows, request))
-    results = retriever.search_requests([request for _, request in searches])
-    for (rows, _), per_query in zip(searches, results):
-      hits_of.update(zip(rows, per_query))
+      hits_of.update(zip(rows, found))
     for i, (qid, query, filt) in enumerate(batch):
       line = {"id": qid, "query": query, "mode": config.mode}
       if filt or default:

@@ -162,7 +162,8 @@ class Retriever:
       self.searchers["bm25"] = bm25
       self.searchers["hybrid"] = searchers_lib.FusedSearcher(bm25, dense, self.weight,
                                                              self.hybrid_depth)
-    self.size = dense.size
+    #: Documents searched (an HNSW index may hold more vectors: deleted ones, tombstones).
+    self.size = int(manifest.documents.count)
 
   @property
   def threads(self) -> int:

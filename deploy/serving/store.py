@@ -68,6 +68,28 @@ def write_store(path: str, documents: Iterable[Document], batch: int = 10_000) -
   return n
 
 
+def append_store(path: str, documents: Iterable[Document], batch: int = 10_000) -> int:
+  """Adds documents to an existing store (a bundle update's copy); returns how many.
+
+  Raises:
+    ValueError: a document id the store holds already (names the id).
+  """
+  connection = sqlite3.connect(path)
+  try:
+    rows, n = [], 0
+    for d in documents:
+      rows.append((int(d.id), d.title or "", d.text or "", d.sentence or "", d.page_id,
+                   d.source or "", d.section or ""))
+      if len(rows) == batch:
+        n += _insert(connection, rows, path)
+        rows = []
+    n += _insert(connection, rows, path)
+    connection.commit()
+  finally:
+    connection.close()
+  return n
+
+
 def _insert(connection: sqlite3.Connection, rows: list[tuple], path: str) -> int:
   try:
     connection.executemany(f"INSERT INTO documents ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",

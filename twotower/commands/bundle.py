@@ -1,6 +1,9 @@
-"""`twotower bundle --model RUN --reqa DIR | --passages DIR --out DIR`: a retriever bundle
-(the flags of deploy.bundling.bundle; any flag it does not know is a Beam pipeline option of
-the embedding job)."""
+"""`twotower bundle --model RUN --reqa DIR | --passages DIR | --docs FILE --out DIR`: a
+retriever bundle (the flags of deploy.bundling.bundle; any flag it does not know is a Beam
+pipeline option of the embedding job).
+
+`twotower bundle update BUNDLE --add FILE --delete FILE --out DIR`: a new bundle with
+documents added and deleted (deploy.bundling.update; the old one is left as it was)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from twotower.core import tower_text as texts
 from twotower.commands import dataclass_flags, flags
 from twotower.commands.index import add_index_flags, index_config
 from twotower.deploy.bundling import bundle
+from twotower.deploy.bundling import update
 
 #: Each flag's help; name, type and default come from BundleConfig (commands.dataclass_flags;
 #: the index flags are `twotower index`'s).
@@ -20,6 +24,8 @@ HELP = {
     "out": "the bundle directory to write",
     "reqa": "documents = this `twotower reqa` dir's candidates",
     "passages": "documents = this `twotower pairs` output's passages",
+    "docs": "documents = these JSON lines ({\"id\": int, \"title\", \"text\", any fields}; "
+            "embedded here, each field filterable)",
     "embeddings": "the documents' embeddings (`twotower embed` of the same model and "
                   "documents: their vectors.json must name the model and digest the "
                   "documents' ids and text; folders, files or globs, comma-separated, as "
@@ -45,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
   add(names=("model", "out"))
   # One source of documents; None: the other flag of the group was given (parse makes it "").
   dataclass_flags.add_fields(p.add_mutually_exclusive_group(required=True), bundle.BundleConfig,
-                             HELP, names=("reqa", "passages"),
-                             kwargs={"reqa": {"default": None}, "passages": {"default": None}})
+                             HELP, names=("reqa", "passages", "docs"),
+                             kwargs={"reqa": {"default": None}, "passages": {"default": None},
+                                     "docs": {"default": None}})
   add(names=("embeddings", "doc_text"), kwargs={"doc_text": {"choices": texts.DOC_TEXT_MODES}})
   add_index_flags(p)
   add(names=("k1", "b"))
@@ -64,12 +71,49 @@ def parse(argv: Iterable[str] | None) -> bundle.BundleConfig:
   try:  # IndexSpec's and BundleConfig's own checks (flag combinations) are usage errors
     return dataclass_flags.config_from(
         args, bundle.BundleConfig, reqa=args.reqa or "", passages=args.passages or "",
-        index=index_config(args), beam_args=beam_args)
+        docs=args.docs or "", index=index_config(args), beam_args=beam_args)
+  except ValueError as e:
+    p.error(str(e))
+
+
+UPDATE_HELP = {
+    "bundle": "the bundle to update (read only: the new bundle is a changed copy)",
+    "out": "the new bundle's directory",
+    "add": "documents to add, one JSON object a line ({\"id\": int, \"title\", \"text\", "
+           "fields of the bundle}); embedded with the bundle's own model",
+    "delete": "ids of documents to delete, one a line",
+    "embeddings": "the added documents' vectors (a `twotower embed` output of the bundle's "
+                  "model) instead of embedding them here",
+    "overwrite": "replace an --out of another update",
+}
+
+
+def build_update_parser() -> argparse.ArgumentParser:
+  p = flags.parser("bundle update", update.__doc__)
+  dataclass_flags.add_fields(p, update.UpdateConfig, UPDATE_HELP, positional=("bundle",))
+  return p
+
+
+def parse_update(argv: Iterable[str]) -> update.UpdateConfig:
+  p = build_update_parser()
+  args = p.parse_args(list(argv))
+  try:
+    return dataclass_flags.config_from(args, update.UpdateConfig)
   except ValueError as e:
     p.error(str(e))
 
 
 def main(argv: Iterable[str] | None = None) -> None:
+  argv = None if argv is None else list(argv)
+  if argv and argv[0] == "update":
+    config = parse_update(argv[1:])
+    result = update.run(config)
+    m = result.manifest
+    tombstones = f", {m.index.tombstones} tombstones" if m.index.tombstones else ""
+    print(f"bundle {result.path}: {m.documents.count} documents ({len(m.lineage.operations)} "
+          f"operation(s) since {m.lineage.parent.path}{tombstones})\n"
+          f"serve it: POST /v1/admin/swap {{\"bundle\": \"{result.path}\"}}")
+    return
   result = bundle.run(parse(argv))
   m = result.manifest
   hybrid = m.hybrid

@@ -123,6 +123,43 @@ def build_index(documents: Iterable[dict], index_dir: str, threads: int,
   return n
 
 
+def update_index(index_dir: str, documents: Sequence[dict], delete: Sequence[int]) -> None:
+  """Adds JsonCollection `documents` to the Lucene index at `index_dir` (a bundle update's
+  copy) and deletes the documents of ids `delete`, then merges it into one segment: Lucene
+  keeps a deleted document in its term statistics until its segment is merged, so without
+  the merge BM25 would score with the old document frequencies, and the updated index would
+  not rank as one built from scratch over the same documents does."""
+  if documents:
+    LuceneIndexer = pyserini_env.import_lucene_indexer()  # pylint: disable=invalid-name
+    indexer = LuceneIndexer(index_dir, append=True, threads=1)
+    try:
+      for start in range(0, len(documents), _INDEX_BATCH):
+        indexer.add_batch_raw([json.dumps(d) for d in documents[start:start + _INDEX_BATCH]])
+    finally:
+      indexer.close()
+  java = java_classes()  # the JVM, with twotower.core.pyserini_env's shims
+  from pyserini.pyclass import autoclass  # pylint: disable=import-outside-toplevel
+  config = autoclass("org.apache.lucene.index.IndexWriterConfig")(
+      autoclass("io.anserini.analysis.DefaultEnglishAnalyzer").newDefaultInstance())
+  config.setOpenMode(autoclass("org.apache.lucene.index.IndexWriterConfig$OpenMode").APPEND)
+  config.setUseCompoundFile(False)  # as Anserini's indexer writes segments
+  directory = autoclass("org.apache.lucene.store.FSDirectory").open(
+      autoclass("java.nio.file.Paths").get(index_dir))
+  writer = autoclass("org.apache.lucene.index.IndexWriter")(directory, config)
+  try:
+    if len(delete):
+      terms = java.ArrayList()
+      for i in delete:
+        terms.add(java.BytesRef(str(int(i)).encode("ascii")))
+      # One query object: pyjnius wraps it into deleteDocuments(Query...)'s array itself.
+      writer.deleteDocuments(java.TermInSet(ID_FIELD, terms))
+    writer.forceMerge(1)
+    writer.commit()
+  finally:
+    writer.close()
+    directory.close()
+
+
 def search(index_dir: str, queries: Sequence[tuple[str, str]], k1: float, b: float,
            hits: int, threads: int, batch_size: int,
            progress: bool = True) -> dict[str, Ranked]:

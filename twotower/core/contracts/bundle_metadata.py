@@ -108,10 +108,12 @@ class MetadataWriter:
   def __len__(self) -> int:
     return len(self._ids)
 
-  def check(self, fields: Mapping[str, Any], where: str) -> dict[str, Any]:
+  def check(self, fields: Mapping[str, Any], where: str, declare: bool = False
+            ) -> dict[str, Any]:
     """The fields of a document as stored (nulls dropped), or a ValueError naming `where`
     (a file:line, a document id) and the field: an unknown one (closed writer), a name too
-    long, or a value that is not a scalar of the field's type."""
+    long, or a value that is not a scalar of the field's type. `declare`: a new field's type
+    is fixed now (a reader checking a file line by line before the documents are added)."""
     out = {}
     for name, value in fields.items():
       if value is None:
@@ -138,13 +140,16 @@ class MetadataWriter:
         raise ValueError(f"{where}: field {name!r} is {want}, got {kind} "
                          f"{json.dumps(value)[:40]}")
       out[name] = value
+    if declare:
+      for name, value in out.items():
+        self.types.setdefault(name, type_of(value))
     return out
 
   def add(self, doc_id: int, fields: Mapping[str, Any], where: str = "") -> None:
     fields = self.check(fields, where or f"document {doc_id}")
     for name, value in fields.items():
-      if name not in self.types:
-        self.types[name] = type_of(value)
+      self.types.setdefault(name, type_of(value))
+      if name not in self._codes:
         self._values[name] = {}
         self._codes[name] = [-1] * len(self._ids)
     for name, codes in self._codes.items():
@@ -167,8 +172,8 @@ class MetadataWriter:
     if len(ids) > 1 and (repeat := np.flatnonzero(ids[1:] == ids[:-1])).size:
       raise ValueError(f"document id {ids[repeat[0]]} repeats")
     np.save(os.path.join(folder, IDS_FILE), ids)
-    names = [n for n in order if n in self.types] + sorted(n for n in self.types
-                                                           if n not in order)
+    names = [n for n in order if n in self._codes] + sorted(n for n in self._codes
+                                                            if n not in order)
     infos, listing = [], []
     for number, name in enumerate(names):
       values = sorted(self._values[name])
@@ -276,6 +281,53 @@ class Metadata:
       return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
     at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
     return at, self.ids[at] == ids
+
+  def write_updated(self, keep: np.ndarray, added: Sequence[tuple[int, Mapping[str, Any]]],
+                    bundle_dir: str) -> list[FieldInfo]:
+    """Writes `bundle_dir/metadata/` for this metadata's rows where `keep` is True plus the
+    `added` documents (their fields checked already, MetadataWriter.check): the files a
+    build from scratch over the same documents writes, without a pass in Python over the
+    kept rows (codes are remapped as arrays)."""
+    folder = os.path.join(bundle_dir, METADATA_DIR)
+    os.makedirs(folder)
+    kept_ids = np.asarray(self.ids[keep], dtype=np.int64)
+    ids = np.concatenate([kept_ids, np.asarray([a for a, _ in added], dtype=np.int64)])
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    if len(ids) > 1 and (repeat := np.flatnonzero(ids[1:] == ids[:-1])).size:
+      raise ValueError(f"document id {ids[repeat[0]]} repeats")
+    np.save(os.path.join(folder, IDS_FILE), ids)
+    infos, listing = [], []
+    for number, (name, info) in enumerate(self.fields.items()):
+      kind = info.type
+      fresh = [None if fields.get(name) is None else canonical(kind, fields[name])
+               for _, fields in added]
+      old_values = self.values(name)
+      old_codes = np.asarray(self.codes(name)[keep], dtype=np.int64)
+      pool = list(old_values) + [v for v in fresh if v is not None]
+      position = {v: i for i, v in enumerate(dict.fromkeys(pool))}
+      old_map = np.asarray([position[v] for v in old_values] + [-1], dtype=np.int64)
+      codes = np.concatenate([np.where(old_codes >= 0, old_map[old_codes], -1),
+                              np.asarray([-1 if v is None else position[v] for v in fresh],
+                                         dtype=np.int64)])[order]
+      # Only the values some document still has, sorted, as a fresh build writes them.
+      distinct = list(position)
+      used = np.unique(codes[codes >= 0])
+      values = sorted(distinct[u] for u in used.tolist())
+      remap = np.full(len(distinct) + 1, -1, dtype=np.int64)
+      for new, value in enumerate(values):
+        remap[position[value]] = new
+      codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1).astype(np.int32)
+      stem = f"field-{number:02d}"
+      np.save(os.path.join(folder, f"{stem}.codes.npy"), codes)
+      tio.write_json(os.path.join(folder, f"{stem}.values.json"), values)
+      out = FieldInfo(name, kind, int((codes >= 0).sum()))
+      infos.append(out)
+      listing.append({**dataclasses.asdict(out), "codes_file": f"{stem}.codes.npy",
+                      "values_file": f"{stem}.values.json"})
+    tio.write_json(os.path.join(folder, FIELDS_FILE), {"documents": int(len(ids)),
+                                                       "fields": listing})
+    return infos
 
   def row_fields(self, row: int) -> dict[str, Any]:
     """Every stored field of one row (missing ones left out)."""
