@@ -3,6 +3,7 @@ corpus file, and `twotower beir --systems bm25-flat` per document at N/10 and at
 
   .venv/bin/python -m benchmarks.beir_stage [--docs 1000000] [--queries 1000]
                                             [--scale_docs 100000] [--threads 2]
+                                            [--jvm_heaps ,1g]
 
 A BEIR folder of --docs documents is written, streamed, into a temporary folder (the corpus
 is never held): each text 50 to 70 words, each title 3, drawn with a Zipf-like law (rank r
@@ -27,6 +28,13 @@ wall time:
     own log lines: read (the ids pass), index (doc ids, the documents pass into Lucene, JVM
     start included), search (1,000 hits a query, --remove_query), metrics (trec_eval's
     measures, runs, report, OUT moved into place).
+
+The stage runs once per --jvm_heaps value (`twotower beir --jvm_heap`; "" is Java's default
+heap, a quarter of the machine's memory): by default Java's default against a 1 GB cap, and
+a line per corpus gives the cap's peak RSS and wall time against the default's. Beside the
+peak RSS (VmHWM), a sampling thread records the peaks of its two parts: anonymous memory
+(Python's, the JVM's heap and native memory: what a heap cap bounds) and file pages (the
+libraries and the Lucene index Lucene maps while it searches).
 
 With --scale_docs M (default --docs / 10; 0: none), a second folder of M documents (and
 --queries * M / --docs queries, at least 50) is measured the same way first, and the ratio

@@ -66,3 +66,20 @@ def test_the_jvm_starts_with_the_cap():
   max_memory = int(done.stdout.strip().splitlines()[-1])
   # Runtime.maxMemory is -Xmx less what the collector keeps back (a survivor space).
   assert 150 * 2**20 < max_memory <= 192 * 2**20
+
+
+def test_a_batch_search_that_lost_queries_under_a_cap_names_the_heap(monkeypatch):
+  """What Anserini raised at -Xmx256m on 1M documents (benchmarks/beir_stage.py): under a
+  cap, `twotower beir` says what to change; without one, the error is left as it is."""
+  from twotower.eval import beir_eval  # pylint: disable=import-outside-toplevel
+  config = beir_eval.BeirConfig(data="d", out="o")
+  lost = RuntimeError("JVM exception occurred: java.lang.RuntimeException: queryCount = 1000 "
+                      "is not equal to completedTaskCount =  953\n\tat io.anserini...")
+  monkeypatch.delenv(pyserini_env.JVM_HEAP_ENV, raising=False)
+  assert beir_eval._heap_hint(lost, "bm25-flat", config) is lost
+  monkeypatch.setenv(pyserini_env.JVM_HEAP_ENV, "256m")
+  hint = str(beir_eval._heap_hint(lost, "bm25-flat", config))
+  assert hint.startswith("bm25-flat: Lucene's batch search lost queries (JVM exception")
+  assert "the JVM heap cap 256m: raise --jvm_heap" in hint and "\n" not in hint
+  other = ValueError("something else")
+  assert beir_eval._heap_hint(other, "bm25-flat", config) is other
