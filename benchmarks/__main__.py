@@ -98,6 +98,12 @@ BENCHMARKS = {
     "serve_onnx": Benchmark(
         "`twotower serve` with the ONNX query tower vs TensorFlow: cold start, RSS, p50, q/s",
         required="--bundle DIR (a `twotower bundle ... --onnx` output)"),
+    "filtered_search": Benchmark(
+        "filtered vs unfiltered search (FAISS flat / IVF / HNSW / IVF-PQ, BM25, hybrid) against "
+        "brute force by selectivity; `bundle update` vs a rebuild; the hybrid service's RSS "
+        "and time to ready with and without Pyserini's PyTorch import",
+        quick=("--n", "20000", "--filters", "100", "--bm25_docs", "2000", "--update_docs",
+               "2000", "--service_repeats", "1")),
     "bundle_verify": Benchmark(
         "a bundle's load-time check: --verify size vs sha256, next to importing TensorFlow "
         "(BUNDLE ...) or to reading an index and store of N documents (--synthetic N)",

@@ -30,9 +30,11 @@ from twotower.core.contracts import Ranked
 
 
 def _sorted_ids(ids: Iterable[int] | np.ndarray) -> np.ndarray:
-  array = np.unique(np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids,
-                               dtype=np.int64))
-  array.setflags(write=False)
+  array = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64)
+  if array.ndim != 1 or not (array.flags.writeable is False and
+                             (len(array) < 2 or bool(np.all(array[1:] > array[:-1])))):
+    array = np.unique(array)  # (a read-only sorted array is one of ours: kept as it is)
+    array.setflags(write=False)
   return array
 
 
