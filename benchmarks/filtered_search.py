@@ -26,10 +26,13 @@
    the parent's sha256 of every file before and after, and the answers of 50 questions in
    every mode (flat: the same ids, the largest score difference; IVF at nprobe 8: recall@10 of
    the updated and of the rebuilt index against exact search).
-4. The hybrid service (`twotower serve`, every mode, the section-3 bundle): seconds from the
-   process's start to /v1/ready and VmRSS once ready, with the BM25 side imported as before
-   this change (`pyserini.search.lucene`, which imports PyTorch through Pyserini's encoders)
-   and as now (`pyserini.pyclass` only), --service_repeats times each, medians.
+4. The hybrid service (`twotower serve`, every mode): seconds from the process's start to
+   /v1/ready and VmRSS once ready, with the BM25 side imported as before this change
+   (`pyserini.search.lucene`, which imports PyTorch through Pyserini's encoders) and as now
+   (`pyserini.pyclass` only), --service_repeats times each, medians; over the section-3
+   bundle (SavedModel query tower: TensorFlow in the process) and, with --onnx, over a ReQA
+   bundle of a tiny Transformer run (the `tiny` preset, 10 steps) with its ONNX query tower
+   (`--encoder onnx`: no TensorFlow), the service the issue measured at 702 MiB.
 
 Every section prints its table; comparisons are ratios within the run. The machine's load
 matters for the timings: say what else ran.
@@ -377,6 +380,31 @@ def service_section(args, bundle_dir: str) -> None:
          ["BM25 import", "ready s", "RSS MiB", "PyTorch mapped"], rows)
 
 
+def onnx_bundle(folder: str) -> str:
+  """A bundle of the stand-in ReQA candidates over a tiny Transformer run (10 steps) with its
+  query tower as ONNX (`bundle --onnx`): what a TensorFlow-free service serves."""
+  from twotower.testing import pairs as testing  # pylint: disable=import-outside-toplevel
+  from twotower.deploy.bundling import bundle  # pylint: disable=import-outside-toplevel
+  from twotower.model import config, pretrain  # pylint: disable=import-outside-toplevel
+  from twotower.pipelines.reqa import builder as reqa  # pylint: disable=import-outside-toplevel
+  from twotower.testing import squad  # pylint: disable=import-outside-toplevel
+  root = os.path.join(folder, "onnx")
+  os.makedirs(root)
+  testing.write_vocab(os.path.join(root, "vocab.txt"))
+  testing.write_pairs(root, "ict", "train", testing.synthetic_pairs(64))
+  testing.write_pairs(root, "ict", "heldout", testing.synthetic_pairs(16, seed=5))
+  run = os.path.join(root, "run")
+  pretrain.run(pretrain.PretrainConfig(training=config.load("tiny", ["trainer.steps=10"]),
+                                       out=run, vocab=os.path.join(root, "vocab.txt"),
+                                       pairs=root, progress="none"))
+  reqa_dir = os.path.join(root, "reqa")
+  reqa.run(reqa.ReqaConfig(out=reqa_dir, squad=squad.write_squad(
+      os.path.join(root, "squad.json")), ratios=(80,)))
+  out = os.path.join(root, "bundle")
+  bundle.run(bundle.BundleConfig(model=run, reqa=reqa_dir, out=out, weight=0.5, onnx=True))
+  return out
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--n", type=int, default=100_000, help="vectors of section 1")
@@ -389,6 +417,8 @@ def main() -> None:
                  help="flags of the served `twotower serve` (section 4)")
   p.add_argument("--bundle", default="", help="serve this bundle in section 4 (e.g. one with "
                                               "an ONNX query tower) instead of section 3's")
+  p.add_argument("--onnx", action="store_true",
+                 help="section 4 also over a tiny run's bundle with its ONNX query tower")
   p.add_argument("--sections", default="faiss,bm25,update,service",
                  help="which sections to run (comma list)")
   args = p.parse_args()
@@ -409,6 +439,11 @@ def main() -> None:
       bundle_dir = bundle_dir or parent
     if "service" in sections:
       service_section(args, bundle_dir)
+      if args.onnx:
+        serve_args = args.serve_args
+        args.serve_args = [*serve_args, "--encoder", "onnx"]
+        service_section(args, onnx_bundle(folder))
+        args.serve_args = serve_args
   finally:
     shutil.rmtree(folder, ignore_errors=True)
 

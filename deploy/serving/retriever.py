@@ -180,6 +180,11 @@ class Retriever:
     """The FAISS searcher (eval.faiss_searcher.Searcher) under the dense side."""
     return self.dense.index
 
+  @property
+  def _encoder(self):
+    """The query tower (deploy.serving.query_encoders) under the dense side."""
+    return self.dense.encoder
+
   # -------------------------------------------------------------------------------------------
   # Loading.
   # -------------------------------------------------------------------------------------------
