@@ -32,3 +32,21 @@ def test_tiny_run_measures_every_row(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "| ivfpq_rerank (defaults) `IVF16,PQ16x4fs` | nprobe=16 rerank=4 |" in out
   assert "1 FAISS thread(s) per search process" in out
+
+
+def test_compare_codes_measures_both_codes_filtered_and_not(tmp_path, capsys):
+  built = faiss_rerank.main(["--compare_codes", "--n", "3000", "--dim", "32", "--queries", "40",
+                             "--single", "5", "--nlist", "16", "--train_size", "0",
+                             "--files", "2", "--filters", "2", "--tmp", str(tmp_path)])
+  (fast_label, fast), (eight_label, eight) = built.items()
+  assert fast["factory"] == "IVF16,PQ16x4fs" and eight["factory"] == "IVF16,PQ8x8"
+  assert fast["code_bytes"] == eight["code_bytes"] == 8  # d/4 bytes a vector, both
+  # A filter of at most EXACT_SCORING_MAX documents is scored exactly from the vectors.
+  for figures in (fast, eight):
+    assert figures["filter 1 %"]["recall100"] == figures["filter 10 %"]["recall100"] == 1.0
+    assert 0 < figures["unfiltered"]["recall100"] <= 1
+    assert all(m["qps"] > 0 for key, m in figures.items() if isinstance(m, dict))
+  # Exactly one of the two is what `ivfpq_rerank` builds.
+  assert sum("ivfpq_rerank default" in label for label in (fast_label, eight_label)) == 1
+  out = capsys.readouterr().out
+  assert "| unfiltered | Recall@100 |" in out and "| filter 10 %, index path | Recall@10 |" in out
