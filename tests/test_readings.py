@@ -720,10 +720,26 @@ def test_a_reversal_is_judged_again_at_the_longer_budget():
           "0: -10.00); at 6,000 steps: +5.00, observation, as claimed: **moved**.") in text
   assert ("* Transformer, ICT against Transformer, BFS, 1 %, R@100: observation, against the "
           f"claim (-10.00); at 6,000 steps: not checked: {budget.NO_ROW}.") in text
+  # The summary's budget column, beside the verdicts (and not in their cell), in pre-training
+  # steps × batch: the preset's 2,000 steps of batch 64, and the long variant's 6,000.
+  assert f"| claim | source | verdicts | {budget.COLUMN} | caveat |" in text
   summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bfs]"))
-  assert ("of the verdicts against the claim: 0 of 2 rechecked at 6,000 steps still against "
-          "it, 3 without a row pre-trained longer, 1 between rows without pre-training"
-          ) in summary
+  cells = [cell.strip() for cell in summary.split(" | ")]
+  assert "rechecked" not in cells[2]
+  assert cells[3] == (
+      "**budget-bound** at 2,000 × 64 → 6,000 × 64: 2 of 2 rechecked moved (contradicted → "
+      "observation, as claimed ×2); not rechecked: 3 without a row pre-trained longer; 1 "
+      "between rows without pre-training (no pre-training budget moves them)")
+  # The section of budget-bound verdicts: each that moved, before → after, and the counts.
+  section = text.split("## Budget-bound verdicts\n", 1)[1].split("\n## ", 1)[0]
+  assert ("* [ict-over-bfs](#ict-over-bfs): Transformer, ICT against Transformer, BFS, 5 %, "
+          "R@100: contradicted (-11.00; seed 0: -10.00) → **observation, as claimed** "
+          "(+5.00).") in section
+  assert ("2 of the 2 verdicts rechecked at 6,000 steps moved (2 against the paper's claims); "
+          "of the 6 verdicts against a claim (6 against the paper's claims), 3 were never "
+          "rechecked (3 against the paper's claims; 3 without a row pre-trained longer), and 1 "
+          "lies between rows without pre-training, which no pre-training budget moves."
+          ) in section
   # The longer cells not run yet: said beside the reversal, and counted.
   del results["per_seed"][-1]
   pending = {(c.ratio, c.b.label): c for c in readings.compare(spec, results)}
@@ -731,7 +747,64 @@ def test_a_reversal_is_judged_again_at_the_longer_budget():
   assert pending[(5, "Transformer, BFS")].longer is None
   text = readings.markdown(spec, results)
   assert f"at 6,000 steps: not checked: {budget.PENDING}." in text
-  assert "1 not yet rechecked at 6,000 steps (not run yet)" in text
+  assert "not rechecked: 3 without a row pre-trained longer, 1 not run yet at the longer budget" \
+      in text
+
+
+def test_the_reading_says_in_one_sentence_that_no_verdict_moved():
+  """Where every rechecked verdict is still against its claim, the budget-bound section is
+  one sentence with the counts, and the column says the recheck left them unchanged."""
+  spec = grid.parse("g", BUDGET_GRID)
+  results = _results({("3", "ict", "base", 5): [0.30, 0.31, 0.32],
+                      ("3", "bfs", "base", 5): [0.40, 0.43, 0.43],
+                      ("budget", "ict", "long", 5): [0.40], ("budget", "bfs", "long", 5): [0.45]})
+  text = readings.markdown(spec, results)
+  section = text.split("## Budget-bound verdicts\n\n", 1)[1].split("\n## ", 1)[0]
+  assert section.strip() == (
+      "No verdict against a claim changes at 6,000 steps (2,000 × 64 → 6,000 × 64, "
+      "pre-training steps × batch; the `budget` table, seed 0): the one rechecked there is "
+      "still against the claim; of the 1 verdict against a claim (1 against the paper's "
+      "claims), 0 were never rechecked.")
+  summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bfs]"))
+  assert (" | rechecked at 2,000 × 64 → 6,000 × 64, still against the claim (1 of 1) | "
+          in summary)
+
+
+def test_a_claim_without_a_verdict_against_it_reads_not_applicable():
+  spec = grid.parse("g", BUDGET_GRID)
+  results = _results({("3", "ict", "base", 5): [0.50, 0.51, 0.52],
+                      ("3", "bfs", "base", 5): [0.40, 0.43, 0.43]})
+  text = readings.markdown(spec, results)
+  summary = next(line for line in text.splitlines() if line.startswith("| [ict-over-bfs]"))
+  assert f" | {budget.NOT_APPLICABLE} | " in summary
+  assert ("No verdict against a claim changes at 6,000 steps (2,000 × 64 → 6,000 × 64, "
+          "pre-training steps × batch; the `budget` table, seed 0): none was rechecked there; "
+          "of the 0 verdicts against a claim (0 against the paper's claims), 0 were never "
+          "rechecked.") in text
+
+
+def test_a_grid_without_a_budget_check_has_no_budget_column_or_section():
+  raw = {k: v for k, v in BUDGET_GRID.items() if k != "budget"}
+  spec = grid.parse("g", raw)
+  text = readings.markdown(spec, _results({("3", "ict", "base", 5): [0.30, 0.31, 0.32],
+                                           ("3", "bfs", "base", 5): [0.40, 0.43, 0.43]}))
+  assert "| claim | source | verdicts | caveat |" in text
+  assert "Budget-bound" not in text
+
+
+def test_the_budget_is_said_in_steps_times_batch_of_each_variant():
+  """A longer variant that also changes the batch reads in the same units: steps × batch."""
+  raw = copy.deepcopy(BUDGET_GRID)
+  raw["training"] = {"pretrain_steps": 1000}
+  raw["variants"]["wide"] = {"label": "wide", "set": ["data.batch_size=128"]}
+  raw["variants"]["wide-long"] = {"label": "wide, longer", "pretrain_steps": 3000,
+                                  "set": ["data.batch_size=128"]}
+  raw["budget"]["longer"] = {"base": "long", "wide": "wide-long"}
+  spec = grid.parse("g", raw)
+  assert budget.size(spec, "base") == (1000, 64)
+  assert budget.size(spec, "wide") == (1000, 128)
+  assert budget.units(spec, spec.budget) == (
+      "1,000 × 64 → 6,000 × 64; 1,000 × 128 → 3,000 × 128")
 
 
 def test_a_recheck_whose_interval_holds_zero_says_its_sign_is_not_resolved():
@@ -755,9 +828,10 @@ def test_a_recheck_whose_interval_holds_zero_says_its_sign_is_not_resolved():
   assert ("at 6,000 steps: -0.40 [-1.20, +0.50], observation, against the claim: **still "
           "against the claim**; its interval crosses 0, so the sign is not resolved.") in text
   assert ("at 6,000 steps: +3.10 [+2.20, +4.10], observation, as claimed: **moved**.") in text
-  assert budget.summary([tie, moved], check) == (
-      "of the verdicts against the claim: 1 of 2 rechecked at 6,000 steps still against it "
-      "(1 of the 2 with an interval across 0)")
+  assert budget.column([tie, moved], "2,000 × 64 → 6,000 × 64") == (
+      "**budget-bound** at 2,000 × 64 → 6,000 × 64: 1 of 2 rechecked moved (observation, "
+      "against the claim → observation, as claimed); 1 still against the claim (1 of them "
+      "with an interval across 0)")
 
 
 def test_an_open_domain_reversal_is_not_rechecked_on_the_closed_budget_rows():
@@ -776,7 +850,7 @@ def test_an_open_domain_reversal_is_not_rechecked_on_the_closed_budget_rows():
   assert (c.longer, c.recheck) == (None, budget.OTHER_POOL)
   text = readings.markdown(spec, results)
   assert f"at 6,000 steps: not checked: {budget.OTHER_POOL}." in text
-  assert "1 without a row pre-trained longer" in text
+  assert "not rechecked: 1 without a row pre-trained longer" in text
 
 
 @pytest.mark.parametrize("budget, message", [

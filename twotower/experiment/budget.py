@@ -19,6 +19,13 @@ another candidate pool than the reversal's table: an open-domain verdict is not 
 closed-pool rows), as it says of a second verdict whose cells have
 not run yet (`PENDING`) and of a reversal between two rows without pre-training
 (`UNTRAINED`).
+
+The reading names each budget in pre-training steps × batch (`size`: the examples a row's
+pre-training sees are their product), so a budget table at another batch, or at the steps a
+faster backend trains in the same time, reads in the same units. Its summary carries a column
+per claim (`column`: whether its verdicts against it were rechecked at the longer budget and
+what that changed) and a section listing the budget-bound verdicts (`bound_markdown`: those
+against the claim at the grid's budget and no longer against it at the longer one).
 """
 
 from __future__ import annotations
@@ -36,6 +43,16 @@ NO_ROW = "the budget table has no row pre-trained longer for it at this ratio"
 OTHER_POOL = ("the budget table ranks another candidate pool (closed or open-domain) than "
               "this comparison's rows")
 UNTRAINED = "neither row is pre-trained, so no pre-training budget moves it"
+#: The summary's budget column: a claim without a verdict against it, and the words for a
+#: rechecked verdict that the longer budget moved out of the verdicts against the claim (a
+#: budget-bound one) or left among them.
+NOT_APPLICABLE = "n/a: no verdict against the claim"
+BUDGET_BOUND = "budget-bound"
+MOVED = "moved"
+STILL = "still against the claim"
+NOT_RECHECKED = "not rechecked"
+#: The budget column's header: what its sizes count.
+COLUMN = "budget (pre-training steps × batch)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,17 +135,13 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
            "moved them. Beside a mean over seeds, its seed 0, the run the longer budget "
            "repeats.", ""]
   for c in found:
-    gap = f"{c.a.mean - c.b.mean:+.2f}"
-    seed0 = [_at_seed0(side) for side in (c.a, c.b)]
-    if None not in seed0 and max(len(c.a.values), len(c.b.values)) > 1:
-      gap += f"; seed 0: {seed0[0] - seed0[1]:+.2f}"
     first = (f"* {c.a.label} against {c.b.label}, {where(c)}, {c.metric}: "
-             f"{c.verdict} ({gap}); at {budget.label}: ")
+             f"{c.verdict} ({_gap(c)}); at {budget.label}: ")
     longer = c.longer
     if longer is None:
       lines.append(f"{first}not checked: {c.recheck}.")
       continue
-    moved = "still against the claim" if longer.verdict in AGAINST else "moved"
+    moved = STILL if longer.verdict in AGAINST else MOVED
     bar = interval(longer)
     # One seed's verdict is its point estimate: say so where question sampling alone could
     # flip its sign, so "still against" a tie does not read like a measured reversal.
@@ -136,6 +149,16 @@ def markdown(budget: BudgetCheck, comparisons: Sequence[Any], where: Callable[[A
     lines.append(f"{first}{longer.a.mean - longer.b.mean:+.2f}"
                  f"{'' if bar == '–' else f' {bar}'}, {longer.verdict}: **{moved}**{tie}.")
   return lines + [""]
+
+
+def _gap(c: Any) -> str:
+  """A − B of a comparison, with its seed 0's beside a mean over seeds (the run the longer
+  budget repeats)."""
+  gap = f"{c.a.mean - c.b.mean:+.2f}"
+  seed0 = [_at_seed0(side) for side in (c.a, c.b)]
+  if None not in seed0 and max(len(c.a.values), len(c.b.values)) > 1:
+    gap += f"; seed 0: {seed0[0] - seed0[1]:+.2f}"
+  return gap
 
 
 def _crosses_zero(comparison: Any) -> bool:
@@ -152,19 +175,121 @@ def _at_seed0(side: Any) -> Optional[float]:
   return side.values[seeds.index(0)] if 0 in seeds else None
 
 
-def summary(comparisons: Sequence[Any], budget: BudgetCheck) -> str:
-  """"of the verdicts against the claim: 2 of 3 rechecked at 6,000 steps still against it,
-  4 not yet rechecked ..., 5 without a row pre-trained longer, ..." (or "")."""
-  found = [c.longer for c in comparisons if c.longer is not None]
-  pending = sum(1 for c in comparisons if c.recheck == PENDING)
+def size(spec: Any, variant: str) -> tuple[int, int]:
+  """(pre-training steps, batch) of a variant's rows: the variant's steps, else the grid's,
+  else the preset's; the batch of the grid's preset under the variant's overrides."""
+  # model.config needs no TensorFlow, but the grid files load without it (as row_configs).
+  from twotower.model import config as config_lib  # pylint: disable=import-outside-toplevel
+  v = spec.variants[variant]
+  cfg = config_lib.load(spec.model, v.overrides)
+  return v.pretrain_steps or spec.pretrain_steps or cfg.trainer.steps, cfg.data.batch_size
+
+
+def units(spec: Any, budget: BudgetCheck) -> str:
+  """"2,000 × 64 → 6,000 × 64": each variant's budget and its longer variant's, in
+  pre-training steps × batch (each distinct pair once, in the order of `longer`)."""
+  def text(variant: str) -> str:
+    steps, batch = size(spec, variant)
+    return f"{steps:,} × {batch:,}"
+  pairs = dict.fromkeys(f"{text(v)} → {text(longer)}" for v, longer in budget.longer.items())
+  return "; ".join(pairs)
+
+
+def _against(comparisons: Sequence[Any]) -> list[Any]:
+  """The comparisons whose verdict is against the claim (each has a second verdict or why it
+  has none)."""
+  return [c for c in comparisons if c.longer is not None or c.recheck]
+
+
+def _moved(c: Any) -> bool:
+  return c.longer is not None and c.longer.verdict not in AGAINST
+
+
+def _not_rechecked(comparisons: Sequence[Any]) -> list[str]:
+  """"3 without a row pre-trained longer", "1 not run yet at the longer budget": the verdicts
+  against the claim that a longer budget could move but no row at it judged."""
   no_row = sum(1 for c in comparisons if c.recheck in (NO_ROW, OTHER_POOL))
-  still = sum(1 for c in found if c.verdict in AGAINST)
-  ties = sum(1 for c in found if _crosses_zero(c))
-  tie_text = f" ({ties} of the {len(found)} with an interval across 0)" if ties else ""
-  parts = [f"{still} of {len(found)} rechecked at {budget.label} still against it{tie_text}"] \
-      if found else []
-  parts += [f"{pending} not yet rechecked at {budget.label} (not run yet)"] if pending else []
-  parts += [f"{no_row} without a row pre-trained longer"] if no_row else []
-  untrained = sum(1 for c in comparisons if c.recheck == UNTRAINED)
-  parts += [f"{untrained} between rows without pre-training"] if untrained else []
-  return f"of the verdicts against the claim: {', '.join(parts)}" if parts else ""
+  pending = sum(1 for c in comparisons if c.recheck == PENDING)
+  return ([f"{no_row} without a row pre-trained longer"] if no_row else []) + (
+      [f"{pending} not run yet at the longer budget"] if pending else [])
+
+
+def column(comparisons: Sequence[Any], sizes: str) -> str:
+  """A claim's cell in the summary's budget column (`comparisons`: the claim's; `sizes`:
+  `units`): NOT_APPLICABLE; or how many of its verdicts against it were rechecked at the
+  longer budget and what it changed ("**budget-bound** at 2,000 × 64 → 6,000 × 64: 1 of 2
+  rechecked moved (contradicted → observation, as claimed); 1 still against the claim"),
+  how many were not, and why."""
+  against = _against(comparisons)
+  if not against:
+    return NOT_APPLICABLE
+  rechecked = [c for c in against if c.longer is not None]
+  moved = [c for c in rechecked if _moved(c)]
+  still = [c for c in rechecked if not _moved(c)]
+  ties = sum(1 for c in still if _crosses_zero(c.longer))
+  tie_text = f" ({ties} of them with an interval across 0)" if ties else ""
+  parts = []
+  if moved:
+    changes = dict.fromkeys(f"{c.verdict} → {c.longer.verdict}" for c in moved)
+    counted = [f"{change} ×{n}" if n > 1 else change for change, n in (
+        (change, sum(1 for c in moved if f"{c.verdict} → {c.longer.verdict}" == change))
+        for change in changes)]
+    parts.append(f"**{BUDGET_BOUND}** at {sizes}: {len(moved)} of {len(rechecked)} rechecked "
+                 f"{MOVED} ({', '.join(counted)})")
+    parts += [f"{len(still)} {STILL}{tie_text}"] if still else []
+  elif rechecked:
+    parts.append(f"rechecked at {sizes}, {STILL} ({len(still)} of {len(rechecked)}){tie_text}")
+  missing = _not_rechecked(against)
+  parts += [f"{NOT_RECHECKED}: {', '.join(missing)}"] if missing else []
+  untrained = sum(1 for c in against if c.recheck == UNTRAINED)
+  parts += [f"{untrained} between rows without pre-training (no pre-training budget moves "
+            "them)"] if untrained else []
+  return "; ".join(parts)
+
+
+def bound_markdown(budget: BudgetCheck, claims: Sequence[Any], comparisons: Sequence[Any],
+                   sizes: str, where: Callable[[Any], str],
+                   interval: Callable[[Any], str]) -> list[str]:
+  """reading.md's "Budget-bound verdicts" section: each comparison whose verdict is against
+  its claim at the grid's budget and not at the longer one (before → after, with A − B), and
+  the counts of the verdicts against a claim rechecked, moved and never rechecked (those of
+  the paper's claims, `source` "paper...", beside them); one sentence where none moved."""
+  paper = {c.id for c in claims if c.source.startswith("paper")}
+  order = {c.id: i for i, c in enumerate(claims)}
+  against = sorted(_against(comparisons), key=lambda c: order.get(c.claim, len(order)))
+  rechecked = [c for c in against if c.longer is not None]
+  moved = [c for c in rechecked if _moved(c)]
+  never = [c for c in against if c.recheck in (NO_ROW, OTHER_POOL, PENDING)]
+  untrained = sum(1 for c in against if c.recheck == UNTRAINED)
+
+  def of_paper(found: Sequence[Any]) -> int:
+    return sum(1 for c in found if c.claim in paper)
+  verdicts = "verdict" if len(against) == 1 else "verdicts"
+  rest = (f"of the {len(against)} {verdicts} against a claim ({of_paper(against)} against the "
+          f"paper's claims), {len(never)} were never rechecked"
+          + (f" ({of_paper(never)} against the paper's claims; "
+             f"{', '.join(_not_rechecked(never))})" if never else "")
+          + (f", and {untrained} {'lies' if untrained == 1 else 'lie'} between rows without "
+             "pre-training, which no pre-training budget moves" if untrained else ""))
+  lines = ["## Budget-bound verdicts", ""]
+  at = (f"{budget.label} ({sizes}, pre-training steps × batch; the `{budget.table}` table, "
+        "seed 0)")
+  if not moved:
+    still = ("none was rechecked there" if not rechecked else
+             f"the one rechecked there is {STILL}" if len(rechecked) == 1 else
+             f"all {len(rechecked)} rechecked there are {STILL}")
+    return lines + [f"No verdict against a claim changes at {at}: {still}; {rest}.", ""]
+  lines += [f"The verdicts against a claim at the grid's budget that are no longer against it "
+            f"at {at}: before → after, with A − B (before: the mean over seeds and its seed "
+            "0, the run the longer budget repeats; after: seed 0 and its interval). One seed's "
+            "verdict is an observation, so a reversal that stays one at a single seed "
+            "(contradicted → observation, against the claim) is not listed.", ""]
+  for c in moved:
+    bar = interval(c.longer)
+    lines.append(f"* [{c.claim}](#{c.claim}): {c.a.label} against {c.b.label}, {where(c)}, "
+                 f"{c.metric}: {c.verdict} ({_gap(c)}) → **{c.longer.verdict}** "
+                 f"({c.longer.a.mean - c.longer.b.mean:+.2f}"
+                 f"{'' if bar == '–' else f' {bar}'}).")
+  return lines + ["", f"{len(moved)} of the {len(rechecked)} verdicts rechecked at "
+                  f"{budget.label} moved ({of_paper(moved)} against the paper's claims); "
+                  f"{rest}.", ""]

@@ -312,15 +312,19 @@ def summary_markdown(spec: GridSpec, comparisons: Sequence[Comparison], link: st
   """One line per claim: how many of its comparisons got each verdict, counted per (pair,
   metric, ratio), and the caveats the verdicts rest on (no recall in it: the numbers are in
   reading.md, at `link`: "" within reading.md itself)."""
-  lines = ["| claim | source | verdicts | caveat |", "|---|---|---|---|"]
+  # A grid with a budget check has a column beside the verdicts: whether those against the
+  # claim were rechecked at the longer budget, and what it changed (budget.column).
+  sizes = budget_lib.units(spec, spec.budget) if spec.budget else ""
+  budget_header = f" {budget_lib.COLUMN} |" if spec.budget else ""
+  lines = [f"| claim | source | verdicts |{budget_header} caveat |",
+           "|---|---|---|" + ("---|" if spec.budget else "") + "---|"]
   for claim in spec.readings:
     these = [c for c in comparisons if c.claim == claim.id]
     text = counts_text(these)
-    longer = budget_lib.summary(these, spec.budget) if spec.budget else ""
-    text += f"; {longer}" if longer else ""
     if text:
+      longer = f" {budget_lib.column(these, sizes)} |" if spec.budget else ""
       lines.append(f"| [{claim.id}]({link}#{claim.id}): {claim.sentence} | {claim.source} | "
-                   f"{text} | {_caveat_text(caveats(spec, claim, these)) or '–'} |")
+                   f"{text} |{longer} {_caveat_text(caveats(spec, claim, these)) or '–'} |")
   return "\n".join(lines) + "\n"
 
 
@@ -455,7 +459,13 @@ def markdown(spec: GridSpec, results: Mapping, cell_records: Iterable[Mapping] =
            f"`python -m twotower.experiment.rerender --grid {spec.name} --results_dir "
            f"docs/results/{spec.name}` writes it again.", ""] + ([note, ""] if note else []) + [
            "## The rule", "", RULE, "",
-           "## Summary", "", summary_markdown(spec, comparisons), "## Claims", ""]
+           "## Summary", "", summary_markdown(spec, comparisons)]
+  if spec.budget is not None:
+    several_datasets = len({c.dataset for c in comparisons}) > 1
+    lines += budget_lib.bound_markdown(spec.budget, spec.readings, comparisons,
+                                       budget_lib.units(spec, spec.budget),
+                                       lambda c: where_text(c, several_datasets), interval_text)
+  lines += ["## Claims", ""]
   for claim in spec.readings:
     these = [c for c in comparisons if c.claim == claim.id]
     if these:
