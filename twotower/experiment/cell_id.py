@@ -15,6 +15,9 @@ Each kind names the fields it has, in this order, in `LAYOUTS`:
     pretrain/ict/base/s0          system, variant, seed
     finetune/squad/ict/base/r5/s0 dataset, system, variant, ratio, seed
     eval/ fuse/ bundle/...        the same as finetune
+    beir/scifact/ict/base/s0      dataset (a grid's BEIR folder), system, variant, seed: a
+                                  pre-trained row zero-shot on it; its BM25 flat reference
+                                  is "beir/scifact/bm25-flat"
 
 A name may stop before the end of its kind's layout: the demo's cells have no grid row
 ("pretrain/no-ssl", "eval/heldout/no-ssl").
@@ -36,6 +39,7 @@ LAYOUTS: dict[str, tuple[str, ...]] = {
     "pretrain": (*_ROW, "seed"),
     **{kind: ("dataset", *_ROW, "ratio", "seed") for kind in ("finetune", "eval", "fuse",
                                                               "bundle")},
+    "beir": ("dataset", *_ROW, "seed"),
 }
 #: The letter before a number field in the name ("r5", "s0", "k1").
 _PREFIX = {"ratio": "r", "seed": "s", "k": "k"}

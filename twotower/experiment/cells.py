@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 from twotower.core import contracts
 from twotower.experiment import grid, plan
 from twotower.experiment.cell_id import CellId
-from twotower.experiment.params import (Bm25Params, EvalParams, FinetuneParams, FuseParams,
+from twotower.experiment.params import (BeirParams, Bm25Params, EvalParams, FinetuneParams, FuseParams,
                                         GOLDS, HardnegParams, PairsParams, PretrainParams,
                                         ReqaParams, from_key_params)
 from twotower.experiment.plan import Cell
@@ -296,12 +296,30 @@ def _bundle(cell: Cell, ctx: Context, out: str) -> dict:
           "documents": result.manifest.documents.count}
 
 
+#: The folder of a beir cell that `twotower beir` writes (metrics, per_query.parquet, runs/).
+BEIR_OUT = "beir"
+
+
+def _beir(cell: Cell, ctx: Context, out: str) -> dict:
+  """`twotower beir`'s own run (eval.beir_eval) of one system on the grid's BEIR folder: BM25
+  flat, or `dense` with the pre-training's exported towers."""
+  from twotower.eval import beir_eval
+  p: BeirParams = cell.params
+  dense = "model" in cell.deps
+  result = beir_eval.run(beir_eval.BeirConfig(
+      data=p.path, out=os.path.join(out, BEIR_OUT), split=p.split,
+      systems=(beir_eval.DENSE,) if dense else (p.system,), metrics=p.metrics,
+      model=contracts.saved_model_path(ctx.dep(cell, "model")) if dense else "",
+      keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args, overwrite=True))
+  return {"records": result.records, "data": result.record}
+
+
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
     "pairs": _pairs, "vocab": _vocab, "reqa": _reqa, "heldout": _heldout,
     "datastats": _datastats,
     "hardneg": _hardneg, "bm25": _bm25,
     "pretrain": _pretrain, "finetune": _finetune, "eval": _eval, "fuse": _fuse,
-    "bundle": _bundle}
+    "bundle": _bundle, "beir": _beir}
 #: Cells that resume by themselves (training checkpoints); others restart from scratch.
 RESUMABLE = ("pretrain", "finetune")
 

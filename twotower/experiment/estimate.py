@@ -31,7 +31,9 @@ def estimate_seconds(cell: Cell, plan_: Plan) -> float:
            "bm25": 40.0, "fuse": 10.0, "bundle": 90.0}
   if cell.kind in fixed:
     return fixed[cell.kind]
-  if cell.kind == "eval":
+  if cell.kind == "beir" and "model" not in cell.deps:  # BM25 flat on a BEIR folder
+    return fixed["bm25"]
+  if cell.kind in ("eval", "beir"):  # (a BEIR folder's size is unknown to the plan)
     cfg = plan_[cell.deps["model"]].params.config
     return _EVAL_OVERHEAD + _CANDIDATES * example_seconds(cfg["model"]) / 3
   cfg = cell.params.config

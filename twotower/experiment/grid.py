@@ -18,6 +18,8 @@ of the YAML, not of Python. Planning (experiment.plan) turns a GridSpec into cel
     readings:                      # the paper's sentences, checked against the results
       - {id: mlm-over-no-ssl, sentence: "MLM only marginally improves over No-SSL",
          source: "paper, 4.2", table: "3", pairs: [[mlm, no-ssl]]}
+    beir:                          # BEIR folders every pre-trained row is scored on zero-shot
+      scifact: {path: ../shared/data/beir/scifact-train, split: train}   # or `name: PATH`
 
 A reading's verdicts are computed by experiment.readings, never typed.
 """
@@ -235,6 +237,17 @@ class DataSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class BeirDataset:
+  """A BEIR folder (`twotower beir --data`) on which every pre-trained row is scored zero-shot,
+  beside BM25 flat (experiment.beir_cells). `name` names its cells ("beir/<name>/..."), its
+  table and its files; `path` is read as the command line's paths are (from the working
+  directory); `split` is the qrels split scored."""
+  name: str
+  path: str
+  split: str = "test"
+
+
+@dataclasses.dataclass(frozen=True)
 class GridSpec:
   name: str
   description: str
@@ -255,6 +268,9 @@ class GridSpec:
   # The grid whose reading this one's is compared with (reading_changes.py; its results
   # folder beside this grid's), "" for none.
   reading_baseline: str = ""
+  # BEIR folders every pre-trained row is scored on zero-shot (() = none: the grid's cells and
+  # files are those of a grid without the key).
+  beir: tuple[BeirDataset, ...] = ()
 
   def seeds_for(self, ratio: int) -> tuple[int, ...]:
     return tuple(self.seeds.get(ratio, self.seeds.get(DEFAULT_SEEDS, (0,))))
@@ -375,6 +391,25 @@ def _claim(raw: Mapping[str, Any], where: str) -> Claim:
   return claim
 
 
+def _beir(raw: Any, where: str) -> tuple[BeirDataset, ...]:
+  """`beir: {name: PATH}` or `beir: {name: {path: PATH, split: SPLIT}}` (split: test)."""
+  if raw is None:
+    return ()
+  if not isinstance(raw, Mapping):
+    raise ValueError(f"{where}: beir is {{name: path}} or {{name: {{path, split}}}}; got "
+                     f"{raw!r}")
+  out = []
+  for name, value in raw.items():
+    fields = {"path": value} if isinstance(value, str) else dict(value or {})
+    fields = known_fields(fields, ("path", "split"), f"{where}: beir {name!r}")
+    name = str(name)
+    if not name or "/" in name or not fields.get("path"):
+      raise ValueError(f"{where}: beir {name!r}: a name without '/' and a `path` (a BEIR "
+                       "folder)")
+    out.append(BeirDataset(name, str(fields["path"]), str(fields.get("split", "test"))))
+  return tuple(out)
+
+
 def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
   """A GridSpec from the YAML's mapping; every reference is checked."""
   where = f"grid {name}"
@@ -409,7 +444,8 @@ def parse(name: str, raw: Mapping[str, Any]) -> GridSpec:
       readings=tuple(_claim(c, where) for c in raw.get("readings") or ()),
       finetune_select=parse_select(training.get("finetune_select"), where),
       budget=budget_lib.parse(raw.get("budget"), where),
-      reading_baseline=str(raw.get("reading_baseline", "")))
+      reading_baseline=str(raw.get("reading_baseline", "")),
+      beir=_beir(raw.get("beir"), where))
   check(spec)
   return spec
 

@@ -196,9 +196,23 @@ class BundleParams:
   doc_text: str
 
 
+@dataclasses.dataclass(frozen=True)
+class BeirParams:
+  """A system of `twotower beir` on a grid's BEIR folder (experiment.beir_cells): BM25 flat
+  (`system` "bm25-flat", no row), or a pre-trained row's towers zero-shot (its `model`
+  dependency; `system` the row)."""
+  KIND: ClassVar[str] = "beir"
+  system: str
+  path: str
+  split: str
+  metrics: tuple[str, ...]
+  variant: Optional[str] = None
+  seed: Optional[int] = None
+
+
 CellParams = Union[PairsParams, VocabParams, ReqaParams, HeldoutParams, DatastatsParams,
                    HardnegParams, Bm25Params, PretrainParams, FinetuneParams, EvalParams,
-                   FuseParams, BundleParams]
+                   FuseParams, BundleParams, BeirParams]
 #: The parameters' class of each kind.
 BY_KIND: dict[str, type] = {cls.KIND: cls for cls in CellParams.__args__}
 

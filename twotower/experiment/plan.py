@@ -21,6 +21,8 @@ A *cell* is one resumable unit of work with a done-marker:
               from the next larger ratio's fuse cell)
     bundle    a retriever bundle of the hybrid at the grid's largest ratio (seed 0): the dense
               row its fuse cell chose, BM25, the tuned weight (`twotower query` / `serve` it)
+    beir      `twotower beir` on a BEIR folder the grid names (`beir:`): BM25 flat once per
+              folder, and each pre-training's towers zero-shot (experiment.beir_cells)
 
 A cell is named by its CellId (experiment.cell_id) and holds its kind's typed parameters
 (experiment.params): everything it depends on; a training cell holds its resolved model
@@ -46,8 +48,8 @@ from twotower.experiment import grid as grid_lib
 from twotower.experiment import row_configs
 from twotower.experiment.grid import GridSpec, System, Table, Variant
 from twotower.experiment.cell_id import LAYOUTS, OPEN_SUFFIX, CellId
-from twotower.experiment.params import (Bm25Params, BundleParams, CellParams, DatastatsParams,
-                                        EvalParams, FinetuneParams, FuseParams, HardnegParams,
+from twotower.experiment.params import (BeirParams, Bm25Params, BundleParams, CellParams,
+                                        DatastatsParams, EvalParams, FinetuneParams, FuseParams, HardnegParams,
                                         PairsParams, PretrainParams, ReqaParams, VocabParams,
                                         key_params)
 from twotower.pipelines.wiki.pair_tasks import PairConfig
@@ -282,8 +284,10 @@ def _pretrain(g: _Grid, system: System, variant: Variant, seed: int) -> Optional
   cfg = row_configs.pretrain_config(spec, source, variant, seed)
   pairs = _pairs(spec, g.inputs, g.plan, spec.squad_text_in_pretraining(source),
                  spec.pairs_of(source))
-  # Zero-shot entries evaluate the pre-trained towers themselves: pre-training exports them.
-  export = contracts.ZERO_SHOT_RATIO in g.all_ratios and source.tasks != ("mlm",)
+  # Zero-shot entries (ReQA's, a BEIR folder's) evaluate the pre-trained towers themselves:
+  # pre-training exports them.
+  export = ((contracts.ZERO_SHOT_RATIO in g.all_ratios or bool(spec.beir))
+            and source.tasks != ("mlm",))
   return g.plan.add(CellId("pretrain", system=source.name, variant=variant.name, seed=seed),
                     PretrainParams(config=cfg.to_dict(), system=source.name,
                                      variant=variant.name, seed=seed, export=export),
@@ -475,7 +479,29 @@ def plan(spec: GridSpec, inputs: Inputs) -> tuple[Plan, list[Entry]]:
   for dataset, path in inputs.datasets():
     entries += _plan_dataset(g, dataset, path, stats_deps)
   _bundles(p, max(g.all_ratios))
+  _beir(g)
   return p, entries
+
+
+#: The system a BEIR folder's zero-shot rows are compared with (`twotower beir`'s reference).
+BEIR_REFERENCE = "bm25-flat"
+
+
+def _beir(g: _Grid) -> None:
+  """Per BEIR folder of the grid: BM25 flat once, and each pre-training the plan holds (row,
+  size, seed) whose row has a zero-shot entry (`has_zero_shot`) scored zero-shot by its
+  exported towers. Rendered by experiment.beir_cells; nothing reads them."""
+  from twotower.eval import ir_metrics  # pylint: disable=import-outside-toplevel
+  pretrainings = [c for c in g.plan.of_kind("pretrain")
+                  if has_zero_shot(g.spec.systems[c.id.system])]
+  for data in g.spec.beir:
+    common = dict(path=data.path, split=data.split, metrics=ir_metrics.BEIR_METRICS)
+    g.plan.add(CellId("beir", data.name, BEIR_REFERENCE),
+               BeirParams(system=BEIR_REFERENCE, **common))
+    for pre in pretrainings:
+      g.plan.add(CellId("beir", data.name, pre.id.system, pre.id.variant, seed=pre.id.seed),
+                 BeirParams(system=pre.id.system, variant=pre.id.variant, seed=pre.id.seed,
+                            **common), {"model": pre.id})
 
 
 def _bundles(p: Plan, ratio: int) -> None:

@@ -18,8 +18,8 @@ from typing import Iterable, Mapping, Optional, Sequence
 from twotower.core import contracts
 from twotower.core import files as tio
 from twotower.eval import report
-from twotower.experiment import (bootstrap, execute, finetune_length, leak_free, ranks,
-                                 reading_changes, readings)
+from twotower.experiment import (beir_cells, bootstrap, execute, finetune_length, leak_free,
+                                 ranks, reading_changes, readings)
 from twotower.experiment.grid import BASE_VARIANT, DEFAULT_SEEDS, GridSpec, Table
 from twotower.experiment.estimate import format_seconds
 from twotower.experiment.cell_id import CellId
@@ -214,22 +214,26 @@ def write_tables(spec: GridSpec, plan: Plan, entries: Sequence[Entry], work: str
   # a table with a hybrid row, its fuse cells' weights.
   records = [execute.read_done(execute.cell_dir(work, c))
              for c in plan.of_kind("pretrain") + plan.of_kind("pairs") + plan.of_kind("fuse")]
+  beir_cells.export(plan, work, results_dir)
   return write_results(spec, entries, collect(plan, work), [(n, d) for n, d in stats if d],
-                       [d for d in records if d], results_dir)
+                       [d for d in records if d], results_dir,
+                       beir=beir_cells.entries(plan, work))
 
 
 def write_results(spec: GridSpec, entries: Sequence[Entry],
                   values: Mapping[tuple[str, str], dict], stats: Sequence[tuple[str, dict]],
                   cell_records: Sequence[Mapping], results_dir: str,
                   ranks_of: Optional[readings.RanksOf] = None, variant: str = "",
-                  resampler: Optional[bootstrap.Resampler] = None) -> Written:
+                  resampler: Optional[bootstrap.Resampler] = None,
+                  beir: Sequence[Mapping] = ()) -> Written:
   """What `write_tables` writes, from the result records (`collect`), the datastats records
   [(dataset, record)] and the pre-training, pair and fuse records; the per-question ranks
   from `ranks_of` (default: the results folder's). Where the folder holds the questions its
   pre-training read (experiment.leak_free), everything again without them, in a subfolder.
 
   `variant` (that subfolder's note): the tables, summary, results.json and reading of a
-  variant, without plots or the files that compare readings."""
+  variant, without plots or the files that compare readings. `beir`: the beir cells' entries
+  (experiment.beir_cells; a grid without BEIR folders has none, and no key or file of them)."""
   aggs = aggregate(spec, entries, values)
   sections, kept, tables1_2 = [], [], ""
   if stats:
@@ -266,12 +270,16 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
           if records:
             report.plot_recall(records, os.path.join(results_dir, f"{stem}-r{ratio}.png"),
                                f"{title}, {ratio_label(ratio)}: Recall@k")
+  if beir and not variant:
+    sections += write_beir(spec, beir, results_dir)
   summary = summary_markdown(spec, kept)
   tio.write_text(os.path.join(results_dir, "summary.md"), summary)
   _write_csv(kept, os.path.join(results_dir, "results.csv"))
   results = {"gold": "pair", "aggregates": [dataclasses.asdict(a) for a in kept],
              "per_seed": [{**dataclasses.asdict(e), "record": values.get((e.cell, e.split))}
                           for e in entries if (e.cell, e.split) in values]}
+  if beir and not variant:
+    results[beir_cells.RESULTS_KEY] = list(beir)
   tio.write_json(os.path.join(results_dir, "results.json"), results)
   # The ranks the tables' cells recorded (ranks.export ran first): paired intervals where both
   # rows of a comparison have them; the committed grids before them read by seeds alone.
@@ -289,6 +297,17 @@ def write_results(spec: GridSpec, entries: Sequence[Entry],
       # The headline beside the tables: the README's Results section ends with it.
       sections.append("##" + headline)      # "# The headline ..." as "### ..."
   return Written(sections, summary, tables1_2, comparisons)
+
+
+def write_beir(spec: GridSpec, beir: Sequence[Mapping], results_dir: str) -> list[str]:
+  """The BEIR zero-shot tables, `beir-<dataset>.md` (experiment.beir_cells: every pre-trained
+  row beside BM25 flat, with its paired interval), from the beir cells' records and the
+  per-query values the results folder keeps; returns them as README sections."""
+  sections = []
+  for dataset, text in beir_cells.tables(spec, beir, beir_cells.per_query_reader(results_dir)):
+    tio.write_text(os.path.join(results_dir, f"beir-{dataset}.md"), text)
+    sections.append(text)
+  return sections
 
 
 def _write_leak_free(spec: GridSpec, entries: Sequence[Entry], results: Mapping,
@@ -369,7 +388,8 @@ def rerender(spec: GridSpec, results_dir: str, readme: str = "") -> Written:
   and cells.json (no work directory, no cell run); refreshes the README's Results section
   and, in `readme`, the results:<grid> and results:<grid>-reading blocks."""
   entries, values, stats, pretrain = from_results_dir(results_dir)
-  written = write_results(spec, entries, values, stats, pretrain, results_dir)
+  written = write_results(spec, entries, values, stats, pretrain, results_dir,
+                          beir=beir_cells.from_results(results_dir))
   replace_readme_results(os.path.join(results_dir, "README.md"), written.sections)
   if readme:
     update_blocks(readme, spec, written, results_dir)
