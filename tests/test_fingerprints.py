@@ -424,7 +424,7 @@ def _edit(path: str, fn) -> None:
     (lambda m: {**m, "index": {**m["index"], "ids": {"count": 48, "sha256": "0" * 64}}},
      "part 'index.faiss' holds other ids than part 'store.sqlite'"),
     (lambda m: {**m, "format_version": 1}, "bundle format version 1, this twotower reads "
-                                           "version 2: rebuild it"),
+                                           "versions 2, 3: rebuild it with `twotower bundle`"),
 ], ids=["json-list", "no-model", "null-dim", "other-ids", "before-fingerprints"])
 def test_manifests_it_cannot_read_give_one_line(copy, capsys, edit, message):
   _edit(copy, edit)

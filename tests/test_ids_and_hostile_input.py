@@ -341,7 +341,7 @@ def test_invalid_utf8_in_query_jsonl_names_the_file_and_line(tmp_path):
   path.write_bytes(b'{"query": "fine"}\n{"query": "caf\xe9"}\n')
   with open(path, encoding="utf-8", errors="surrogateescape") as f:
     lines = query.read_queries(f, str(path))
-    assert next(lines) == ("1", "fine")
+    assert next(lines) == ("1", "fine", None)  # (id, query, no filter of its own)
     with pytest.raises(ValueError, match=f"{path}:2: not UTF-8"):
       next(lines)
 
