@@ -4,7 +4,8 @@ the layout data.py makes in tf.data, prefetched on background threads.
   pairs/<task>/<split>-*.tfrecord   (contracts.PAIR_FEATURES, one tf.train.Example per pair)
     per task: shards in a seeded order -> read round-robin, 4 at a time
               (codecs.read_tfrecords: the length and data CRC-32C of every record checked)
-              -> shuffle buffer -> repeat
+              -> shuffle buffer -> repeat (each pass shuffled on its own, as tf.data's
+              shuffle before repeat: every pair once a pass)
     tasks mixed by drawing each pair's task with the weights of data.task_weights
     -> batches of raw records (one producer thread: every random draw is made there, in
        order, so the batches are the same whatever the threads do)
@@ -46,26 +47,22 @@ logger = logging.getLogger(__name__)
 CYCLE = 4
 
 
-def _shard_records(files: Sequence[str], rng: np.random.Generator, shuffle: bool,
-                   repeat: bool) -> Iterator[bytes]:
-  """Records of `files`, CYCLE shards at a time round-robin, the shard order drawn anew for
-  each pass when shuffling."""
-  while True:
-    order = list(files)
-    if shuffle:
-      order = [order[i] for i in rng.permutation(len(order))]
-    pending = collections.deque(order)
-    open_readers: collections.deque = collections.deque()
-    while pending or open_readers:
-      while pending and len(open_readers) < CYCLE:
-        open_readers.append(codecs.read_tfrecords([pending.popleft()]))
-      reader = open_readers.popleft()
-      record = next(reader, None)
-      if record is not None:
-        yield record
-        open_readers.append(reader)
-    if not repeat:
-      return
+def _one_pass(files: Sequence[str], rng: np.random.Generator, shuffle: bool) -> Iterator[bytes]:
+  """The records of `files` once, CYCLE shards at a time round-robin, the shards in an order
+  drawn for this pass when shuffling."""
+  order = list(files)
+  if shuffle:
+    order = [order[i] for i in rng.permutation(len(order))]
+  pending = collections.deque(order)
+  open_readers: collections.deque = collections.deque()
+  while pending or open_readers:
+    while pending and len(open_readers) < CYCLE:
+      open_readers.append(codecs.read_tfrecords([pending.popleft()]))
+    reader = open_readers.popleft()
+    record = next(reader, None)
+    if record is not None:
+      yield record
+      open_readers.append(reader)
 
 
 def _shuffled(records: Iterator[bytes], rng: np.random.Generator, size: int) -> Iterator[bytes]:
@@ -85,10 +82,14 @@ def _shuffled(records: Iterator[bytes], rng: np.random.Generator, size: int) -> 
 
 def task_records(files: Sequence[str], *, seed: int, shuffle: bool, repeat: bool,
                  shuffle_buffer: int) -> Iterator[bytes]:
-  """One task's serialized pairs, in the order of `seed`."""
+  """One task's serialized pairs, in the order of `seed`: pass after pass over the shards,
+  each pass shuffled on its own (tf.data's shuffle before repeat: every pair once a pass)."""
   rng = np.random.default_rng(seed)
-  records = _shard_records(files, rng, shuffle, repeat)
-  return _shuffled(records, rng, shuffle_buffer) if shuffle else records
+  while True:
+    records = _one_pass(files, rng, shuffle)
+    yield from _shuffled(records, rng, shuffle_buffer) if shuffle else records
+    if not repeat:
+      return
 
 
 def mixed_records(files_by_task: Mapping[str, Sequence[str]],

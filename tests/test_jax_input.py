@@ -126,6 +126,18 @@ def test_a_seed_repeats_its_order_and_a_resumed_run_skips_unread(vocab, tmp_path
   assert _queries(first[:8]) != _queries(in_order)
 
 
+def test_each_pass_holds_every_pair_once(tmp_path):
+  """As tf.data's shuffle before repeat: the shuffle buffer never carries a pair into the next
+  pass, so every pass over the shards is a permutation of the pairs, in an order of its own."""
+  files = testing.write_pairs(str(tmp_path), "ict", "train",
+                              testing.synthetic_pairs(50, seed=3), shards=3)
+  records = np_input.task_records(files, seed=0, shuffle=True, repeat=True, shuffle_buffer=20)
+  passes = [[next(records) for _ in range(50)] for _ in range(3)]
+  every = sorted(codecs.read_tfrecords(files))
+  assert all(sorted(p) == every for p in passes)
+  assert passes[0] != passes[1] != passes[2] and passes[0] != every
+
+
 def test_tasks_are_mixed_by_their_weights(tmp_path):
   files = {}
   for task, seed in (("ict", 0), ("bfs", 1)):
