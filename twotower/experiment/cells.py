@@ -311,7 +311,7 @@ def _beir(cell: Cell, ctx: Context, out: str) -> dict:
       systems=(beir_eval.DENSE,) if dense else (p.system,), metrics=p.metrics,
       model=contracts.saved_model_path(ctx.dep(cell, "model")) if dense else "",
       keep_embeddings=ctx.keep_embeddings, beam_args=ctx.beam_args, overwrite=True))
-  return {"records": result.records, "data": result.record}
+  return {"records": result.records, "data": result.data}
 
 
 EXECUTORS: dict[str, Callable[[Cell, Context, str], dict]] = {
