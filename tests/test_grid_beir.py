@@ -189,3 +189,41 @@ def test_the_beir_column_rerenders_from_the_results_folder_and_a_rerun_runs_noth
                              render_only=True)
   experiment.run(lost)
   assert (results / "beir-tinybeir.md").read_bytes() == before
+
+
+def test_a_row_of_several_seeds_shows_its_mean_and_sd_and_the_interval_of_its_query_means(
+    tmp_path):
+  """Rendered from hand-made records and per-query values: two seeds of `ict` on three
+  queries against BM25 flat."""
+  import numpy as np
+  from twotower.core import paired_bootstrap
+  from twotower.eval.ir_metrics import Evaluation
+  spec = grid.load(_grid_file(tmp_path, GRID.replace("[0]}", "[0, 1]}") + "beir: {b: /b}\n"))
+  queries = ("q1", "q2", "q3")
+  values = {"beir/b/bm25-flat": [1.0, 0.5, 0.0], "beir/b/ict/base/s0": [0.5, 0.5, 0.0],
+            "beir/b/ict/base/s1": [1.0, 0.0, 0.5]}
+  per_query = {name: Evaluation(beir_cells.METRICS, queries,
+                                {m: np.array(v) for m in beir_cells.METRICS})
+               for name, v in values.items()}
+
+  def entry(name, system, variant, seed):
+    mean = float(np.mean(values[name]))
+    return {"cell": name, "dataset": "b", "system": system, "variant": variant, "seed": seed,
+            "record": {"system": "dense", "split": "test", "questions": 3, "candidates": 9,
+                       "metrics": {m: mean for m in beir_cells.METRICS}}}
+
+  entries = [entry("beir/b/bm25-flat", "bm25-flat", None, None),
+             entry("beir/b/ict/base/s1", "ict", "base", 1),
+             entry("beir/b/ict/base/s0", "ict", "base", 0)]
+  ((dataset, md),) = beir_cells.tables(spec, entries, per_query.get)
+  assert dataset == "b"
+  ict = _table_rows(md)["Transformer, ICT"]
+  # Seed means 1/3 and 1/2: mean 41.67, sample SD 11.79 (points).
+  assert ict[:3] == ["0, 1", "41.67 ± 11.79", "41.67 ± 11.79"]
+  expected = paired_bootstrap.paired_values(100 * np.array([0.75, 0.25, 0.25]),
+                                            100 * np.array(values["beir/b/bm25-flat"]))
+  assert ict[3] == (f"{expected.difference:+.2f} [{expected.low:+.2f}, "
+                    f"{expected.high:+.2f}]") == ict[4]
+  # Without BM25 flat's per-query values, no interval (the numbers stay).
+  ((_, md),) = beir_cells.tables(spec, entries, lambda n: None if "bm25" in n else per_query[n])
+  assert _table_rows(md)["Transformer, ICT"][3:] == ["", ""]
