@@ -72,8 +72,8 @@ def test_a_grid_without_the_key_plans_what_it_did_and_with_it_adds_beir_cells_on
 
 
 def test_a_grid_without_zero_shot_ratios_exports_its_pretrainings_for_the_beir_column(tmp_path):
-  text = GRID.replace("ratios: [0]", "ratios: [80]").replace("{pretrain_steps: 10}",
-                                                             "{pretrain_steps: 10, finetune_steps: {80: 5}}")
+  text = GRID.replace("ratios: [0]", "ratios: [80]").replace(
+      "{pretrain_steps: 10}", "{pretrain_steps: 10, finetune_steps: {80: 5}}")
   plain, _ = plan.plan(grid.load(_grid_file(tmp_path, text)), INPUTS)
   assert plain["pretrain/ict/base/s0"].params.export is False
   with_beir, _ = plan.plan(grid.load(_grid_file(tmp_path, text + "beir: {b: /data/b}\n")),

@@ -14,8 +14,8 @@ from typing import Callable, Mapping
 from twotower.core import contracts
 from twotower.experiment import grid, plan
 from twotower.experiment.cell_id import CellId
-from twotower.experiment.params import (BeirParams, Bm25Params, EvalParams, FinetuneParams, FuseParams,
-                                        GOLDS, HardnegParams, PairsParams, PretrainParams,
+from twotower.experiment.params import (BeirParams, Bm25Params, EvalParams, FinetuneParams,
+                                        FuseParams, GOLDS, HardnegParams, PairsParams, PretrainParams,
                                         ReqaParams, from_key_params)
 from twotower.experiment.plan import Cell
 

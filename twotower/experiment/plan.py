@@ -49,9 +49,9 @@ from twotower.experiment import row_configs
 from twotower.experiment.grid import GridSpec, System, Table, Variant
 from twotower.experiment.cell_id import LAYOUTS, OPEN_SUFFIX, CellId
 from twotower.experiment.params import (BeirParams, Bm25Params, BundleParams, CellParams,
-                                        DatastatsParams, EvalParams, FinetuneParams, FuseParams, HardnegParams,
-                                        PairsParams, PretrainParams, ReqaParams, VocabParams,
-                                        key_params)
+                                        DatastatsParams, EvalParams, FinetuneParams, FuseParams,
+                                        HardnegParams, PairsParams, PretrainParams, ReqaParams,
+                                        VocabParams, key_params)
 from twotower.pipelines.wiki.pair_tasks import PairConfig
 
 #: The cell kinds (each named as identity.LAYOUTS says, with params.BY_KIND's parameters).
