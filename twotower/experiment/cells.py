@@ -15,8 +15,8 @@ from twotower.core import contracts
 from twotower.experiment import grid, plan
 from twotower.experiment.cell_id import CellId
 from twotower.experiment.params import (BeirParams, Bm25Params, EvalParams, FinetuneParams,
-                                        FuseParams, GOLDS, HardnegParams, PairsParams, PretrainParams,
-                                        ReqaParams, from_key_params)
+                                        FuseParams, GOLDS, HardnegParams, PairsParams,
+                                        PretrainParams, ReqaParams, from_key_params)
 from twotower.experiment.plan import Cell
 
 
