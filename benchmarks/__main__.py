@@ -112,6 +112,12 @@ BENCHMARKS = {
         "`twotower beir --systems bm25-flat` on a generated BEIR corpus: the reader's peak RSS "
         "vs the corpus bytes; seconds per document at N/10 vs N",
         quick=("--docs", "20000", "--queries", "200")),
+    "accelerator_run": Benchmark(
+        "pre-training on JAX for a wall budget, fine-tuning, test R@1/10/100 zero-shot and "
+        "fine-tuned; examples/s, achieved FLOP/s against a peak (the prepared H200 run; "
+        "--pack OUT collects its wheels and data)",
+        required="--data DIR (an `accelerator_run --pack` folder) or --pairs DIR --vocab FILE "
+                 "--reqa DIR"),
     "moco_spread": Benchmark(
         "MoCo queues vs in-batch negatives from random weights: embedding spread, accuracy",
         required="--pairs DIR (crop pairs, e.g. a grid's pairs/wiki+crop-*) --vocab FILE"),

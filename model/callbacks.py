@@ -7,6 +7,9 @@ TensorFlow here: the JAX trainer's process never imports it):
             jax_checkpoints.BestWeights); with a patience, it stops a run that stopped
             improving
   Progress  a tqdm bar over all steps, or one line per checkpoint, or nothing
+  WallBudget  stops training once a wall-clock budget is spent (TrainRunConfig.wall_budget_s:
+            a run sized by time, as on a borrowed accelerator), ending with the checkpoint and
+            history row of the step it stopped at
 """
 
 from __future__ import annotations
@@ -214,3 +217,35 @@ class Progress(keras.callbacks.Callback):
     if self.bar is not None:
       self.bar.close()
       self.bar = None
+
+
+class WallBudget(keras.callbacks.Callback):
+  """Stops `fit` after the first step that ends `seconds` or more after training began (the
+  first step's compilation counts: it is spent on the budget too). Keras then ends the epoch
+  as usual, so the checkpoint and history row of the stopping step are written. Each row
+  also gets `wall_seconds`, the time since training began (the throughput between two rows,
+  held-out batches and checkpoint writes included): the trainers put this callback before
+  History. The learning rate schedule still spans the run's `steps`: size them to the
+  budget for a full decay."""
+
+  def __init__(self, seconds: float):
+    super().__init__()
+    if seconds <= 0:
+      raise ValueError(f"wall budget {seconds} s: expected > 0")
+    self.seconds = seconds
+    self.started: float | None = None
+    self.stopped_at: int | None = None
+
+  def on_train_begin(self, logs=None):
+    self.started = time.monotonic()
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self.stopped_at is None and time.monotonic() - self.started >= self.seconds:
+      self.stopped_at = _step(self.model)
+      self.model.stop_training = True
+      logger.warning("wall budget of %.0f s spent: stopping at step %d", self.seconds,
+                     self.stopped_at)
+
+  def on_epoch_end(self, epoch, logs=None):
+    if logs is not None:
+      logs["wall_seconds"] = time.monotonic() - self.started

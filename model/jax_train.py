@@ -219,7 +219,9 @@ def train(job: TrainRunConfig, build_model: Callable[[int], keras.Model],
     # The input skips what the restored steps trained on without decoding it, so that a
     # resumed run sees the batches an uninterrupted one would.
     train_batches, eval_batches = make_batches(tokenizer, step)
-    cbs = list(callbacks(model, tokenizer) if callbacks else [])
+    # Before History: it adds the row's wall_seconds.
+    cbs = [callbacks_lib.WallBudget(job.wall_budget_s)] if job.wall_budget_s else []
+    cbs += list(callbacks(model, tokenizer) if callbacks else [])
     cbs += [keep_best] if keep_best else []
     cbs += [history, SaveCheckpoint(checkpoints, t.keep_checkpoints),
             callbacks_lib.Progress(job.progress, epochs * per_epoch, step)]

@@ -32,6 +32,8 @@ class TrainRunConfig:
     export: write export/ (SavedModel with string signatures, .keras) at the end.
     progress: "bar" (one tqdm bar over all steps), "epoch" (one line per checkpoint) or
       "none" (callbacks.Progress).
+    wall_budget_s: stop training once this many seconds of this invocation's training have
+      passed (callbacks.WallBudget; the checkpoint of the stopping step is written); 0: off.
   """
   training: config_lib.TrainingConfig
   out: str
@@ -40,6 +42,7 @@ class TrainRunConfig:
   export: bool = True
   progress: str = "bar"
   overwrite: bool = False  # start over in an `out` that holds another run (twotower.core.outputs)
+  wall_budget_s: float = 0.0
 
   #: The stage named in the run dir's manifest.
   STAGE: ClassVar[str] = "train"
@@ -47,6 +50,8 @@ class TrainRunConfig:
   def __post_init__(self):
     if self.progress not in PROGRESS_MODES:
       raise ValueError(f"progress={self.progress!r}: expected one of {PROGRESS_MODES}")
+    if self.wall_budget_s < 0:
+      raise ValueError(f"wall_budget_s={self.wall_budget_s}: expected 0 (off) or seconds")
 
 
 @dataclasses.dataclass(frozen=True)

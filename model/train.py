@@ -32,6 +32,7 @@ import tensorflow as tf
 from twotower.core import contracts
 from twotower.core import files as io
 from twotower.core import outputs
+from twotower.model import callbacks as callbacks_lib
 from twotower.model import config as config_lib
 from twotower.model import loop
 # The run's types and bookkeeping (no backend: shared with jax_train.py) and the optimizer,
@@ -331,7 +332,9 @@ def _train(job: TrainRunConfig, build_model: BuildModel, make_datasets: MakeData
     # stream from its start before). Skipping runs the input pipeline (so its seeded shuffles
     # and masks advance as they did), not the model.
     train_ds = train_ds.skip(step) if step else train_ds
-    cbs = list(callbacks(model, tokenizer) if callbacks else [])
+    # Before History: it adds the row's wall_seconds.
+    cbs = [callbacks_lib.WallBudget(job.wall_budget_s)] if job.wall_budget_s else []
+    cbs += list(callbacks(model, tokenizer) if callbacks else [])
     cbs += [keep_best] if keep_best else []
     # History before SaveCheckpoint: every checkpoint on disk has its row in history.csv (a
     # kill between the two leaves a row past the last checkpoint, which a resume drops).
