@@ -1,7 +1,8 @@
 """The accelerator preset and the prepared accelerator run (issue 64): the h200-6min preset
-states the size and step arithmetic of the model it builds; benchmarks/accelerator_run.py
-packs its inputs and runs pre-training to a wall budget, fine-tuning and scoring on JAX in a
-process that never imports TensorFlow (here on CPU, at the tiny preset and a few seconds)."""
+states the size and step arithmetic of the model it builds; a wall budget stops either
+trainer; benchmarks/accelerator_run.py packs its inputs and runs pre-training to a wall
+budget, fine-tuning and scoring on JAX in a process that never imports TensorFlow (here on
+CPU, at the tiny preset and a few seconds: no GPU has run it)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,23 @@ def test_throughput_leaves_the_first_rows_compilation_out():
           {"step": 15.0, "wall_seconds": 24.0}]
   assert accelerator_run.throughput(rows, batch=8) == pytest.approx(10 * 8 / 4.0)
   assert accelerator_run.throughput(rows[:1], batch=8) is None
+
+
+def test_the_wall_budget_stops_a_tensorflow_run_too(tmp_path):
+  """TrainRunConfig.wall_budget_s on the TensorFlow trainer (the JAX one: below): the run
+  stops long before its schedule's end, with the stopping step's checkpoint and row."""
+  from twotower.core import contracts
+  from twotower.model import pretrain
+  root = str(tmp_path)
+  vocab = testing.write_vocab(os.path.join(root, "vocab.txt"))
+  testing.write_pairs(root, "ict", "train", testing.synthetic_pairs(64))
+  out = os.path.join(root, "run")
+  result = pretrain.run(pretrain.PretrainConfig(
+      training=config.load("tiny", ["trainer.steps=100000", "trainer.eval_steps=0"]), out=out,
+      vocab=vocab, pairs=root, export=False, progress="none", wall_budget_s=1.0))
+  assert 0 < result.steps < 100_000
+  assert result.history["step"][-1] == result.steps and result.history["wall_seconds"][-1] >= 1.0
+  assert os.listdir(contracts.checkpoint_dir(out))
 
 
 def _inputs(root: str) -> tuple[str, str, str]:
