@@ -272,8 +272,7 @@ def run(args) -> dict:
   pre_dir, ft_dir = os.path.join(args.work, "pretrain"), os.path.join(args.work, "finetune")
   for run_dir in (pre_dir, ft_dir):  # a fresh run: a finished one would resume as done
     if os.path.exists(run_dir):
-      logger.warning("removing the earlier run %s", run_dir)
-      shutil.rmtree(run_dir)
+      raise SystemExit(f"{run_dir} exists (an earlier run): give a fresh --work")
   progress = "epoch"
   logger.info("%d %s device(s) (%s), %s, preset %s", len(devices), jax.default_backend(),
               devices[0].device_kind, precision, args.config)
@@ -281,7 +280,7 @@ def run(args) -> dict:
   started = time.perf_counter()
   pre = pretrain.run(pretrain.PretrainConfig(
       training=cfg, out=pre_dir, vocab=vocab, pairs=pairs, export=False, progress=progress,
-      wall_budget_s=args.budget_s, overwrite=True))
+      wall_budget_s=args.budget_s))
   pre_seconds = time.perf_counter() - started
   pre_rows = _history_rows(contracts.history_path(pre_dir))
   batch = cfg.data.batch_size
@@ -297,7 +296,7 @@ def run(args) -> dict:
   started = time.perf_counter()
   ft = finetune.run(finetune.FinetuneConfig(
       training=ft_cfg, out=ft_dir, vocab=vocab, init=pre_dir, reqa=reqa, split=args.split,
-      select=args.select, export=False, progress=progress, overwrite=True))
+      select=args.select, export=False, progress=progress))
   ft_seconds = time.perf_counter() - started
   best = h5_checkpoints.weights_path(contracts.best_checkpoint_dir(ft_dir), ft.selected_step,
                                      "best")
