@@ -374,8 +374,9 @@ def format_table(m: dict) -> str:
       f"| examples/s (between checkpoints) | {_num(p['examples_per_s'], ',.1f')} |",
       f"| examples/s (compilation included) | {_num(p['examples_per_s_with_compile'], ',.1f')} |",
       f"| GFLOP per example | {p['flops_per_example'] / 1e9:.3f} |",
-      f"| achieved TFLOP/s | {_num(p['achieved_tflops'], '.3f')} |",
-      f"| fraction of {p['peak_tflops']:g} TFLOP/s | {_num(p['fraction_of_peak'], '.2%')} |",
+      f"| achieved TFLOP/s | {_num(p['achieved_tflops'], '.4g')} |",
+      f"| fraction of {p['peak_tflops']:g} TFLOP/s | "
+      f"{_num(p['fraction_of_peak'] and 100 * p['fraction_of_peak'], '.3g')} % |",
       "", f"{t['split']}: {t['questions']} questions, {t['candidates']} candidates "
       "(exact top-k over all)", "",
       "| towers | " + " | ".join(f"R@{k}" for k in KS) + " | MRR |",
