@@ -75,7 +75,8 @@ class IndexSpec:
   type: str = "flat"             # flat | ivf | hnsw | ivfpq | ivfpq_rerank
   factory: Optional[str] = None  # an index_factory string; overrides type and the fields below
   nlist: int = 0                 # IVF lists (0: the power of two nearest 4·sqrt(n))
-  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, 4 dims each; ivfpq_rerank d/2)
+  pq_m: int = 0                  # PQ sub-quantizers (0: d/4, 4 dims each; ivfpq_rerank with
+                                 # fast_scan: d/2)
   pq_nbits: int = 8              # bits per PQ code
   hnsw_m: int = 32               # HNSW graph degree
   ef_construction: int = 40      # HNSW build beam width
@@ -85,8 +86,7 @@ class IndexSpec:
   nprobe: int = 0                # IVF nprobe saved in the index (0: FAISS's 1; ivfpq_rerank:
                                  # RERANK_NPROBE)
   opq: bool = False              # ivfpq / ivfpq_rerank: learn an OPQ rotation before the PQ
-  fast_scan: bool = False        # ivfpq: 4-bit fast-scan PQ (PQ{m}x4fs); always for
-                                 # ivfpq_rerank
+  fast_scan: bool = False        # ivfpq / ivfpq_rerank: 4-bit fast-scan PQ (PQ{m}x4fs)
   store_vectors: bool = False    # write float32 vectors beside the index for exact re-ranking
                                  # (eval.rerank; always on for ivfpq_rerank)
 
@@ -96,13 +96,22 @@ class IndexSpec:
     pq_m = self.pq_m or max(1, d // 4)
     nbits, nprobe, store, fast = self.pq_nbits, self.nprobe, self.store_vectors, self.fast_scan
     if self.type == "ivfpq_rerank" and not self.factory:
-      # Fast-scan PQ with d/2 sub-quantizers of 4 bits (d/2 bytes a vector, as PQ{d/4}x8):
-      # measured on 1M clustered vectors (d 128, nprobe 16, re-rank of the top 4k), PQ64x4fs
-      # keeps 0.967 of the exact top 100 at about 6x the queries/s of PQ32x8 (0.995), whose
-      # 8-bit tables are scanned without SIMD; PQ32x4fs (16 bytes) needs the top 8k for 0.97,
-      # and an OPQ rotation adds under 0.01. docs/guide/index_search.md has the table.
-      pq_m = self.pq_m or max(1, d // 2)
-      nprobe, store, fast = nprobe or RERANK_NPROBE, True, True
+      # 8-bit PQ with d/4 sub-quantizers (d/4 bytes a vector: 32 at d 128). Measured on 1M
+      # clustered vectors (d 128, IVF4096, nprobe 16, re-rank of the top 4k from the mapped
+      # vectors; benchmarks/faiss_rerank.py --compare_codes): PQ32x8 keeps 0.995 of the exact
+      # top 100 and 0.951 of the top 10 where fast-scan PQ64x4fs, at the same 32 bytes and the
+      # former default, keeps 0.968 and 0.751, at 0.56x its batched queries/s and 1.2x its
+      # single-query p50 (0.37 against 0.31 ms); filtered, the same or better recall at 0.9-1.1x
+      # its speed. Recall first while the speed stays within 2x; 8-bit IVF lists can also be
+      # memory-mapped (--mmap), fast-scan ones cannot. --fast_scan keeps PQ{d/2}x4fs.
+      # docs/guide/index_search.md has the table.
+      fast = self.fast_scan
+      pq_m = self.pq_m or (max(1, d // 2) if fast else _divisor_at_most(d, max(1, d // 4)))
+      nprobe, store = nprobe or RERANK_NPROBE, True
+      if not fast:
+        # 2^nbits centroids per sub-quantizer need as many training vectors: a corpus (or
+        # --train_size) under 256 gets fewer bits rather than a FAISS error.
+        nbits = min(nbits, max(1, int(math.log2(max(2, min(n, self.train_size or n))))))
     if fast:
       nbits = 4
     train = self.train_size or max(64 * nlist, (2 ** nbits) * 64)
@@ -123,6 +132,12 @@ class IndexSpec:
     if self.type in ("ivfpq", "ivfpq_rerank"):
       return f"{opq}IVF{self.nlist},{pq}"
     raise ValueError(f"unknown index type {self.type!r}; expected one of {INDEX_TYPES}")
+
+
+def _divisor_at_most(d: int, at_most: int) -> int:
+  """The largest sub-quantizer count that divides d and is at most `at_most` (PQ needs d % m
+  == 0)."""
+  return max(m for m in range(1, min(d, at_most) + 1) if d % m == 0)
 
 
 def memory_estimate(config: IndexSpec, n: int, d: int, block_rows: int) -> dict[str, int]:

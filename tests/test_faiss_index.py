@@ -139,6 +139,28 @@ def test_index_shards_equal_single_index(corpus, tmp_path, num_shards):
     assert faiss_index.recall_vs_reference(i2, i1, 10) >= 0.99  # equal up to score ties
 
 
+def test_ivfpq_rerank_default_codes():
+  # 8-bit PQ at d/4 bytes a vector (docs/guide/index_search.md: chosen by measurement);
+  # --fast_scan: the former default, fast-scan 4-bit codes at the same bytes.
+  default = faiss_index.IndexSpec("ivfpq_rerank").resolve(1_000_000, 128)
+  assert default.factory_string() == "IVF4096,PQ32x8"
+  assert default.nprobe == faiss_index.RERANK_NPROBE and default.store_vectors
+  fast = faiss_index.IndexSpec("ivfpq_rerank", fast_scan=True).resolve(1_000_000, 128)
+  assert fast.factory_string() == "IVF4096,PQ64x4fs"
+  assert default.pq_m * default.pq_nbits == fast.pq_m * fast.pq_nbits == 32 * 8
+
+
+def test_ivfpq_rerank_on_a_tiny_corpus_takes_fewer_bits_and_builds(tmp_path):
+  # 8-bit codes need 256 training vectors per sub-quantizer: 100 vectors get 6 bits.
+  x = np.random.default_rng(0).normal(size=(100, 16)).astype(np.float32)
+  spec = faiss_index.IndexSpec("ivfpq_rerank", nlist=2).resolve(len(x), 16)
+  assert spec.factory_string() == "IVF2,PQ4x6"
+  index = faiss_index.new_index(spec, 16)
+  index.train(x)
+  index.add_with_ids(x, np.arange(len(x), dtype=np.int64))
+  assert index.ntotal == len(x)
+
+
 def test_memory_estimate_ivfpq_is_small():
   config = faiss_index.IndexSpec("ivfpq").resolve(1_000_000, 128)
   assert config.nlist == 4096 and config.pq_m == 32

@@ -30,7 +30,7 @@ def test_tiny_run_measures_every_row(tmp_path, capsys):
   assert codes["disk"] < by_label[("Flat (exact)", "-")]["disk"]
   assert all(m["qps"] > 0 and m["p99_ms"] >= m["p50_ms"] > 0 for _, m in rows)
   out = capsys.readouterr().out
-  assert "| ivfpq_rerank (defaults) `IVF16,PQ16x4fs` | nprobe=16 rerank=4 |" in out
+  assert "| ivfpq_rerank (defaults) `IVF16,PQ8x8` | nprobe=16 rerank=4 |" in out
   assert "1 FAISS thread(s) per search process" in out
 
 

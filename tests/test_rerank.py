@@ -104,10 +104,14 @@ def test_rerank_returns_flat_topk_when_the_short_list_holds_it(corpus, tmp_path)
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-6)
 
 
-def test_rerank_of_everything_equals_flat(corpus, tmp_path):
+@pytest.mark.parametrize("fast_scan", [False, True], ids=["8-bit", "fast-scan"])
+def test_rerank_of_everything_equals_flat(corpus, tmp_path, fast_scan):
   # Every list probed and k*r >= n: the short list is the whole corpus, so the re-ranked
-  # compressed index must give exactly flat's top-k.
-  paths = _build(corpus, tmp_path / "index.faiss")
+  # compressed index must give exactly flat's top-k. fast_scan: the former default's codes
+  # (PQ{d/2}x4fs), which indexes and bundles built before keep: the type is read from the file.
+  paths = _build(corpus, tmp_path / "index.faiss", fast_scan=fast_scan)
+  assert faiss_index.IndexSpec("ivfpq_rerank", nlist=16, fast_scan=fast_scan).resolve(
+      N, D).factory_string() == ("IVF16,PQ16x4fs" if fast_scan else "IVF16,PQ8x8")
   s = searcher_lib.load_searcher(paths[0])
   scores, ids = s.search(corpus["q"], 10, nprobe=16, rerank=N // 10)
   ref_scores, ref_ids = _exact(corpus, 10)

@@ -215,7 +215,7 @@ def test_a_compressed_bundle_reranks_exactly_from_its_vectors(serving_bundle, tm
   assert any(name.endswith(".vectors.npy") for name in os.listdir(out))
   compressed, flat = Retriever.load(out), Retriever.load(serving_bundle["bundle"])
   try:
-    assert "fs" in compressed.manifest.index.factory
+    assert ",PQ" in compressed.manifest.index.factory  # compressed codes, re-ranked
     queries = ["Who designed the tower in Galt?", "When was the river of Arlen built?"]
     # Every list visited and every document in the short list (48 <= 10 x 4 x ...): exact.
     for a, b in zip(compressed.search(queries, k=10, nprobe=2), flat.search(queries, k=10)):

@@ -14,12 +14,12 @@ from twotower.eval import faiss_index, index
 #: Each flag's help; name, type and default come from the config field of the same name
 #: (faiss_index.IndexSpec, index.IndexConfig; commands.dataclass_flags).
 HELP = {
-    "type": "index family; flat is the exact inner-product reference; ivfpq_rerank: fast-scan "
-            "IVF-PQ whose short list is re-ranked exactly from float32 vectors memory-mapped "
-            "beside the index",
+    "type": "index family; flat is the exact inner-product reference; ivfpq_rerank: IVF-PQ "
+            "(8-bit codes, d/4 bytes; --fast_scan: 4-bit fast-scan) whose short list is "
+            "re-ranked exactly from float32 vectors memory-mapped beside the index",
     "factory": "an index_factory string (e.g. 'OPQ32,IVF4096,PQ32'); overrides --type",
     "nlist": "IVF lists (0: about 4*sqrt(n))",
-    "pq_m": "PQ sub-quantizers (0: d/4)",
+    "pq_m": "PQ sub-quantizers (0: d/4; ivfpq_rerank --fast_scan: d/2)",
     "pq_nbits": "bits per PQ code",
     "hnsw_m": "HNSW graph degree",
     "ef_construction": "HNSW build beam width",
