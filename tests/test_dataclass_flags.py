@@ -173,6 +173,9 @@ def test_pairs_flags_default_to_the_configs_and_each_sets_its_field(tmp_path):
   assert pairs_cmd.parse(["--dump", dump, "--out", out, "--text_cleanup", "off",
                           "--overwrite", "--runner=DirectRunner"]) == pairs.PairsConfig(
       dump=dump, out=out, text_cleanup=False, overwrite=True, beam_args=("--runner=DirectRunner",))
+  # A Beam option's value as its own word stays the option's.
+  assert pairs_cmd.parse(["--dump", dump, "--out", out, "--direct_num_workers", "2"]).beam_args \
+      == ("--direct_num_workers", "2")
 
 
 @pytest.mark.parametrize("argv, error", [
@@ -181,6 +184,9 @@ def test_pairs_flags_default_to_the_configs_and_each_sets_its_field(tmp_path):
     (["--ict_per_page", "-1"], "--ict_per_page must be >= 0, got -1"),
     (["--text_cleanup", "maybe"], "argument --text_cleanup: invalid choice: 'maybe'"),
     (["--shuffle", "memory"], "argument --shuffle: invalid choice: 'memory'"),
+    # A glob that caught one file too many: Beam would warn and drop the word.
+    (["other.xml.bz2"], "unrecognized argument: other.xml.bz2"),
+    (["--runner=DirectRunner", "stray"], "unrecognized argument: stray"),
 ])
 def test_pairs_usage_errors_exit_2_with_one_line(argv, error, tmp_path, capsys):
   from twotower import cli

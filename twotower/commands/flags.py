@@ -30,6 +30,13 @@ def parse_with_beam(p: argparse.ArgumentParser,
   `parse_known_args` idiom), passed through untouched (`--runner`, `--direct_num_workers`,
   Dataflow options...)."""
   args, beam_args = p.parse_known_args(None if argv is None else list(argv))
+  # A bare word is a Beam option's value only right after a `--flag` without `=`: anywhere
+  # else it is a stray argument (a glob that caught one file too many, a typo), which Beam
+  # would only warn about and drop.
+  for before, word in zip([None, *beam_args], beam_args):
+    if not word.startswith("-") and not (before and before.startswith("--")
+                                         and "=" not in before):
+      p.error(f"unrecognized argument: {word}")
   runner = argparse.ArgumentParser(add_help=False)
   runner.add_argument("--runner")
   try:  # a runner that gives wrong results is a usage error, before any work
