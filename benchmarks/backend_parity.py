@@ -10,10 +10,12 @@
      each with only its own in-batch negatives: the negatives are the global batch's.
   3. curves (`--curve_steps N`, 0 to skip): `twotower pretrain` of the same preset for N
      steps on each backend, each with its own input pipeline (the same shards, another
-     seeded order), the training and held-out loss at each checkpoint side by side.
+     seeded order), the training and held-out loss at each checkpoint side by side, beside
+     TensorFlow's own run at another seed (`--noise_seed`): the spread that "the same curve
+     within noise" is judged against.
 
   .venv/bin/python -m benchmarks.backend_parity [--config cpu-small] [--pairs DIR --vocab FILE]
-      [--curve_steps 300] [--checkpoint_every 50] [--batch 32]
+      [--curve_steps 300] [--checkpoint_every 50] [--batch 32] [--noise_seed 1]
 
 Without --pairs it writes synthetic ICT-like pairs to a temp dir. Each JAX part runs in a
 child process (`python -m benchmarks.backend_parity --child ...`, KERAS_BACKEND=jax, TensorFlow
@@ -208,8 +210,13 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--batch", type=int, default=32, help="batch of parts 1 and 2")
   p.add_argument("--curve_steps", type=int, default=300, help="steps of part 3 (0: skip)")
   p.add_argument("--checkpoint_every", type=int, default=50, help="part 3's curve points")
+  p.add_argument("--noise_seed", type=int, default=1,
+                 help="part 3 also trains TensorFlow with this seed: the seed-to-seed spread "
+                      "the backends' difference is judged against (-1: none)")
   p.add_argument("--child", nargs=3, metavar=("MODE", "CASE", "OUT"), help=argparse.SUPPRESS)
   args = p.parse_args(argv)
+  if args.noise_seed is not None and args.noise_seed < 0:
+    args.noise_seed = None
   if args.child:
     _child_main(*args.child)
     return 0
@@ -256,20 +263,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.curve_steps:
       overrides = [f"trainer.steps={args.curve_steps}",
                    f"trainer.checkpoint_every={args.checkpoint_every}"]
-      curves = {b: _pretrain(b, args.config, overrides, pairs, vocab, os.path.join(tmp, b))
-                for b in ("tensorflow", "jax")}
+      runs = {"TF": ("tensorflow", 0), "JAX": ("jax", 0)}
+      if args.noise_seed is not None:  # the noise: TensorFlow against itself, another seed
+        runs[f"TF s{args.noise_seed}"] = ("tensorflow", args.noise_seed)
+      curves = {name: _pretrain(backend, args.config,
+                                overrides + [f"trainer.seed={seed}"], pairs, vocab,
+                                os.path.join(tmp, name.replace(" ", "-")))
+                for name, (backend, seed) in runs.items()}
       print(f"\n{args.config} pre-training, {args.curve_steps} steps, each backend its own "
-            "input order (same shards, seed 0)")
-      print(f"{'step':>6} {'loss TF':>9} {'loss JAX':>9} {'held-out TF':>12} "
-            f"{'held-out JAX':>13} {'acc TF':>7} {'acc JAX':>8}")
-      h_tf, h_jax = curves["tensorflow"]["history"], curves["jax"]["history"]
-      for i, step in enumerate(h_tf["step"]):
-        print(f"{int(step):>6} {h_tf['loss'][i]:>9.4f} {h_jax['loss'][i]:>9.4f} "
-              f"{h_tf.get('val_loss', [np.nan] * 999)[i]:>12.4f} "
-              f"{h_jax.get('val_loss', [np.nan] * 999)[i]:>13.4f} "
-              f"{h_tf['in_batch_accuracy'][i]:>7.3f} {h_jax['in_batch_accuracy'][i]:>8.3f}")
-      print(f"seconds: TensorFlow {curves['tensorflow']['seconds']:.0f}, "
-            f"JAX {curves['jax']['seconds']:.0f} (including start-up and compilation)")
+            "input order (same shards, seed 0 unless named); loss: the mean over the steps "
+            "since the last checkpoint")
+      for metric, label, width in (("loss", "loss", 9), ("val_loss", "held-out loss", 9),
+                                   ("in_batch_accuracy", "accuracy", 9)):
+        print(f"{label:<14}" + "".join(f"{name:>{width}}" for name in curves)
+              + (f"{'|TF-JAX|':>10}{'|TF-TF s' + str(args.noise_seed) + '|':>13}"
+                 if args.noise_seed is not None else ""))
+        h = {name: c["history"] for name, c in curves.items()}
+        for i, step in enumerate(h["TF"]["step"]):
+          values = [h[name].get(metric, [np.nan] * len(h["TF"]["step"]))[i] for name in curves]
+          line = f"  step {int(step):<7}" + "".join(f"{v:>{width}.4f}" for v in values)
+          if args.noise_seed is not None:
+            line += f"{abs(values[0] - values[1]):>10.4f}{abs(values[0] - values[2]):>13.4f}"
+          print(line)
+      print("seconds: " + ", ".join(f"{name} {c['seconds']:.0f}" for name, c in curves.items())
+            + " (including start-up and compilation)")
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   return 0
