@@ -28,13 +28,12 @@ import numpy as np
 
 from twotower.core import files as tio
 from twotower.eval.ir_metrics import Evaluation
-from twotower.experiment import cells, execute, verdict_rule
+from twotower.experiment import cells, execute, ranks, verdict_rule
 from twotower.experiment.grid import BASE_VARIANT, GridSpec
 from twotower.experiment.plan import BEIR_REFERENCE, Cell, Plan
 
 #: In the results directory: the per-query values and their index.
 FOLDER = "beir"
-INDEX_FILE = "index.json"
 SUFFIX = ".per_query.json.gz"
 #: The key of results.json that holds the beir cells' records.
 RESULTS_KEY = "beir"
@@ -102,9 +101,7 @@ def export(plan: Plan, work: str, results_dir: str) -> int:
       copied += 1
     if os.path.exists(os.path.join(folder, name)):
       index[cell.name] = name
-  if index or os.path.exists(os.path.join(folder, INDEX_FILE)):
-    tio.write_text(os.path.join(folder, INDEX_FILE),
-                   json.dumps(index, indent=2, sort_keys=True) + "\n")
+  ranks.write_index(folder, index)
   return copied
 
 
@@ -130,8 +127,7 @@ def from_results(results_dir: str) -> list[dict]:
 def per_query_reader(results_dir: str) -> PerQueryOf:
   """The per-query values the results folder keeps, by cell name, through its index."""
   folder = os.path.join(results_dir, FOLDER)
-  index_path = os.path.join(folder, INDEX_FILE)
-  index = tio.read_json(index_path) if os.path.exists(index_path) else {}
+  index = ranks.read_index(folder)
   cache: dict[str, Optional[Evaluation]] = {}
 
   def per_query_of(name: str) -> Optional[Evaluation]:

@@ -87,13 +87,25 @@ def export(plan: Plan, work: str, results_dir: str) -> int:
       copied += 1
     if os.path.exists(os.path.join(folder, name)):
       index[cell.name] = name
-  if index or os.path.exists(os.path.join(folder, INDEX_FILE)):
-    tio.write_text(os.path.join(folder, INDEX_FILE),
-                   json.dumps(index, indent=2, sort_keys=True) + "\n")
+  write_index(folder, index)
   if backfilled:
     logger.info("recorded the ranks of %d cells that finished before ranks were recorded",
                 backfilled)
   return copied
+
+
+def write_index(folder: str, index: Mapping[str, str]) -> None:
+  """Writes `<folder>/index.json` (cell name -> its file in the folder) when there is
+  anything to index or an index to replace: a plan without such cells leaves no empty file."""
+  if index or os.path.exists(os.path.join(folder, INDEX_FILE)):
+    tio.write_text(os.path.join(folder, INDEX_FILE),
+                   json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def read_index(folder: str) -> dict[str, str]:
+  """`<folder>/index.json` ({} where the folder has none)."""
+  path = os.path.join(folder, INDEX_FILE)
+  return tio.read_json(path) if os.path.exists(path) else {}
 
 
 def _cached(find: Callable[[str], Optional[str]]) -> RanksOf:
@@ -131,8 +143,7 @@ def results_reader(results_dir: str) -> RanksOf:
   plan last rendered into it): for a re-render with no plan or work directory
   (experiment.rerender). None for a cell the index lacks."""
   folder = os.path.join(results_dir, contracts.RANKS_DIR)
-  index_path = os.path.join(folder, INDEX_FILE)
-  index = tio.read_json(index_path) if os.path.exists(index_path) else {}
+  index = read_index(folder)
 
   def find(name: str) -> Optional[str]:
     return os.path.join(folder, index[name]) if name in index else None
