@@ -30,6 +30,7 @@ against the claim at the grid's budget and no longer against it at the longer on
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -230,10 +231,8 @@ def column(comparisons: Sequence[Any], sizes: str) -> str:
   tie_text = f" ({ties} of them with an interval across 0)" if ties else ""
   parts = []
   if moved:
-    changes = dict.fromkeys(f"{c.verdict} → {c.longer.verdict}" for c in moved)
-    counted = [f"{change} ×{n}" if n > 1 else change for change, n in (
-        (change, sum(1 for c in moved if f"{c.verdict} → {c.longer.verdict}" == change))
-        for change in changes)]
+    changes = collections.Counter(f"{c.verdict} → {c.longer.verdict}" for c in moved)
+    counted = [f"{change} ×{n}" if n > 1 else change for change, n in changes.items()]
     parts.append(f"**{BUDGET_BOUND}** at {sizes}: {len(moved)} of {len(rechecked)} rechecked "
                  f"{MOVED} ({', '.join(counted)})")
     parts += [f"{len(still)} {STILL}{tie_text}"] if still else []
