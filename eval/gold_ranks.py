@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import logging
 import os
@@ -53,14 +52,6 @@ def scored_splits(splits: Sequence[str]) -> list[str]:
   these)."""
   unscored = (contracts.VALIDATION_SIDE, contracts.TRAIN_SIDE)
   return [s for s in splits if contracts.split_side(s) not in unscored]
-
-
-def _gzip(data: bytes) -> bytes:
-  """gzip with no time stamp and no file name: the same input, the same bytes."""
-  buffer = io.BytesIO()
-  with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as f:
-    f.write(data)
-  return buffer.getvalue()
 
 
 def _digest(ids_text: bytes) -> str:
@@ -92,7 +83,7 @@ def encode(ranks: Mapping[str, int]) -> tuple[bytes, bytes, str]:
             "count": len(ids), "width": width, "misses": sum(1 for r in values if r == 0)}
   payload = np.asarray(values, dtype=f"<u{width}").tobytes()
   body = json.dumps(header, sort_keys=True).encode("utf-8") + b"\n" + payload
-  return _gzip(body), _gzip(ids_text), digest
+  return tio.gzip_bytes(body), tio.gzip_bytes(ids_text), digest
 
 
 def write(ranks: Mapping[str, int], directory: str, ranks_name: str = contracts.RANKS_FILE

@@ -6,6 +6,8 @@ module of the project (running a Beam job is pipelines.shared.beam_jobs').
 from __future__ import annotations
 
 import glob
+import gzip
+import io
 import json
 import logging
 import os
@@ -160,6 +162,15 @@ def write_parquet(path: str, table) -> None:
   from apache_beam.io.filesystems import FileSystems
   with FileSystems.create(path) as f:
     pq.write_table(table, f)
+
+
+def gzip_bytes(data: bytes) -> bytes:
+  """gzip with no time stamp and no file name: the same input, the same bytes (committed
+  files re-rendered byte for byte)."""
+  buffer = io.BytesIO()
+  with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as f:
+    f.write(data)
+  return buffer.getvalue()
 
 
 def read_text(path: str) -> str:

@@ -19,7 +19,6 @@ per-query values averaged over them.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 from typing import Callable, Mapping, Optional, Sequence
@@ -51,21 +50,10 @@ def results_name(cell: Cell) -> str:
   return cell.dirname.replace("/", "_", 1) + SUFFIX
 
 
-def _gzip_json(value) -> bytes:
-  """gzip with no time stamp or file name: the same values, the same bytes."""
-  buffer = io.BytesIO()
-  with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as f:
-    f.write(json.dumps(value, sort_keys=True).encode("utf-8"))
-  return buffer.getvalue()
-
-
 def write_per_query(evaluation: Evaluation, path: str) -> None:
-  tio.makedirs(os.path.dirname(path))
-  with open(path, "wb") as f:
-    f.write(_gzip_json({"metrics": list(evaluation.metrics),
-                        "query_ids": list(evaluation.query_ids),
-                        "values": {m: evaluation.values[m].tolist()
-                                   for m in evaluation.metrics}}))
+  value = {"metrics": list(evaluation.metrics), "query_ids": list(evaluation.query_ids),
+           "values": {m: evaluation.values[m].tolist() for m in evaluation.metrics}}
+  tio.write_bytes(path, tio.gzip_bytes(json.dumps(value, sort_keys=True).encode("utf-8")))
 
 
 def read_per_query(path: str) -> Evaluation:
