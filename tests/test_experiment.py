@@ -506,6 +506,33 @@ def test_a_restored_cell_that_another_job_is_making_again_is_waited_for(tmp_path
   assert "bm25/squad" not in dry and "pairs/wiki" in dry   # read for its outputs
 
 
+def test_two_jobs_restoring_at_once_restore_every_record_between_them(tmp_path):
+  """`--jobs 2` on a new work dir: both jobs restore the records at start. One restores while
+  the other waits for it, so that a cell lock held for a moment by the other job's restore is
+  not read as that cell running (job 1 then read it not done and ran it, and what it reads,
+  again: the tiny two-jobs test under load ran hardneg, the hard-negative fine-tuning and the
+  bundle twice over)."""
+  import fcntl
+  import threading
+  the_plan, _ = plan.plan(grid.load("tiny"), INPUTS)
+  records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
+             for c in the_plan}
+  work = str(tmp_path)
+  restored: list[str] = []
+  fd = os.open(os.path.join(work, execute.RESTORE_LOCK + execute.LOCK_SUFFIX),
+               os.O_CREAT | os.O_RDWR)
+  fcntl.flock(fd, fcntl.LOCK_EX)  # the other job, restoring
+  job = threading.Thread(target=lambda: restored.extend(execute.restore(the_plan, work, records)))
+  job.start()
+  job.join(timeout=1)
+  assert job.is_alive() and not restored  # waits, writes nothing meanwhile
+  assert execute.states(work, the_plan) == {c.name: "todo" for c in the_plan}
+  os.close(fd)  # the other job's restore ends (having restored nothing, here)
+  job.join()
+  assert sorted(restored) == sorted(c.name for c in the_plan)
+  assert execute.needed(the_plan, work) == set()
+
+
 def _restore_all_but(the_plan, work, missing):
   records = {c.dirname: {"cell": c.name, "kind": c.kind, "key": c.key, "seconds": 1.0}
              for c in the_plan if c.name not in missing}

@@ -53,6 +53,7 @@ FAILED_FILE = "failed.json"
 ATTEMPT_SUFFIX = ".attempt.json"
 EARLIER = "earlier_attempts_seconds"  # a done record's field: wall time of killed attempts
 LOCK_SUFFIX = ".lock"           # `<cell dir>.lock`: held by the process running the cell
+RESTORE_LOCK = ".restore"       # `<work>/.restore.lock`: held by the job restoring records
 POLL_SECONDS = 10.0             # how often a process waiting for another's cells looks again
 CELL_LOG = "cells.jsonl"
 RECORDS_FILE = "cells.json"     # in the results directory: every finished cell's record
@@ -127,15 +128,19 @@ def restore(plan: Plan, work: str, records: Mapping[str, dict]) -> list[str]:
   `--jobs`) is running it again, in a folder its stage owns, where a record written now
   would make the stage refuse the folder; it writes the cell's record when it ends."""
   restored = []
-  for name in restorable(plan, work, records):
-    cell = plan[name]
-    out = cell_dir(work, cell)
-    with _cell_lock(out) as held:
-      if not held or state_of(work, cell) == "done":
-        continue
-      tio.makedirs(out)
-      tio.write_json(os.path.join(out, DONE_FILE), {**records[cell.dirname], RESTORED: True})
-      restored.append(name)
+  # One process restores at a time: another job's restore holds each cell's lock for a
+  # moment, which would read here as that cell running; a job that skipped it so, and then
+  # read it not yet done, would run it (and what it reads) again.
+  with _cell_lock(os.path.join(work, RESTORE_LOCK), wait=True):
+    for name in restorable(plan, work, records):
+      cell = plan[name]
+      out = cell_dir(work, cell)
+      with _cell_lock(out) as held:
+        if not held or state_of(work, cell) == "done":
+          continue
+        tio.makedirs(out)
+        tio.write_json(os.path.join(out, DONE_FILE), {**records[cell.dirname], RESTORED: True})
+        restored.append(name)
   return restored
 
 
@@ -338,14 +343,15 @@ MAX_PATHS = 5  # differing fields a re-made record names (their count is kept wh
 
 
 @contextlib.contextmanager
-def _cell_lock(out: str) -> Iterator[bool]:
+def _cell_lock(out: str, wait: bool = False) -> Iterator[bool]:
   """Holds `<out>.lock` for the block (True), or yields False at once where another process
-  holds it. The kernel releases it when the holder's process ends, killed or not."""
+  holds it (`wait`: waits for it instead). The kernel releases it when the holder's process
+  ends, killed or not."""
   tio.makedirs(os.path.dirname(out))
   fd = os.open(out + LOCK_SUFFIX, os.O_CREAT | os.O_RDWR, 0o644)
   try:
     try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:
       yield False
       return
